@@ -1,0 +1,109 @@
+//! Validation of command arguments, with the exact error replies. Every
+//! check runs before the key is looked at, so a bad call changes nothing.
+
+use std::fmt;
+
+/// A rejected argument. `Display` gives the full error reply (with its code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgError {
+    /// Empty key or token (the Go wrapper refuses these too).
+    KeyOrTokenMissing,
+    /// ttl-ms is not a positive integer in Redis's strict integer syntax.
+    TtlNotPositive,
+    /// now + ttl-ms does not fit the 64-bit millisecond clock.
+    TtlTooLarge,
+    /// A token or run-id that encoding/json cannot carry unchanged.
+    NotUtf8,
+}
+
+impl ArgError {
+    /// The error reply, as `RedisModule_ReplyWithError` takes it.
+    pub const fn reply(self) -> &'static str {
+        match self {
+            ArgError::KeyOrTokenMissing => "ERR lock key and token are required",
+            ArgError::TtlNotPositive => "ERR ttl-ms must be a positive integer (milliseconds)",
+            ArgError::TtlTooLarge => "ERR ttl-ms is too large: the expiry time would overflow",
+            ArgError::NotUtf8 => "ERR token and run-id must be valid UTF-8",
+        }
+    }
+}
+
+impl fmt::Display for ArgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.reply())
+    }
+}
+
+impl std::error::Error for ArgError {}
+
+/// Key and token must both be non-empty.
+pub fn check_key_and_token(key: &[u8], token: &[u8]) -> Result<(), ArgError> {
+    if key.is_empty() || token.is_empty() {
+        Err(ArgError::KeyOrTokenMissing)
+    } else {
+        Ok(())
+    }
+}
+
+/// Parses ttl-ms with the syntax Redis accepts for `PX` (no sign, no leading
+/// zeros, no spaces, fits in 64 bits) and requires it to be positive.
+pub fn parse_ttl(arg: &[u8]) -> Result<i64, ArgError> {
+    let (&first, rest) = arg.split_first().ok_or(ArgError::TtlNotPositive)?;
+    if !(b'1'..=b'9').contains(&first) {
+        return Err(ArgError::TtlNotPositive);
+    }
+    let mut v = i64::from(first - b'0');
+    for &b in rest {
+        if !b.is_ascii_digit() {
+            return Err(ArgError::TtlNotPositive);
+        }
+        v = v
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(i64::from(b - b'0')))
+            .ok_or(ArgError::TtlTooLarge)?;
+    }
+    Ok(v)
+}
+
+/// The absolute expiry (Unix ms) of a lock granted at `now_ms` for `ttl_ms`.
+pub fn expiry_at(now_ms: i64, ttl_ms: i64) -> Result<i64, ArgError> {
+    now_ms.checked_add(ttl_ms).ok_or(ArgError::TtlTooLarge)
+}
+
+/// Token and run-id of a takeover become JSON strings, so they must be UTF-8.
+pub fn check_utf8(s: &[u8]) -> Result<&str, ArgError> {
+    std::str::from_utf8(s).map_err(|_| ArgError::NotUtf8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_accepts_only_positive_canonical_integers() {
+        assert_eq!(parse_ttl(b"1"), Ok(1));
+        assert_eq!(parse_ttl(b"30000"), Ok(30_000));
+        assert_eq!(parse_ttl(b"9223372036854775807"), Ok(i64::MAX));
+        for bad in [&b""[..], b"0", b"-1", b"+1", b"01", b"1.5", b"1e3", b" 1", b"1 ", b"abc", b"0x10"] {
+            assert_eq!(parse_ttl(bad), Err(ArgError::TtlNotPositive), "{:?}", String::from_utf8_lossy(bad));
+        }
+        assert_eq!(parse_ttl(b"9223372036854775808"), Err(ArgError::TtlTooLarge));
+        assert_eq!(parse_ttl(b"99999999999999999999999"), Err(ArgError::TtlTooLarge));
+    }
+
+    #[test]
+    fn expiry_overflow_is_an_error() {
+        assert_eq!(expiry_at(1_000, 500), Ok(1_500));
+        assert_eq!(expiry_at(1_700_000_000_000, i64::MAX), Err(ArgError::TtlTooLarge));
+    }
+
+    #[test]
+    fn replies_name_what_is_wrong() {
+        assert!(ArgError::TtlNotPositive.reply().contains("ttl"));
+        assert!(ArgError::TtlTooLarge.reply().contains("ttl"));
+        assert_eq!(check_key_and_token(b"", b"t"), Err(ArgError::KeyOrTokenMissing));
+        assert_eq!(check_key_and_token(b"k", b""), Err(ArgError::KeyOrTokenMissing));
+        assert_eq!(check_key_and_token(b"k", b"t"), Ok(()));
+        assert_eq!(check_utf8(b"\xff"), Err(ArgError::NotUtf8));
+    }
+}

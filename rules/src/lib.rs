@@ -1,0 +1,18 @@
+//! The lock rules of redis-lock, with no Redis types: the module (the Redis
+//! adapter), the client's script fallback and the tests all decide through
+//! this crate, so a rule is written once and checked without a server.
+//!
+//! - [`lock`]: the decisions of LOCK.ACQUIRE / RENEW / RELEASE / TAKEOVER.
+//! - [`cjson`]: what Redis's bundled cjson makes of a stored value.
+//! - [`args`]: argument validation and its error replies.
+//! - [`encode`]: the structured value as Go's encoding/json writes it.
+//! - [`scripts`]: the reference Lua scripts.
+
+pub mod args;
+pub mod cjson;
+pub mod encode;
+pub mod lock;
+pub mod scripts;
+
+pub use args::ArgError;
+pub use lock::{Entry, Remaining, WrongType};
