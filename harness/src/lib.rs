@@ -1,1 +1,230 @@
-pub fn _x(){}
+//! A private redis-server for tests and benchmarks.
+//!
+//! [`Server::start`] builds the module (once per process), starts
+//! `redis-server` with it on a free loopback port in a fresh directory, and
+//! waits until it answers. Dropping the [`Server`] kills the process and
+//! removes the directory, also when a test panics. [`Server::builder`] adds
+//! server options, leaves the module out, or keeps the data directory for a
+//! restart.
+//!
+//! Environment: `REDIS_SERVER` names the server binary (default
+//! `redis-server` on `PATH`); `REDIS_LOCK_MODULE` names a prebuilt module to
+//! load instead of building `target/release/libredis_lock.so`.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How long a server may take to answer its first PING.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The module to load: `$REDIS_LOCK_MODULE`, or the workspace's release
+/// build, brought up to date by `cargo build` the first time it is asked for.
+pub fn module_path() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(p) = std::env::var_os("REDIS_LOCK_MODULE") {
+            return PathBuf::from(p);
+        }
+        let root = workspace_root();
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--release", "--quiet", "-p", "redis-lock", "--lib"])
+            .current_dir(&root)
+            .status()
+            .expect("run cargo to build the module");
+        assert!(status.success(), "building the module failed");
+        let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+        let so = target.join("release").join(format!("{}redis_lock{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX));
+        assert!(so.exists(), "module not found at {}", so.display());
+        so
+    })
+    .clone()
+}
+
+/// The repository root (where `redis.conf` and the workspace manifest live).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("harness sits in the workspace").to_path_buf()
+}
+
+/// Options for a server; see [`Server::builder`].
+#[derive(Clone, Debug)]
+pub struct Builder {
+    module: bool,
+    args: Vec<String>,
+    dir: Option<PathBuf>,
+}
+
+impl Builder {
+    /// Start without the module (the script-only server the client falls back on).
+    pub fn without_module(mut self) -> Self {
+        self.module = false;
+        self
+    }
+
+    /// Adds a server option, e.g. `.arg("appendonly", "yes")`.
+    pub fn arg(mut self, name: &str, value: &str) -> Self {
+        self.args.push(format!("--{name}"));
+        self.args.push(value.to_string());
+        self
+    }
+
+    /// Runs in `dir` (created if missing) and leaves it in place on drop, so
+    /// another server can start from its RDB or AOF.
+    pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dir = Some(dir.into());
+        self
+    }
+
+    /// Starts the server and waits until it answers PING.
+    pub fn start(self) -> Server {
+        Server::launch(self)
+    }
+}
+
+/// A running redis-server, killed when dropped.
+pub struct Server {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+    owns_dir: bool,
+    builder: Builder,
+}
+
+impl Server {
+    /// A server with the module loaded and the defaults of a test: no
+    /// persistence, loopback only.
+    pub fn start() -> Server {
+        Self::builder().start()
+    }
+
+    /// A server to configure before starting.
+    pub fn builder() -> Builder {
+        Builder { module: true, args: Vec::new(), dir: None }
+    }
+
+    fn launch(builder: Builder) -> Server {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let (dir, owns_dir) = match &builder.dir {
+            Some(d) => (d.clone(), false),
+            None => {
+                let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+                (std::env::temp_dir().join(format!("redis-lock-test-{}-{n}", std::process::id())), true)
+            }
+        };
+        std::fs::create_dir_all(&dir).expect("create server dir");
+        let module = builder.module.then(module_path);
+        let binary = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        // A free port can be taken between our probe and the server's bind;
+        // then the server exits and we try another.
+        let mut last_log = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let mut cmd = Command::new(&binary);
+            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args(["--dir", dir.to_str().expect("utf-8 temp dir"), "--logfile", "server.log", "--daemonize", "no"])
+                .args(["--enable-debug-command", "yes"]);
+            if let Some(m) = &module {
+                cmd.args(["--loadmodule", m.to_str().expect("utf-8 module path")]);
+            }
+            cmd.args(&builder.args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+            let child = cmd.spawn().unwrap_or_else(|e| panic!("start {binary}: {e} (install redis-server)"));
+            let mut server = Server { child, port, dir: dir.clone(), owns_dir, builder: builder.clone() };
+            if server.wait_ready() {
+                return server;
+            }
+            last_log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
+            let _ = server.child.kill();
+            let _ = server.child.wait();
+            std::mem::forget(server); // the next attempt reuses the directory
+        }
+        panic!("redis-server did not start; its log:\n{last_log}");
+    }
+
+    fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + START_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false;
+            }
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                if let Ok(mut c) = self.client().get_connection() {
+                    // A server still loading its data answers PING with -LOADING.
+                    if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                        return true;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    /// The TCP port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT/`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The server's working directory (RDB, AOF and `server.log` live here).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A client for this server.
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("valid url")
+    }
+
+    /// A new connection to this server.
+    pub fn conn(&self) -> redis::Connection {
+        self.client().get_connection().expect("connect to test server")
+    }
+
+    /// The server's pid, e.g. to stop it abruptly.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kills the server (no shutdown save) and starts it again with the same
+    /// options, port and directory, so it loads whatever it had persisted.
+    pub fn restart(&mut self) {
+        self.kill();
+        let mut builder = self.builder.clone();
+        builder.dir = Some(self.dir.clone());
+        // The last --port wins, so the restarted server keeps its address.
+        builder.args.extend(["--port".to_string(), self.port.to_string()]);
+        let mut again = Server::launch(builder);
+        again.owns_dir = self.owns_dir;
+        again.builder = self.builder.clone();
+        // The old guard's process is already reaped and its directory is
+        // now the new server's: drop it without its Drop.
+        std::mem::forget(std::mem::replace(self, again));
+    }
+
+    /// SHUTDOWN-free stop: SIGKILL, then reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+        if self.owns_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("bind a loopback port")
+}

@@ -1,0 +1,1 @@
+//! Placeholder: the client crate (issue 3).
