@@ -1,5 +1,57 @@
+//! redis-lock: native lock commands for redis-server.
+//!
+//! `LOCK.ACQUIRE`, `LOCK.RENEW`, `LOCK.RELEASE` and `LOCK.TAKEOVER` decide
+//! exactly as the reference Lua scripts do (the rules live in the pure
+//! `redis-lock-rules` crate); this crate is the thin Redis adapter around
+//! them. Load with `redis-server --loadmodule target/release/libredis_lock.so`.
+
+mod api;
+mod commands;
+mod entry;
+mod key;
+
+use std::ffi::{c_int, CStr};
+
+use redis_module::raw::{self, RedisModuleCtx};
 use redis_module::{redis_module, Context, RedisString, Status};
-fn init(_ctx: &Context, _args: &[RedisString]) -> Status { Status::Ok }
+
+use entry::command_fn;
+
+command_fn!(acquire_cmd => commands::acquire);
+command_fn!(renew_cmd => commands::renew);
+command_fn!(release_cmd => commands::release);
+command_fn!(takeover_cmd => commands::takeover);
+
+type CommandFn = unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
+
+/// Every command: name, handler, flags. The key is always argument 1, so
+/// cluster routing and ACL key patterns apply.
+const COMMANDS: &[(&CStr, CommandFn, &CStr)] = &[
+    (c"lock.acquire", acquire_cmd, c"write deny-oom fast"),
+    (c"lock.renew", renew_cmd, c"write deny-oom fast"),
+    (c"lock.release", release_cmd, c"write fast"),
+    (c"lock.takeover", takeover_cmd, c"write deny-oom fast"),
+];
+
+fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    if let Some(name) = api::missing() {
+        ctx.log_warning(&format!("lock: this server lacks {name}; redis 7.0 or later is required"));
+        return Status::Err;
+    }
+    unsafe {
+        // Refused commands must not invalidate WATCH: we signal changes ourselves.
+        api::rm!(RedisModule_SetModuleOptions)(ctx.ctx, raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int);
+        for &(name, handler, flags) in COMMANDS {
+            let created = api::rm!(RedisModule_CreateCommand)(ctx.ctx, name.as_ptr(), Some(handler), flags.as_ptr(), 1, 1, 1);
+            if created != raw::REDISMODULE_OK as c_int {
+                ctx.log_warning(&format!("lock: could not register {}", name.to_string_lossy()));
+                return Status::Err;
+            }
+        }
+    }
+    Status::Ok
+}
+
 redis_module! {
     name: "lock",
     version: 1,

@@ -1,6 +1,7 @@
 //! Validation of command arguments, with the exact error replies. Every
 //! check runs before the key is looked at, so a bad call changes nothing.
 
+use std::ffi::CStr;
 use std::fmt;
 
 /// A rejected argument. `Display` gives the full error reply (with its code).
@@ -17,14 +18,20 @@ pub enum ArgError {
 }
 
 impl ArgError {
-    /// The error reply, as `RedisModule_ReplyWithError` takes it.
-    pub const fn reply(self) -> &'static str {
+    /// The error reply, NUL-terminated as `RedisModule_ReplyWithError` takes it.
+    pub const fn reply_cstr(self) -> &'static CStr {
         match self {
-            ArgError::KeyOrTokenMissing => "ERR lock key and token are required",
-            ArgError::TtlNotPositive => "ERR ttl-ms must be a positive integer (milliseconds)",
-            ArgError::TtlTooLarge => "ERR ttl-ms is too large: the expiry time would overflow",
-            ArgError::NotUtf8 => "ERR token and run-id must be valid UTF-8",
+            ArgError::KeyOrTokenMissing => c"ERR lock key and token are required",
+            ArgError::TtlNotPositive => c"ERR ttl-ms must be a positive integer (milliseconds)",
+            ArgError::TtlTooLarge => c"ERR ttl-ms is too large: the expiry time would overflow",
+            ArgError::NotUtf8 => c"ERR token and run-id must be valid UTF-8",
         }
+    }
+
+    /// The error reply as text.
+    pub fn reply(self) -> &'static str {
+        // Every reply above is ASCII.
+        self.reply_cstr().to_str().unwrap_or("ERR")
     }
 }
 

@@ -1,0 +1,54 @@
+//! The boundary between redis-server and Rust: every command enters here.
+//!
+//! A panic that unwound into redis-server would abort it and lose every
+//! client's data, so each call runs under `catch_unwind` and a panic becomes
+//! an error reply. (None is expected: the handlers index nothing and unwrap
+//! nothing that input can reach. This is the second line of defence.)
+
+use std::ffi::{c_int, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
+
+use crate::api::rm;
+use crate::commands::{Argv, Failure, Reply};
+use crate::key::Ctx;
+
+const WRONGTYPE: &CStr = c"WRONGTYPE Operation against a key holding the wrong kind of value";
+const INTERNAL: &CStr = c"ERR internal error in the lock module; nothing was changed if it happened before a write (see the server log)";
+
+/// Runs `handler` on the command's arguments and sends its reply.
+pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_int, handler: fn(Ctx, Argv) -> Reply) -> c_int {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let args: Argv = match usize::try_from(argc) {
+            // SAFETY: Redis passes `argc` valid argument pointers.
+            Ok(n) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
+            _ => &[],
+        };
+        handler(Ctx(ctx), args)
+    }));
+    unsafe {
+        match outcome {
+            Ok(Ok(n)) => rm!(RedisModule_ReplyWithLongLong)(ctx, n),
+            Ok(Err(Failure::Arity)) => rm!(RedisModule_WrongArity)(ctx),
+            Ok(Err(Failure::Arg(e))) => rm!(RedisModule_ReplyWithError)(ctx, e.reply_cstr().as_ptr()),
+            Ok(Err(Failure::WrongType)) => rm!(RedisModule_ReplyWithError)(ctx, WRONGTYPE.as_ptr()),
+            Err(_) => rm!(RedisModule_ReplyWithError)(ctx, INTERNAL.as_ptr()),
+        };
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Defines an `extern "C"` command function that enters through [`run`].
+macro_rules! command_fn {
+    ($name:ident => $handler:path) => {
+        unsafe extern "C" fn $name(
+            ctx: *mut redis_module::raw::RedisModuleCtx,
+            argv: *mut *mut redis_module::raw::RedisModuleString,
+            argc: std::ffi::c_int,
+        ) -> std::ffi::c_int {
+            $crate::entry::run(ctx, argv, argc, $handler)
+        }
+    };
+}
+pub(crate) use command_fn;

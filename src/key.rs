@@ -1,0 +1,154 @@
+//! A lock key opened through the low-level key API, and the effects of
+//! changing it.
+//!
+//! Every change here does what the scripts' native command would do next to
+//! the write itself: the same keyspace notification, a WATCH invalidation,
+//! and replication of the *effect* with an absolute expiry (`SET ... PXAT`,
+//! `PEXPIREAT`, `DEL`), so replicas and the AOF never re-evaluate a relative
+//! TTL. A key that is only read is never signalled: the module is loaded
+//! with `NO_IMPLICIT_SIGNAL_MODIFIED`, so a refused command leaves WATCH
+//! alone.
+
+use std::ffi::{c_int, CStr};
+
+use redis_lock_rules::{Entry, Remaining};
+use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString};
+
+use crate::api::rm;
+
+/// The command's context: replies, replication and the clock go through it.
+#[derive(Clone, Copy)]
+pub struct Ctx(pub *mut RedisModuleCtx);
+
+impl Ctx {
+    /// The server's clock, in Unix milliseconds.
+    pub fn now_ms(self) -> i64 {
+        unsafe { rm!(RedisModule_Milliseconds)() }
+    }
+
+    /// A new string owned by the caller (free it with [`Ctx::free`]).
+    pub fn string(self, bytes: &[u8]) -> *mut RedisModuleString {
+        unsafe { rm!(RedisModule_CreateString)(self.0, bytes.as_ptr().cast(), bytes.len()) }
+    }
+
+    pub fn free(self, s: *mut RedisModuleString) {
+        unsafe { rm!(RedisModule_FreeString)(self.0, s) }
+    }
+
+    fn notify(self, class: c_int, event: &CStr, key: *mut RedisModuleString) {
+        unsafe {
+            rm!(RedisModule_NotifyKeyspaceEvent)(self.0, class, event.as_ptr(), key);
+        }
+    }
+}
+
+/// The bytes of a command argument (valid while the command runs).
+pub fn bytes<'a>(s: *mut RedisModuleString) -> &'a [u8] {
+    let mut len = 0usize;
+    let ptr = unsafe { rm!(RedisModule_StringPtrLen)(s, &mut len) };
+    if ptr.is_null() {
+        return &[];
+    }
+    // SAFETY: Redis guarantees `len` readable bytes at `ptr` for as long as
+    // the argument lives, which is the whole command.
+    unsafe { std::slice::from_raw_parts(ptr.cast(), len) }
+}
+
+/// An open key, closed on drop.
+pub struct LockKey {
+    ctx: Ctx,
+    name: *mut RedisModuleString,
+    key: *mut RedisModuleKey,
+}
+
+impl LockKey {
+    /// Opens `name` for reading and writing. An expired key is deleted here,
+    /// as any write command's lookup would.
+    pub fn open(ctx: Ctx, name: *mut RedisModuleString) -> LockKey {
+        let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int;
+        let key = unsafe { rm!(RedisModule_OpenKey)(ctx.0, name, mode) };
+        LockKey { ctx, name, key }
+    }
+
+    /// What the key holds. The borrow ends before any change is made.
+    pub fn entry(&self) -> Entry<'_> {
+        if self.key.is_null() {
+            return Entry::Absent;
+        }
+        let ty = unsafe { rm!(RedisModule_KeyType)(self.key) };
+        match ty as u32 {
+            t if t == raw::REDISMODULE_KEYTYPE_EMPTY as u32 => Entry::Absent,
+            t if t == raw::REDISMODULE_KEYTYPE_STRING as u32 => {
+                let mut len = 0usize;
+                // Read-only DMA. (Redis 7.0 converts an embstr/int-encoded
+                // value to raw encoding on first DMA; contents, TTL and WATCH
+                // are untouched.)
+                let ptr = unsafe { rm!(RedisModule_StringDMA)(self.key, &mut len, raw::REDISMODULE_READ as c_int) };
+                if ptr.is_null() {
+                    return Entry::OtherType;
+                }
+                // SAFETY: DMA gives `len` bytes valid until the key changes,
+                // and changes need `&mut self`, which this borrow excludes.
+                Entry::Str(unsafe { std::slice::from_raw_parts(ptr.cast(), len) })
+            }
+            _ => Entry::OtherType,
+        }
+    }
+
+    /// The remaining TTL, as `PTTL` reports it for an existing key.
+    pub fn remaining(&self) -> Remaining {
+        let ms = unsafe { rm!(RedisModule_GetExpire)(self.key) };
+        if ms == raw::REDISMODULE_NO_EXPIRE as i64 {
+            Remaining::Persistent
+        } else {
+            Remaining::Ms(ms.max(0))
+        }
+    }
+
+    /// `SET key value PXAT at`, with `set` and `expire` notifications.
+    pub fn set(&mut self, value: *mut RedisModuleString, at_ms: i64) {
+        unsafe {
+            rm!(RedisModule_StringSet)(self.key, value);
+            rm!(RedisModule_SetAbsExpire)(self.key, at_ms);
+            rm!(RedisModule_Replicate)(self.ctx.0, c"SET".as_ptr(), c"sscl".as_ptr(), self.name, value, c"PXAT".as_ptr(), at_ms as std::ffi::c_longlong);
+        }
+        self.changed();
+        self.ctx.notify(raw::REDISMODULE_NOTIFY_STRING, c"set", self.name);
+        self.ctx.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"expire", self.name);
+    }
+
+    /// `PEXPIREAT key at`, with an `expire` notification.
+    pub fn expire_at(&mut self, at_ms: i64) {
+        unsafe {
+            rm!(RedisModule_SetAbsExpire)(self.key, at_ms);
+            rm!(RedisModule_Replicate)(self.ctx.0, c"PEXPIREAT".as_ptr(), c"sl".as_ptr(), self.name, at_ms as std::ffi::c_longlong);
+        }
+        self.changed();
+        self.ctx.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"expire", self.name);
+    }
+
+    /// `DEL key`, with a `del` notification.
+    pub fn delete(&mut self) {
+        unsafe {
+            rm!(RedisModule_DeleteKey)(self.key);
+            rm!(RedisModule_Replicate)(self.ctx.0, c"DEL".as_ptr(), c"s".as_ptr(), self.name);
+        }
+        self.changed();
+        self.ctx.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del", self.name);
+    }
+
+    /// Invalidates WATCH on the key, as a native write does.
+    fn changed(&self) {
+        unsafe {
+            rm!(RedisModule_SignalModifiedKey)(self.ctx.0, self.name);
+        }
+    }
+}
+
+impl Drop for LockKey {
+    fn drop(&mut self) {
+        if !self.key.is_null() {
+            unsafe { rm!(RedisModule_CloseKey)(self.key) };
+        }
+    }
+}
