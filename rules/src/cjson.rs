@@ -1,5 +1,5 @@
-//! What Redis's bundled Lua cjson (1.0.3, as shipped in redis 7.0) makes of a
-//! stored value, reduced to the two facts the reference scripts look at: did
+//! What the Lua cjson inside redis-server (lua-cjson 2.1.0, as Debian's
+//! redis 7.0 and upstream's bundled copy use it) makes of a stored value, reduced to the two facts the reference scripts look at: did
 //! `pcall(cjson.decode, v)` return a table, and what are its top-level
 //! `owner` and `runId` fields.
 //!
@@ -22,9 +22,8 @@
 //! - strings take raw control and non-UTF-8 bytes as they are; the escapes are
 //!   `\" \\ \/ \b \f \n \r \t \uXXXX`; a high surrogate must be followed by a
 //!   `\u` low surrogate, a lone low surrogate is an error, `\u0000` is a NUL;
-//! - nesting is bounded by Lua's C stack (`LUAI_MAXCSTACK` = 8000 slots: an
-//!   array level takes one slot and needs two free, an object level takes two
-//!   and needs three), not by a depth setting;
+//! - at most 1000 arrays and objects may be open at once
+//!   (`decode_max_depth`); the 1001st fails the decode;
 //! - duplicate keys: the last one wins, and a later `false` or `null` replaces
 //!   an earlier string.
 
@@ -128,8 +127,8 @@ impl Iterator for DecodedBytes<'_> {
     }
 }
 
-/// Lua's C stack bound (`LUAI_MAXCSTACK` in redis's deps/lua/src/luaconf.h).
-const LUA_MAX_C_STACK: usize = 8000;
+/// cjson's `decode_max_depth` default: containers open at once.
+const MAX_DEPTH: usize = 1000;
 
 /// Decode `value` the way the reference scripts' `pcall(cjson.decode, value)`
 /// does, keeping only what the scripts then look at.
@@ -327,15 +326,10 @@ impl<'a> Parser<'a> {
     }
 
     /// Parses one whole document; `None` wherever cjson raises an error.
-    /// Iterative, so that the 8000-slot nesting cjson allows cannot overflow
-    /// our own stack.
+    /// Iterative, so no input can run our own stack deep.
     fn parse_document(&mut self) -> Option<Decoded<'a>> {
-        // Open containers, innermost last: true = object. Bounded by the Lua
-        // stack rule below to under 8000 entries.
+        // Open containers, innermost last: true = object. At most MAX_DEPTH.
         let mut open: Vec<bool> = Vec::new();
-        // Lua stack slots in use: the argument, one per open table, and one
-        // more per open object (the key pushed while its value is parsed).
-        let mut slots = 1usize;
         let mut owner = Field::Absent;
         let mut run_id = Field::Absent;
         let mut top_is_table = false;
@@ -349,20 +343,17 @@ impl<'a> Parser<'a> {
             let value = match tok {
                 Token::ObjBegin | Token::ArrBegin => {
                     let is_obj = tok == Token::ObjBegin;
-                    let need = if is_obj { 3 } else { 2 };
-                    if slots + need > LUA_MAX_C_STACK {
+                    if depth + 1 > MAX_DEPTH {
                         return None;
                     }
                     if depth == 0 {
                         top_is_table = true;
                     }
                     open.push(is_obj);
-                    slots += if is_obj { 2 } else { 1 };
                     let next = self.next_token();
                     let empty = if is_obj { Token::ObjEnd } else { Token::ArrEnd };
                     if next == empty {
                         open.pop();
-                        slots -= if is_obj { 2 } else { 1 };
                         Field::Other
                     } else if is_obj {
                         tok = self.object_key(next, open.len(), &mut field)?;
@@ -402,7 +393,6 @@ impl<'a> Parser<'a> {
                 let close = if is_obj { Token::ObjEnd } else { Token::ArrEnd };
                 if next == close {
                     open.pop();
-                    slots -= if is_obj { 2 } else { 1 };
                     if open.len() == 1 && open[0] {
                         // The closed container was a top-level field's value.
                         match field {
@@ -583,13 +573,18 @@ mod tests {
     }
 
     #[test]
-    fn nesting_is_bounded_by_the_lua_stack() {
+    fn nesting_stops_at_a_thousand_containers() {
         let arrays = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
-        assert!(is_valid(arrays(7998).as_bytes()));
-        assert!(!is_valid(arrays(7999).as_bytes()));
+        assert!(is_valid(arrays(1000).as_bytes()));
+        assert!(!is_valid(arrays(1001).as_bytes()));
         let objects = |n: usize| format!("{}1{}", "{\"a\":".repeat(n), "}".repeat(n));
-        assert!(is_valid(objects(3999).as_bytes()));
-        assert!(!is_valid(objects(4000).as_bytes()));
+        assert!(is_valid(objects(1000).as_bytes()));
+        assert!(!is_valid(objects(1001).as_bytes()));
+        let mixed = |n: usize| format!("{{\"a\":{}{}}}", "[".repeat(n), "]".repeat(n));
+        assert!(is_valid(mixed(999).as_bytes()));
+        assert!(!is_valid(mixed(1000).as_bytes()));
+        // Sequential containers do not add up; only open ones count.
+        assert!(is_valid(format!("[{}]", vec![arrays(999); 3].join(",")).as_bytes()));
     }
 
     #[test]
