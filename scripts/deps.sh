@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what building and testing need, when missing: redis-server (with
+# redis-benchmark), libclang (bindgen, for the redis-module crate), valgrind
+# (instruction counts in the benchmarks). Debian/Ubuntu; run as root or with sudo.
+set -euo pipefail
+need=()
+command -v redis-server >/dev/null || need+=(redis-server)
+command -v redis-benchmark >/dev/null || need+=(redis-tools)
+ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || ls /usr/lib/*/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
+[ "${1:-}" = "--bench" ] && { command -v valgrind >/dev/null || need+=(valgrind); }
+if [ ${#need[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "installing: ${need[*]}" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
