@@ -1,0 +1,339 @@
+//! [`LockClient`]: where locks come from. It owns the connections (one sync,
+//! one async, each opened on first use) and runs every [`LockCmd`] on them.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::ConnectionLike as _;
+
+use crate::cmd::{random_token, Backend, BackendCell, LockCmd};
+use crate::error::{Error, Result};
+use crate::lock::Lock;
+use crate::options::{ClientOptions, LockOptions};
+
+/// A lock client: sync methods and their `_async` twins over one command
+/// builder. Cheap to clone (clones share the connections).
+///
+/// Built from a URL or a [`redis::Client`], it opens a blocking connection
+/// for the sync API and a [`ConnectionManager`] (which reconnects by itself)
+/// for the async API, each on first use. Built from an existing connection,
+/// only the matching API works; the other fails with
+/// [`Error::InvalidArgument`].
+#[derive(Clone)]
+pub struct LockClient {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Clone)]
+pub(crate) enum AsyncConn {
+    Manager(ConnectionManager),
+    Multiplexed(MultiplexedConnection),
+}
+
+pub(crate) struct Inner {
+    client: Option<redis::Client>,
+    opts: ClientOptions,
+    /// `None` until first use, and again after an I/O error: a connection
+    /// that timed out may still deliver the late reply, which the next
+    /// command would take for its own.
+    sync: Mutex<Option<redis::Connection>>,
+    sync_backend: BackendCell,
+    /// Set once the sync connection was given by the caller (no reconnect).
+    sync_given: bool,
+    aio: tokio::sync::OnceCell<AsyncConn>,
+    aio_backend: BackendCell,
+}
+
+impl std::fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockClient").field("options", &self.inner.opts).finish_non_exhaustive()
+    }
+}
+
+impl LockClient {
+    /// A client for `url` (e.g. `redis://127.0.0.1:6379/`) with default
+    /// [`ClientOptions`]. Does not connect yet.
+    pub fn open(url: &str) -> Result<Self> {
+        Self::open_with(url, ClientOptions::default())
+    }
+
+    /// A client for `url` with `opts`. Does not connect yet.
+    pub fn open_with(url: &str, opts: ClientOptions) -> Result<Self> {
+        Ok(Self::from_client(redis::Client::open(url)?, opts))
+    }
+
+    /// A client on an existing [`redis::Client`]; both APIs work.
+    pub fn from_client(client: redis::Client, opts: ClientOptions) -> Self {
+        Self::build(Some(client), None, None, opts)
+    }
+
+    /// A sync-only client on an existing connection. Its read and write
+    /// timeouts are set to the response timeout. After an I/O error the
+    /// connection is dropped and, having no URL, the client cannot reconnect:
+    /// further calls fail with [`Error::InvalidArgument`].
+    pub fn from_connection(con: redis::Connection, opts: ClientOptions) -> Result<Self> {
+        con.set_read_timeout(Some(opts.response_timeout))?;
+        con.set_write_timeout(Some(opts.response_timeout))?;
+        Ok(Self::build(None, Some(con), None, opts))
+    }
+
+    /// An async-only client on an existing [`ConnectionManager`].
+    pub fn from_manager(manager: ConnectionManager, opts: ClientOptions) -> Self {
+        Self::build(None, None, Some(AsyncConn::Manager(manager)), opts)
+    }
+
+    /// An async-only client on an existing [`MultiplexedConnection`].
+    pub fn from_multiplexed(con: MultiplexedConnection, opts: ClientOptions) -> Self {
+        Self::build(None, None, Some(AsyncConn::Multiplexed(con)), opts)
+    }
+
+    fn build(client: Option<redis::Client>, sync: Option<redis::Connection>, aio: Option<AsyncConn>, opts: ClientOptions) -> Self {
+        let sync_given = sync.is_some();
+        LockClient {
+            inner: Arc::new(Inner {
+                client,
+                opts,
+                sync: Mutex::new(sync),
+                sync_backend: BackendCell::default(),
+                sync_given,
+                aio: tokio::sync::OnceCell::new_with(aio),
+                aio_backend: BackendCell::default(),
+            }),
+        }
+    }
+
+    /// What the sync connection's server was found to speak.
+    pub fn backend(&self) -> Backend {
+        self.inner.sync_backend.get()
+    }
+
+    /// What the async connection's server was found to speak.
+    pub fn backend_async(&self) -> Backend {
+        self.inner.aio_backend.get()
+    }
+
+    /// Takes `key` for `ttl` if it is free; [`Error::NotAcquired`] if not.
+    pub fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lock> {
+        self.try_acquire_with(key, ttl, &LockOptions::default())
+    }
+
+    /// [`LockClient::try_acquire`] with options (token, watchdog).
+    pub fn try_acquire_with(&self, key: &str, ttl: Duration, opts: &LockOptions) -> Result<Lock> {
+        self.acquire_with(key, ttl, Duration::ZERO, opts)
+    }
+
+    /// Takes `key` for `ttl`, retrying with jittered backoff while it is
+    /// held, for up to `wait`; then [`Error::NotAcquired`]. Server and
+    /// connection errors end the wait at once.
+    pub fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lock> {
+        self.acquire_with(key, ttl, wait, &LockOptions::default())
+    }
+
+    /// [`LockClient::acquire`] with options (token, watchdog, backoff).
+    pub fn acquire_with(&self, key: &str, ttl: Duration, wait: Duration, opts: &LockOptions) -> Result<Lock> {
+        let token = token_of(opts);
+        let cmd = LockCmd::acquire(key, &token, ttl)?;
+        let mut backoff = Backoff::new(opts, wait);
+        loop {
+            let sent = Instant::now();
+            if self.inner.run(&cmd)? {
+                return Ok(Lock::new_sync(self.clone(), key, token, sent, ttl, opts));
+            }
+            match backoff.next() {
+                Some(d) => std::thread::sleep(d),
+                None => return Err(Error::NotAcquired { key: key.into() }),
+            }
+        }
+    }
+
+    /// Acquire-or-takeover (`LOCK.TAKEOVER`): takes `key` when it is free,
+    /// holds a structured lock of the same `run_id`, or holds a legacy bare
+    /// token that is stale (remaining TTL ≤ TTL/2, or no expiry). The value
+    /// written is `{"owner":token,"runId":run_id}`. An empty `run_id` is a
+    /// plain [`LockClient::try_acquire`].
+    pub fn takeover(&self, key: &str, run_id: &str, ttl: Duration) -> Result<Lock> {
+        self.takeover_with(key, run_id, ttl, &LockOptions::default())
+    }
+
+    /// [`LockClient::takeover`] with options (token, watchdog).
+    pub fn takeover_with(&self, key: &str, run_id: &str, ttl: Duration, opts: &LockOptions) -> Result<Lock> {
+        let token = token_of(opts);
+        let cmd = LockCmd::takeover(key, &token, run_id, ttl)?;
+        let sent = Instant::now();
+        if self.inner.run(&cmd)? {
+            Ok(Lock::new_sync(self.clone(), key, token, sent, ttl, opts))
+        } else {
+            Err(Error::NotAcquired { key: key.into() })
+        }
+    }
+
+    /// Releases `key` if `token` owns it, without a [`Lock`] handle (for
+    /// operators clearing a lock whose holder is gone). [`Error::NotHeld`]
+    /// if `token` does not own it.
+    pub fn release_token(&self, key: &str, token: &str) -> Result<()> {
+        if self.inner.run(&LockCmd::release(key, token)?)? {
+            Ok(())
+        } else {
+            Err(Error::NotHeld { key: key.into() })
+        }
+    }
+
+    /// The async twin of [`LockClient::try_acquire`].
+    pub async fn try_acquire_async(&self, key: &str, ttl: Duration) -> Result<Lock> {
+        self.try_acquire_with_async(key, ttl, &LockOptions::default()).await
+    }
+
+    /// The async twin of [`LockClient::try_acquire_with`].
+    pub async fn try_acquire_with_async(&self, key: &str, ttl: Duration, opts: &LockOptions) -> Result<Lock> {
+        self.acquire_with_async(key, ttl, Duration::ZERO, opts).await
+    }
+
+    /// The async twin of [`LockClient::acquire`]; waits without blocking.
+    pub async fn acquire_async(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lock> {
+        self.acquire_with_async(key, ttl, wait, &LockOptions::default()).await
+    }
+
+    /// The async twin of [`LockClient::acquire_with`].
+    pub async fn acquire_with_async(&self, key: &str, ttl: Duration, wait: Duration, opts: &LockOptions) -> Result<Lock> {
+        let token = token_of(opts);
+        let cmd = LockCmd::acquire(key, &token, ttl)?;
+        let mut backoff = Backoff::new(opts, wait);
+        loop {
+            let sent = Instant::now();
+            if self.inner.run_async(&cmd).await? {
+                return Ok(Lock::new_async(self.clone(), key, token, sent, ttl, opts));
+            }
+            match backoff.next() {
+                Some(d) => tokio::time::sleep(d).await,
+                None => return Err(Error::NotAcquired { key: key.into() }),
+            }
+        }
+    }
+
+    /// The async twin of [`LockClient::takeover`].
+    pub async fn takeover_async(&self, key: &str, run_id: &str, ttl: Duration) -> Result<Lock> {
+        self.takeover_with_async(key, run_id, ttl, &LockOptions::default()).await
+    }
+
+    /// The async twin of [`LockClient::takeover_with`].
+    pub async fn takeover_with_async(&self, key: &str, run_id: &str, ttl: Duration, opts: &LockOptions) -> Result<Lock> {
+        let token = token_of(opts);
+        let cmd = LockCmd::takeover(key, &token, run_id, ttl)?;
+        let sent = Instant::now();
+        if self.inner.run_async(&cmd).await? {
+            Ok(Lock::new_async(self.clone(), key, token, sent, ttl, opts))
+        } else {
+            Err(Error::NotAcquired { key: key.into() })
+        }
+    }
+
+    /// The async twin of [`LockClient::release_token`].
+    pub async fn release_token_async(&self, key: &str, token: &str) -> Result<()> {
+        if self.inner.run_async(&LockCmd::release(key, token)?).await? {
+            Ok(())
+        } else {
+            Err(Error::NotHeld { key: key.into() })
+        }
+    }
+}
+
+fn token_of(opts: &LockOptions) -> String {
+    opts.token.clone().unwrap_or_else(random_token)
+}
+
+/// Full-jitter exponential backoff bounded by the wait's deadline.
+struct Backoff {
+    deadline: Instant,
+    min: Duration,
+    max: Duration,
+    cap: Duration,
+}
+
+impl Backoff {
+    fn new(opts: &LockOptions, wait: Duration) -> Self {
+        let deadline = Instant::now().checked_add(wait).unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
+        Backoff { deadline, min: opts.retry_min_delay, max: opts.retry_max_delay, cap: opts.retry_min_delay }
+    }
+
+    /// The pause before the next attempt, or `None` when the wait is over.
+    /// The last pause is cut to end at the deadline, so one attempt is made there.
+    fn next(&mut self) -> Option<Duration> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        let d = if self.cap > self.min { rand::thread_rng().gen_range(self.min..=self.cap) } else { self.min };
+        self.cap = (self.cap * 2).min(self.max);
+        Some(d.min(left))
+    }
+}
+
+impl Inner {
+    /// Runs `cmd` on the sync connection, (re)connecting first if needed.
+    pub(crate) fn run(&self, cmd: &LockCmd) -> Result<bool> {
+        // Poisoning only means another thread panicked mid-command; the
+        // connection is dropped below on any doubt, so carry on.
+        let mut slot = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        let con = match slot.as_mut() {
+            Some(con) => con,
+            None => {
+                let Some(client) = &self.client else {
+                    return Err(Error::InvalidArgument(if self.sync_given {
+                        "the connection this client was built from failed; build a new client".into()
+                    } else {
+                        "this client was built from an async connection: use the _async methods".into()
+                    }));
+                };
+                let con = client.get_connection_with_timeout(self.opts.connect_timeout)?;
+                con.set_read_timeout(Some(self.opts.response_timeout))?;
+                con.set_write_timeout(Some(self.opts.response_timeout))?;
+                self.sync_backend.reset();
+                slot.insert(con)
+            }
+        };
+        let r = cmd.query(con, &self.sync_backend);
+        if let Err(e) = &r {
+            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || !con.is_open() {
+                *slot = None;
+            }
+        }
+        Ok(r?)
+    }
+
+    async fn conn_async(&self) -> Result<AsyncConn> {
+        let con = self
+            .aio
+            .get_or_try_init(|| async {
+                let Some(client) = &self.client else {
+                    return Err(Error::InvalidArgument("this client was built from a sync connection: use the sync methods".into()));
+                };
+                let cfg = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.opts.connect_timeout))
+                    .set_response_timeout(Some(self.opts.response_timeout))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_millis(200));
+                Ok(AsyncConn::Manager(client.get_connection_manager_with_config(cfg).await?))
+            })
+            .await?;
+        Ok(con.clone())
+    }
+
+    /// The async twin of [`Inner::run`]. The response timeout is enforced
+    /// here too, since a connection given by the caller may have none.
+    pub(crate) async fn run_async(&self, cmd: &LockCmd) -> Result<bool> {
+        let fut = async {
+            let mut con = self.conn_async().await?;
+            let r = match &mut con {
+                AsyncConn::Manager(m) => cmd.query_async(m, &self.aio_backend).await,
+                AsyncConn::Multiplexed(m) => cmd.query_async(m, &self.aio_backend).await,
+            };
+            Ok::<bool, Error>(r?)
+        };
+        match tokio::time::timeout(self.opts.response_timeout + self.opts.connect_timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Redis(std::io::Error::new(std::io::ErrorKind::TimedOut, "lock command timed out").into())),
+        }
+    }
+}

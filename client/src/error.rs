@@ -1,0 +1,80 @@
+//! The one error type of the client.
+
+use std::fmt;
+
+/// Everything a lock operation can fail with.
+///
+/// | variant | when | what to do |
+/// | --- | --- | --- |
+/// | [`Error::NotAcquired`] | someone else holds the key (after the whole wait, for `acquire`) | retry later, or give up |
+/// | [`Error::NotHeld`] | `renew`/`release` found the key gone or owned by another token | stop the guarded work: the lock was lost |
+/// | [`Error::Redis`] | connection, timeout or server error (e.g. `WRONGTYPE`) | the outcome is unknown; treat the lock as at risk |
+/// | [`Error::InvalidArgument`] | empty key or token, zero or oversized TTL, API not available on this client | fix the call |
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The key is held by another owner, so the lock was not granted.
+    NotAcquired {
+        /// The contended key.
+        key: String,
+    },
+    /// A renew or release found that this token no longer owns the key
+    /// (it expired, was deleted, or was taken over).
+    NotHeld {
+        /// The lost key.
+        key: String,
+    },
+    /// The server or the connection failed; carries the `redis` error. A
+    /// response timeout is an I/O error with `is_timeout()`.
+    Redis(redis::RedisError),
+    /// The call was rejected before anything was sent.
+    InvalidArgument(String),
+}
+
+impl Error {
+    /// True for [`Error::NotAcquired`].
+    pub fn is_not_acquired(&self) -> bool {
+        matches!(self, Error::NotAcquired { .. })
+    }
+
+    /// True for [`Error::NotHeld`].
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, Error::NotHeld { .. })
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NotAcquired { key } => write!(f, "lock {key:?} is held by someone else"),
+            Error::NotHeld { key } => write!(f, "lock {key:?} is no longer held by this token"),
+            Error::Redis(e) => write!(f, "redis error: {e}"),
+            Error::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Redis(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Self {
+        Error::Redis(e)
+    }
+}
+
+impl From<redis_lock_rules::ArgError> for Error {
+    fn from(e: redis_lock_rules::ArgError) -> Self {
+        // The module's own wording, minus the reply code, so both modes say the same.
+        Error::InvalidArgument(e.reply().trim_start_matches("ERR ").to_string())
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

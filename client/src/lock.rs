@@ -1,0 +1,205 @@
+//! [`Lock`]: the handle of a held lock.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::client::LockClient;
+use crate::cmd::LockCmd;
+use crate::error::{Error, Result};
+use crate::options::LockOptions;
+use crate::state::{LossReason, LostSignal, Shared, Status};
+use crate::watchdog;
+
+/// How the lock was taken, which decides how drop releases it.
+#[derive(Debug)]
+enum Flavor {
+    /// Sync API: drop releases on the dropping thread (bounded by the
+    /// response timeout).
+    Sync,
+    /// Async API: drop spawns the release on this runtime and returns at once.
+    Async(tokio::runtime::Handle),
+}
+
+/// A held lock. Released when dropped (best effort).
+///
+/// All methods take `&self`, so a `Lock` can be shared (`Arc<Lock>`).
+/// Locks taken with the sync API are renewed/released with the plain
+/// methods, those taken with the async API with the `_async` twins; mixing
+/// works as long as the client has the other kind of connection.
+///
+/// Once lost, a lock stays lost: `renew` then fails with
+/// [`Error::NotHeld`] without asking the server.
+#[derive(Debug)]
+pub struct Lock {
+    shared: Arc<Shared>,
+    client: LockClient,
+    flavor: Flavor,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Lock {
+    pub(crate) fn new_sync(client: LockClient, key: &str, token: String, sent: Instant, ttl: Duration, opts: &LockOptions) -> Lock {
+        let shared = Arc::new(Shared::new(key.into(), token, sent, ttl));
+        if let Some(w) = &opts.watchdog {
+            watchdog::spawn_sync(shared.clone(), client.clone(), w);
+        }
+        Lock { shared, client, flavor: Flavor::Sync, task: Mutex::new(None) }
+    }
+
+    /// Called from inside an async method, so a runtime is current.
+    pub(crate) fn new_async(client: LockClient, key: &str, token: String, sent: Instant, ttl: Duration, opts: &LockOptions) -> Lock {
+        let shared = Arc::new(Shared::new(key.into(), token, sent, ttl));
+        let rt = tokio::runtime::Handle::current();
+        let task = opts.watchdog.as_ref().map(|w| watchdog::spawn_async(shared.clone(), client.clone(), w, &rt));
+        Lock { shared, client, flavor: Flavor::Async(rt), task: Mutex::new(task) }
+    }
+
+    /// The locked key.
+    pub fn key(&self) -> &str {
+        &self.shared.key
+    }
+
+    /// The token that owns the key (the random one, or the caller's).
+    pub fn token(&self) -> &str {
+        &self.shared.token
+    }
+
+    /// True while the lock is held as far as this process can tell: not
+    /// released, no renewal answered "not owner", and its TTL (counted from
+    /// when the last successful acquire/renew was sent) has not run out.
+    pub fn is_held(&self) -> bool {
+        self.shared.status() == Status::Held
+    }
+
+    /// Why the lock was lost, if it was.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        match self.shared.status() {
+            Status::Lost(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// A signal that fires when this lock is lost (or ends when released),
+    /// usable from another thread or task.
+    pub fn lost_signal(&self) -> LostSignal {
+        LostSignal { shared: self.shared.clone() }
+    }
+
+    /// Resolves when the lock is lost (`Some(reason)`) or released (`None`).
+    pub async fn lost(&self) -> Option<LossReason> {
+        self.lost_signal().lost().await
+    }
+
+    fn check_renewable(&self) -> Result<()> {
+        match self.shared.status() {
+            Status::Held => Ok(()),
+            Status::Released | Status::Lost(_) => Err(Error::NotHeld { key: self.key().into() }),
+        }
+    }
+
+    fn after_renew(&self, sent: Instant, ttl: Duration, r: Result<bool>) -> Result<()> {
+        match r? {
+            true if self.shared.renewed(sent, ttl) => Ok(()),
+            // Released by another thread meanwhile: the renewal was void.
+            true => Err(Error::NotHeld { key: self.key().into() }),
+            false => {
+                self.shared.mark_lost(LossReason::NotOwner);
+                Err(Error::NotHeld { key: self.key().into() })
+            }
+        }
+    }
+
+    /// Resets the TTL to `ttl` (the watchdog, if any, uses it from then on).
+    /// [`Error::NotHeld`] if the key is no longer ours; then the lock is lost.
+    pub fn renew(&self, ttl: Duration) -> Result<()> {
+        self.check_renewable()?;
+        let cmd = LockCmd::renew(self.key(), self.token(), ttl)?;
+        let sent = Instant::now();
+        self.after_renew(sent, ttl, self.client.inner.run(&cmd))
+    }
+
+    /// The async twin of [`Lock::renew`].
+    pub async fn renew_async(&self, ttl: Duration) -> Result<()> {
+        self.check_renewable()?;
+        let cmd = LockCmd::renew(self.key(), self.token(), ttl)?;
+        let sent = Instant::now();
+        let r = self.client.inner.run_async(&cmd).await;
+        self.after_renew(sent, ttl, r)
+    }
+
+    fn stop_watchdog(&self) {
+        self.shared.stop_watchdog();
+        if let Some(t) = self.task.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            t.abort();
+        }
+    }
+
+    fn after_release(&self, r: Result<bool>) -> Result<()> {
+        if r? {
+            self.shared.mark_released();
+            Ok(())
+        } else {
+            self.shared.mark_lost(LossReason::NotOwner);
+            Err(Error::NotHeld { key: self.key().into() })
+        }
+    }
+
+    /// Deletes the key if this token still owns it and stops the watchdog.
+    /// Idempotent: after a successful release, further calls return `Ok`
+    /// without a round trip. [`Error::NotHeld`] if the lock had been lost
+    /// (the key is left alone). On [`Error::Redis`] the lock may still be
+    /// held until its TTL runs out; calling again retries.
+    pub fn release(&self) -> Result<()> {
+        self.stop_watchdog();
+        if self.shared.status() == Status::Released {
+            return Ok(());
+        }
+        let cmd = LockCmd::release(self.key(), self.token())?;
+        self.after_release(self.client.inner.run(&cmd))
+    }
+
+    /// The async twin of [`Lock::release`].
+    pub async fn release_async(&self) -> Result<()> {
+        self.stop_watchdog();
+        if self.shared.status() == Status::Released {
+            return Ok(());
+        }
+        let cmd = LockCmd::release(self.key(), self.token())?;
+        let r = self.client.inner.run_async(&cmd).await;
+        self.after_release(r)
+    }
+}
+
+impl Drop for Lock {
+    /// Best-effort release. Sync locks release on the dropping thread
+    /// (bounded by the response timeout); async locks spawn the release on
+    /// their runtime and return at once, so dropping never blocks a runtime
+    /// thread. If that runtime is gone, or the release fails, the key simply
+    /// expires after its TTL.
+    fn drop(&mut self) {
+        self.stop_watchdog();
+        let status = self.shared.status();
+        if status == Status::Released {
+            return;
+        }
+        if status == Status::Held {
+            // Observers learn of a normal end now, not after the round trip.
+            self.shared.mark_released();
+        }
+        // Also for a lost lock: the script deletes only our own value, and
+        // "lost" may have been a connection scare while the key is still ours.
+        let Ok(cmd) = LockCmd::release(self.key(), self.token()) else { return };
+        match &self.flavor {
+            Flavor::Sync => {
+                let _ = self.client.inner.run(&cmd);
+            }
+            Flavor::Async(rt) => {
+                let client = self.client.clone();
+                let rt = tokio::runtime::Handle::try_current().unwrap_or_else(|_| rt.clone());
+                rt.spawn(async move {
+                    let _ = client.inner.run_async(&cmd).await;
+                });
+            }
+        }
+    }
+}

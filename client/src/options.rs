@@ -1,0 +1,120 @@
+//! Options, each with its documented default.
+
+use std::time::Duration;
+
+/// Connection-level options of a [`LockClient`](crate::LockClient).
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions { connect_timeout: Duration::from_secs(2), response_timeout: Duration::from_secs(2) }
+    }
+}
+
+impl ClientOptions {
+    /// The defaults: see each setter.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How long opening a connection may take. Default: 2 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one command may wait for its reply before it fails with
+    /// [`Error::Redis`](crate::Error::Redis) (an I/O timeout). It bounds how
+    /// long a dead server can stall a renew or release, so keep it below the
+    /// TTLs you use. Default: 2 s.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+}
+
+/// Per-lock options, for the `*_with` methods.
+#[derive(Clone, Debug)]
+pub struct LockOptions {
+    pub(crate) token: Option<String>,
+    pub(crate) watchdog: Option<WatchdogOptions>,
+    pub(crate) retry_min_delay: Duration,
+    pub(crate) retry_max_delay: Duration,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        LockOptions {
+            token: None,
+            watchdog: None,
+            retry_min_delay: Duration::from_millis(10),
+            retry_max_delay: Duration::from_millis(200),
+        }
+    }
+}
+
+impl LockOptions {
+    /// The defaults: see each setter.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The token that identifies this holder. Default: 128 random bits from
+    /// the OS, as 32 lowercase hex digits. Must be non-empty.
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Keeps the lock renewed in the background. Default: off (the lock
+    /// expires after its TTL unless you call `renew`).
+    pub fn watchdog(mut self, watchdog: WatchdogOptions) -> Self {
+        self.watchdog = Some(watchdog);
+        self
+    }
+
+    /// Backoff of `acquire` between attempts: each wait is drawn uniformly
+    /// from `[min, cap]` where `cap` starts at `min` and doubles per attempt up
+    /// to `max` (jitter keeps contenders from retrying in lockstep). Default:
+    /// 10 ms and 200 ms.
+    pub fn retry_delay(mut self, min: Duration, max: Duration) -> Self {
+        self.retry_min_delay = min;
+        self.retry_max_delay = max.max(min);
+        self
+    }
+}
+
+/// The background renewal of one lock.
+///
+/// The watchdog renews every TTL/3 (the cadence the TTL/2 staleness rule of
+/// `takeover` relies on: a live holder's remaining TTL never falls below
+/// 2·TTL/3). After a failed renewal it retries every TTL/10. It stops on
+/// release or drop. The lock is marked lost, and every
+/// [`LostSignal`](crate::LostSignal) fires, when a renewal answers that the
+/// token no longer owns the key, or when no renewal has succeeded within the
+/// TTL (measured from when the last successful one was sent).
+#[derive(Clone, Debug, Default)]
+pub struct WatchdogOptions {
+    pub(crate) max_lifetime: Option<Duration>,
+}
+
+impl WatchdogOptions {
+    /// The defaults: see each setter.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Stops renewing once the lock has been held this long, so a wedged
+    /// holder cannot keep it forever; the lock then expires at the end of
+    /// its current TTL and is reported lost with
+    /// [`LossReason::MaxLifetime`](crate::LossReason::MaxLifetime).
+    /// Default: none (renew until release or drop).
+    pub fn max_lifetime(mut self, max: Duration) -> Self {
+        self.max_lifetime = Some(max);
+        self
+    }
+}

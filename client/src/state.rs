@@ -1,0 +1,264 @@
+//! The shared state of one lock: held, released or lost, and until when it
+//! is surely valid. The handle, its watchdog and every [`LostSignal`] read
+//! the same state, so a loss is seen by all of them at once.
+
+use std::fmt;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+/// Why a lock stopped being held without being released.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// A renewal (or release) found the key gone or owned by another token:
+    /// it expired, was deleted, or was taken over.
+    NotOwner,
+    /// No renewal succeeded within the TTL (the server was unreachable, or
+    /// nothing renewed it), so the key may have expired.
+    Expired,
+    /// The watchdog reached its maximum lifetime, stopped renewing, and the
+    /// lock then ran out its TTL.
+    MaxLifetime,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::NotOwner => "the key was deleted, expired or taken by another owner",
+            LossReason::Expired => "no renewal succeeded within the TTL",
+            LossReason::MaxLifetime => "the watchdog reached its maximum lifetime and the TTL ran out",
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Status {
+    Held,
+    Released,
+    Lost(LossReason),
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) status: Status,
+    /// The earliest moment the key may expire on the server: when the last
+    /// successful acquire or renew was *sent*, plus its TTL. Past it we can
+    /// no longer claim the lock.
+    pub(crate) valid_until: Instant,
+    /// The TTL of the last acquire or renew, which the watchdog reuses.
+    pub(crate) ttl: Duration,
+    /// The watchdog stopped at its maximum lifetime.
+    pub(crate) retired: bool,
+    /// Release or drop asked the watchdog to stop.
+    pub(crate) stop: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) key: String,
+    pub(crate) token: String,
+    inner: Mutex<Inner>,
+    /// Wakes blocking waiters and the sync watchdog.
+    cond: Condvar,
+    /// Wakes async waiters and the async watchdog.
+    notify: Notify,
+}
+
+impl Shared {
+    pub(crate) fn new(key: String, token: String, sent_at: Instant, ttl: Duration) -> Self {
+        Shared {
+            key,
+            token,
+            inner: Mutex::new(Inner { status: Status::Held, valid_until: sent_at + ttl, ttl, retired: false, stop: false }),
+            cond: Condvar::new(),
+            notify: Notify::new(),
+        }
+    }
+
+    /// The state, with expiry applied: a held lock past its validity is lost.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic elsewhere while holding this mutex leaves consistent data
+        // (every update is a single assignment), so poisoning is ignored.
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if g.status == Status::Held && Instant::now() >= g.valid_until {
+            g.status = Status::Lost(if g.retired { LossReason::MaxLifetime } else { LossReason::Expired });
+            self.wake();
+        }
+        g
+    }
+
+    fn wake(&self) {
+        self.cond.notify_all();
+        self.notify.notify_waiters();
+    }
+
+    pub(crate) fn status(&self) -> Status {
+        self.lock().status
+    }
+
+    /// A successful renewal sent at `sent_at`: extends validity if still held.
+    pub(crate) fn renewed(&self, sent_at: Instant, ttl: Duration) -> bool {
+        let mut g = self.lock();
+        if g.status != Status::Held {
+            return false;
+        }
+        g.valid_until = sent_at + ttl;
+        g.ttl = ttl;
+        true
+    }
+
+    pub(crate) fn mark_lost(&self, reason: LossReason) {
+        let mut g = self.lock();
+        if g.status == Status::Held {
+            g.status = Status::Lost(reason);
+            self.wake();
+        }
+    }
+
+    pub(crate) fn mark_released(&self) {
+        let mut g = self.lock();
+        if g.status != Status::Released {
+            g.status = Status::Released;
+            self.wake();
+        }
+    }
+
+    pub(crate) fn stop_watchdog(&self) {
+        let mut g = self.lock();
+        if !g.stop {
+            g.stop = true;
+            self.wake();
+        }
+    }
+
+    pub(crate) fn ttl(&self) -> Duration {
+        self.lock().ttl
+    }
+
+    /// The watchdog's sleep: true when `until` is reached and the lock is
+    /// still held, false as soon as it should stop.
+    pub(crate) fn watchdog_wait(&self, until: Instant) -> bool {
+        let mut g = self.lock();
+        loop {
+            if g.status != Status::Held || g.stop {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return true;
+            }
+            let wake = until.min(g.valid_until);
+            let (g2, _) = self.cond.wait_timeout(g, wake.saturating_duration_since(now)).unwrap_or_else(|p| p.into_inner());
+            drop(g2);
+            g = self.lock();
+        }
+    }
+
+    /// The async twin of [`Shared::watchdog_wait`].
+    pub(crate) async fn watchdog_wait_async(&self, until: Instant) -> bool {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let wake = {
+                let g = self.lock();
+                if g.status != Status::Held || g.stop {
+                    return false;
+                }
+                if Instant::now() >= until {
+                    return true;
+                }
+                until.min(g.valid_until)
+            };
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(wake.into()) => {}
+            }
+        }
+    }
+
+    pub(crate) fn retire(&self) {
+        self.lock().retired = true;
+    }
+
+    /// Blocks until the lock is no longer held or `deadline` passes; returns
+    /// the status then. Wakes at the validity end to apply expiry.
+    pub(crate) fn wait_until(&self, deadline: Option<Instant>) -> Status {
+        let mut g = self.lock();
+        loop {
+            if g.status != Status::Held {
+                return g.status;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return g.status;
+            }
+            let wake = deadline.map_or(g.valid_until, |d| d.min(g.valid_until));
+            let (g2, _) = self.cond.wait_timeout(g, wake.saturating_duration_since(now)).unwrap_or_else(|p| p.into_inner());
+            drop(g2);
+            g = self.lock();
+        }
+    }
+
+    /// The async twin of [`Shared::wait_until`] without a deadline.
+    pub(crate) async fn wait_async(&self) -> Status {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a wake in between is not missed.
+            notified.as_mut().enable();
+            let valid_until = {
+                let g = self.lock();
+                if g.status != Status::Held {
+                    return g.status;
+                }
+                g.valid_until
+            };
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(valid_until.into()) => {}
+            }
+        }
+    }
+}
+
+/// Learns of a lock's loss without polling: [`LostSignal::wait`] blocks,
+/// [`LostSignal::lost`] is a future. Both return `Some(reason)` when the
+/// lock is lost and `None` once it was released (or dropped) normally.
+/// Cloneable and independent of the [`Lock`](crate::Lock) handle's lifetime.
+#[derive(Clone, Debug)]
+pub struct LostSignal {
+    pub(crate) shared: std::sync::Arc<Shared>,
+}
+
+fn reason(s: Status) -> Option<LossReason> {
+    match s {
+        Status::Lost(r) => Some(r),
+        _ => None,
+    }
+}
+
+impl LostSignal {
+    /// Blocks until the lock is lost (`Some`) or released (`None`).
+    pub fn wait(&self) -> Option<LossReason> {
+        reason(self.shared.wait_until(None))
+    }
+
+    /// Like [`LostSignal::wait`], but gives up after `timeout` (then `None`).
+    pub fn wait_timeout(&self, timeout: Duration) -> Option<LossReason> {
+        reason(self.shared.wait_until(Some(Instant::now() + timeout)))
+    }
+
+    /// Resolves when the lock is lost (`Some`) or released (`None`).
+    /// Does not block the runtime.
+    pub async fn lost(&self) -> Option<LossReason> {
+        reason(self.shared.wait_async().await)
+    }
+
+    /// Why the lock was lost, if it has been (non-blocking).
+    pub fn reason(&self) -> Option<LossReason> {
+        reason(self.shared.status())
+    }
+}
