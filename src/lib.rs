@@ -26,9 +26,14 @@ type CommandFn = unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut raw::RedisM
 
 /// Every command: name, handler, flags. The key is always argument 1, so
 /// cluster routing and ACL key patterns apply.
+///
+/// Only the commands that can grow memory are `deny-oom`, as with the
+/// native commands the scripts run (SET is, PEXPIRE and DEL are not): a
+/// server at its memory limit must still let holders renew and release,
+/// or memory pressure would turn into lost and stranded locks.
 const COMMANDS: &[(&CStr, CommandFn, &CStr)] = &[
     (c"lock.acquire", acquire_cmd, c"write deny-oom fast"),
-    (c"lock.renew", renew_cmd, c"write deny-oom fast"),
+    (c"lock.renew", renew_cmd, c"write fast"),
     (c"lock.release", release_cmd, c"write fast"),
     (c"lock.takeover", takeover_cmd, c"write deny-oom fast"),
 ];
