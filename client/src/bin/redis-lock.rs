@@ -1,0 +1,317 @@
+//! `redis-lock`: run a command under a lock, inspect a lock, release one.
+//!
+//! ```text
+//! redis-lock run [--url URL] [--ttl MS] [--wait MS] [--grace MS] [--max-lifetime MS]
+//!                [--token TOKEN] [--run-id RUN_ID] KEY -- CMD [ARGS...]
+//! redis-lock info [--url URL] KEY
+//! redis-lock release [--url URL] KEY TOKEN
+//! ```
+//!
+//! Exit codes are listed in `USAGE` below; argument parsing is hand-written
+//! to keep the binary free of dependencies beyond the library's.
+
+use std::process::{Child, Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use redis_lock_client::{ClientOptions, Error, LockClient, LockOptions, LossReason, WatchdogOptions};
+use redis_lock_rules::cjson::{self, Decoded, Field};
+
+const USAGE: &str = "\
+usage:
+  redis-lock run [OPTIONS] KEY -- CMD [ARGS...]
+      Acquire KEY, keep it renewed (every TTL/3) while CMD runs, release it
+      when CMD exits, and exit with CMD's status. If the lock is lost, CMD
+      gets SIGTERM, then SIGKILL after the grace period.
+  redis-lock info [--url URL] KEY
+      Show the value, owner and runId (structured locks) and PTTL of KEY.
+  redis-lock release [--url URL] KEY TOKEN
+      Release KEY if TOKEN owns it.
+
+options:
+  --url URL            redis URL (default: $REDIS_URL, else redis://127.0.0.1:6379/)
+  --ttl MS             lock TTL in milliseconds (default: 30000)
+  --wait MS            how long to wait for a held lock (default: 0, fail at once)
+  --grace MS           SIGTERM-to-SIGKILL grace after a loss (default: 10000)
+  --max-lifetime MS    stop renewing after this long (default: none)
+  --token TOKEN        lock token (default: 128 random bits, hex)
+  --run-id RUN_ID      acquire-or-takeover for this run id (default: plain acquire)
+
+exit status:
+  run:      CMD's status (128+N if CMD died of signal N); 75 if the lock is
+            held by someone else; 79 if the lock was lost while CMD ran;
+            69 on a redis error; 126/127 if CMD cannot be run; 2 on usage errors
+  info:     0 if KEY exists, 1 if not, 69 on a redis error
+  release:  0 if released, 1 if TOKEN does not own KEY, 69 on a redis error";
+
+const EXIT_USAGE: u8 = 2;
+const EXIT_REDIS: u8 = 69;
+const EXIT_HELD: u8 = 75;
+const EXIT_LOST: u8 = 79;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run_cli(args) {
+        Ok(code) => code,
+        Err(Fail(0, msg)) => {
+            println!("{msg}");
+            ExitCode::SUCCESS
+        }
+        Err(Fail(code, msg)) => {
+            if !msg.is_empty() {
+                eprintln!("redis-lock: {msg}");
+            }
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// An exit code and what to tell the user.
+struct Fail(u8, String);
+
+fn usage(msg: impl Into<String>) -> Fail {
+    Fail(EXIT_USAGE, format!("{}\n\n{USAGE}", msg.into()))
+}
+
+fn redis_fail(e: impl std::fmt::Display) -> Fail {
+    Fail(EXIT_REDIS, e.to_string())
+}
+
+#[derive(Default)]
+struct Opts {
+    url: Option<String>,
+    ttl: Option<u64>,
+    wait: Option<u64>,
+    grace: Option<u64>,
+    max_lifetime: Option<u64>,
+    token: Option<String>,
+    run_id: Option<String>,
+    /// Positional arguments before `--`.
+    positional: Vec<String>,
+    /// Everything after `--`.
+    command: Vec<String>,
+}
+
+fn parse(args: Vec<String>, allowed: &[&str]) -> Result<Opts, Fail> {
+    let mut o = Opts::default();
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        if a == "--" {
+            o.command = it.by_ref().collect();
+            break;
+        }
+        if a == "-h" || a == "--help" {
+            return Err(Fail(0, USAGE.to_string()));
+        }
+        let Some(flag) = a.strip_prefix("--") else {
+            o.positional.push(a);
+            continue;
+        };
+        let (name, inline) = match flag.split_once('=') {
+            Some((n, v)) => (n.to_string(), Some(v.to_string())),
+            None => (flag.to_string(), None),
+        };
+        if !allowed.contains(&name.as_str()) {
+            return Err(usage(format!("unknown option --{name}")));
+        }
+        let value = match inline.or_else(|| it.next()) {
+            Some(v) => v,
+            None => return Err(usage(format!("--{name} needs a value"))),
+        };
+        let num = || value.parse::<u64>().map_err(|_| usage(format!("--{name} must be a number of milliseconds, got {value:?}")));
+        match name.as_str() {
+            "url" => o.url = Some(value.clone()),
+            "ttl" => o.ttl = Some(num()?),
+            "wait" => o.wait = Some(num()?),
+            "grace" => o.grace = Some(num()?),
+            "max-lifetime" => o.max_lifetime = Some(num()?),
+            "token" => o.token = Some(value.clone()),
+            "run-id" => o.run_id = Some(value.clone()),
+            _ => return Err(usage(format!("unknown option --{name}"))),
+        }
+    }
+    Ok(o)
+}
+
+fn url(o: &Opts) -> String {
+    o.url.clone().or_else(|| std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty())).unwrap_or_else(|| "redis://127.0.0.1:6379/".into())
+}
+
+fn run_cli(mut args: Vec<String>) -> Result<ExitCode, Fail> {
+    if args.is_empty() {
+        return Err(usage("missing subcommand"));
+    }
+    let sub = args.remove(0);
+    match sub.as_str() {
+        "run" => cmd_run(parse(args, &["url", "ttl", "wait", "grace", "max-lifetime", "token", "run-id"])?),
+        "info" => cmd_info(parse(args, &["url"])?),
+        "release" => cmd_release(parse(args, &["url"])?),
+        "-h" | "--help" | "help" => {
+            println!("{USAGE}");
+            Ok(ExitCode::SUCCESS)
+        }
+        other => Err(usage(format!("unknown subcommand {other:?}"))),
+    }
+}
+
+fn cmd_run(o: Opts) -> Result<ExitCode, Fail> {
+    let [key] = o.positional.as_slice() else {
+        return Err(usage("run takes exactly one KEY before --"));
+    };
+    let Some((program, cmd_args)) = o.command.split_first() else {
+        return Err(usage("run needs a command after --"));
+    };
+    let ttl = Duration::from_millis(o.ttl.unwrap_or(30_000));
+    let wait = Duration::from_millis(o.wait.unwrap_or(0));
+    let grace = Duration::from_millis(o.grace.unwrap_or(10_000));
+    // A reply slower than a third of the TTL would make the watchdog miss
+    // its cadence anyway; fail such a call and retry instead.
+    let timeout = (ttl / 3).clamp(Duration::from_millis(10), Duration::from_secs(2));
+    let client = LockClient::open_with(&url(&o), ClientOptions::new().response_timeout(timeout)).map_err(redis_fail)?;
+    let mut watchdog = WatchdogOptions::new();
+    if let Some(m) = o.max_lifetime {
+        watchdog = watchdog.max_lifetime(Duration::from_millis(m));
+    }
+    let mut lopts = LockOptions::new().watchdog(watchdog);
+    if let Some(t) = &o.token {
+        lopts = lopts.token(t.clone());
+    }
+    let acquired = match &o.run_id {
+        Some(run) => client.takeover_with(key, run, ttl, &lopts),
+        None => client.acquire_with(key, ttl, wait, &lopts),
+    };
+    let lock = match acquired {
+        Ok(l) => l,
+        Err(Error::NotAcquired { .. }) => return Err(Fail(EXIT_HELD, format!("lock {key:?} is held by someone else"))),
+        Err(e @ Error::InvalidArgument(_)) => return Err(usage(e.to_string())),
+        Err(e) => return Err(redis_fail(e)),
+    };
+    let mut child = match Command::new(program).args(cmd_args).spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+            return Err(Fail(code, format!("cannot run {program:?}: {e}")));
+        }
+    };
+    let signal = lock.lost_signal();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) => {}
+            Err(e) => return Err(Fail(EXIT_REDIS, format!("waiting for {program:?}: {e}"))),
+        }
+        // Doubles as the poll interval of the child.
+        if let Some(reason) = signal.wait_timeout(Duration::from_millis(20)) {
+            return Err(lost(&mut child, program, key, reason, grace));
+        }
+    };
+    if let Err(e) = lock.release() {
+        // CMD finished; say if the lock did not last until then.
+        eprintln!("redis-lock: releasing {key:?} after {program:?} exited: {e}");
+        if e.is_not_held() {
+            return Err(Fail(EXIT_LOST, String::new()));
+        }
+    }
+    Ok(ExitCode::from(exit_code(status)))
+}
+
+fn lost(child: &mut Child, program: &str, key: &str, reason: LossReason, grace: Duration) -> Fail {
+    eprintln!("redis-lock: lost lock {key:?} ({reason}); terminating {program:?} (pid {})", child.id());
+    terminate(child, grace);
+    Fail(EXIT_LOST, format!("{program:?} was terminated because lock {key:?} was lost"))
+}
+
+/// SIGTERM, then SIGKILL once `grace` has passed.
+fn terminate(child: &mut Child, grace: Duration) {
+    #[cfg(unix)]
+    {
+        if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+            // SAFETY: kill(2) on our own not-yet-reaped child's pid.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let end = Instant::now() + grace;
+        while Instant::now() < end {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = grace;
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    if let Some(c) = status.code() {
+        return u8::try_from(c & 0xff).unwrap_or(1);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = status.signal() {
+            return u8::try_from(128 + (sig & 0x7f)).unwrap_or(1);
+        }
+    }
+    1
+}
+
+fn cmd_info(o: Opts) -> Result<ExitCode, Fail> {
+    let [key] = o.positional.as_slice() else {
+        return Err(usage("info takes exactly one KEY"));
+    };
+    let client = redis::Client::open(url(&o)).map_err(redis_fail)?;
+    let mut con = client.get_connection_with_timeout(Duration::from_secs(2)).map_err(redis_fail)?;
+    let kind: String = redis::cmd("TYPE").arg(key).query(&mut con).map_err(redis_fail)?;
+    if kind == "none" {
+        println!("key: {key}\nstate: absent (not locked)");
+        return Ok(ExitCode::from(1));
+    }
+    let pttl: i64 = redis::cmd("PTTL").arg(key).query(&mut con).map_err(redis_fail)?;
+    println!("key: {key}");
+    if kind != "string" {
+        println!("type: {kind} (not a lock value)");
+    } else {
+        let value: Vec<u8> = redis::cmd("GET").arg(key).query(&mut con).map_err(redis_fail)?;
+        println!("value: {}", String::from_utf8_lossy(&value));
+        // Decode as the scripts do, so "owner" means what renew/release compare.
+        match cjson::decode(&value) {
+            Decoded::Table { owner, run_id } => {
+                println!("owner: {}", field(owner));
+                println!("runId: {}", field(run_id));
+            }
+            Decoded::NotTable => println!("owner: {} (bare token)", String::from_utf8_lossy(&value)),
+        }
+    }
+    match pttl {
+        -1 => println!("pttl: none (no expiry)"),
+        ms if ms >= 0 => println!("pttl: {ms} ms"),
+        _ => println!("pttl: expired"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn field(f: Field<'_>) -> String {
+    match f {
+        Field::Str(s) => String::from_utf8_lossy(&s.to_vec()).into_owned(),
+        Field::Absent => "(absent)".into(),
+        Field::False => "(false)".into(),
+        Field::Other => "(not a string)".into(),
+    }
+}
+
+fn cmd_release(o: Opts) -> Result<ExitCode, Fail> {
+    let [key, token] = o.positional.as_slice() else {
+        return Err(usage("release takes KEY and TOKEN"));
+    };
+    let client = LockClient::open(&url(&o)).map_err(redis_fail)?;
+    match client.release_token(key, token) {
+        Ok(()) => {
+            println!("released {key}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(Error::NotHeld { .. }) => Err(Fail(1, format!("{key:?} is not held by that token"))),
+        Err(e @ Error::InvalidArgument(_)) => Err(usage(e.to_string())),
+        Err(e) => Err(redis_fail(e)),
+    }
+}

@@ -1,0 +1,125 @@
+//! The `redis-lock` binary end to end against a private server.
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redis_lock_harness::Server;
+
+const BIN: &str = env!("CARGO_BIN_EXE_redis-lock");
+
+fn cli(s: &Server, args: &[&str]) -> Output {
+    Command::new(BIN).args(args).env("REDIS_URL", s.url()).stdin(Stdio::null()).output().expect("run redis-lock")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn run_passes_exit_status_through_and_releases() {
+    let s = Server::start();
+    let o = cli(&s, &["run", "--ttl", "1000", "job", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+    let o = cli(&s, &["run", "job", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Option<String> = s.conn().get("job").expect("GET");
+    assert_eq!(v, None, "released after CMD exits");
+}
+
+#[test]
+fn run_holds_the_lock_while_cmd_runs() {
+    let s = Server::start();
+    // The command itself checks the lock: the key holds a token with a TTL.
+    let script = format!("redis-cli -p {} GET job | grep -Eq '^[0-9a-f]{{32}}$' && [ \"$(redis-cli -p {} PTTL job)\" -gt 0 ]", s.port(), s.port());
+    let o = cli(&s, &["run", "--ttl", "300", "job", "--", "sh", "-c", &format!("sleep 0.5; {script}")]);
+    assert_eq!(o.status.code(), Some(0), "lock not held after 0.5 s with ttl 300 ms: {}", stderr(&o));
+}
+
+#[test]
+fn run_with_url_flag_and_structured_takeover() {
+    let s = Server::start();
+    let url = s.url();
+    let o = Command::new(BIN)
+        .args(["run", "--url", &url, "--run-id", "r1", "--token", "tok", "job", "--", "sh", "-c"])
+        .arg(format!("redis-cli -p {} GET job", s.port()))
+        .env("REDIS_URL", "redis://127.0.0.1:1/")
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), r#"{"owner":"tok","runId":"r1"}"#);
+}
+
+#[test]
+fn contention_exits_75() {
+    let s = Server::start();
+    let _: () = s.conn().pset_ex("job", "someone", 10_000).expect("SET");
+    let t = Instant::now();
+    let o = cli(&s, &["run", "--wait", "200", "job", "--", "sh", "-c", "touch should-not-run; exit 0"]);
+    assert_eq!(o.status.code(), Some(75), "{}", stderr(&o));
+    assert!(t.elapsed() >= Duration::from_millis(200));
+    assert!(stderr(&o).contains("held by someone else"));
+    let v: Option<String> = s.conn().get("job").expect("GET");
+    assert_eq!(v.as_deref(), Some("someone"));
+}
+
+#[test]
+fn loss_kills_cmd_and_exits_non_zero() {
+    let s = Server::start();
+    let port = s.port();
+    // The command deletes its own lock behind the watchdog's back, then
+    // would run for a long time; it must be terminated, not waited for.
+    let t = Instant::now();
+    let o = cli(&s, &["run", "--ttl", "300", "--grace", "200", "job", "--", "sh", "-c", &format!("redis-cli -p {port} DEL job >/dev/null; exec sleep 30")]);
+    assert_eq!(o.status.code(), Some(79), "{}", stderr(&o));
+    assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+    assert!(stderr(&o).contains("lost lock"), "{}", stderr(&o));
+}
+
+#[test]
+fn loss_escalates_to_sigkill_after_grace() {
+    let s = Server::start();
+    let port = s.port();
+    let t = Instant::now();
+    // Ignores SIGTERM: only SIGKILL after the grace period ends it.
+    let o = cli(&s, &["run", "--ttl", "300", "--grace", "300", "job", "--", "sh", "-c", &format!("trap '' TERM; redis-cli -p {port} DEL job >/dev/null; exec sleep 30")]);
+    assert_eq!(o.status.code(), Some(79), "{}", stderr(&o));
+    assert!(t.elapsed() >= Duration::from_millis(300) && t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+}
+
+#[test]
+fn info_and_release() {
+    let s = Server::start();
+    let o = cli(&s, &["info", "job"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).contains("absent"));
+    let _: () = s.conn().pset_ex("job", r#"{"owner":"tok","runId":"r1"}"#, 10_000).expect("SET");
+    let o = cli(&s, &["info", "job"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("owner: tok") && out.contains("runId: r1"), "{out}");
+    let pttl: i64 = out.lines().find_map(|l| l.strip_prefix("pttl: ")?.strip_suffix(" ms")?.parse().ok()).expect("pttl line");
+    assert!(pttl > 9000 && pttl <= 10_000, "{out}");
+    let o = cli(&s, &["release", "job", "wrong"]);
+    assert_eq!(o.status.code(), Some(1));
+    let o = cli(&s, &["release", "job", "tok"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Option<String> = s.conn().get("job").expect("GET");
+    assert_eq!(v, None);
+}
+
+#[test]
+fn usage_and_unreachable_server() {
+    let s = Server::start();
+    assert_eq!(cli(&s, &["run", "job"]).status.code(), Some(2));
+    assert_eq!(cli(&s, &["run", "--ttl", "abc", "job", "--", "true"]).status.code(), Some(2));
+    assert_eq!(cli(&s, &["frobnicate"]).status.code(), Some(2));
+    assert_eq!(cli(&s, &["--help"]).status.code(), Some(0));
+    assert_eq!(cli(&s, &["run", "job", "--", "/nonexistent/cmd"]).status.code(), Some(127));
+    let o = Command::new(BIN).args(["run", "--url", "redis://127.0.0.1:1/", "job", "--", "true"]).output().expect("run");
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+}
