@@ -41,6 +41,12 @@ required!(
     RedisModule_WrongArity,
     RedisModule_CreateCommand,
     RedisModule_SetModuleOptions,
+    RedisModule_RegisterInfoFunc,
+    RedisModule_InfoAddSection,
+    RedisModule_InfoAddFieldULongLong,
+    RedisModule_ReplyWithArray,
+    RedisModule_ReplyWithStringBuffer,
+    RedisModule_ReplyWithNull,
 );
 
 /// `rm!(RedisModule_OpenKey)` is that API function, which [`missing`] has

@@ -4,10 +4,14 @@
 
 use redis_lock_rules::args::{check_key_and_token, check_utf8, expiry_at, parse_ttl};
 use redis_lock_rules::encode::structured_value;
-use redis_lock_rules::{lock, ArgError, WrongType};
+use std::ffi::CStr;
+
+use redis_lock_rules::lock::{self, Takeover};
+use redis_lock_rules::{ArgError, Entry, Remaining, WrongType};
 use redis_module::raw::RedisModuleString;
 
 use crate::key::{bytes, Ctx, LockKey};
+use crate::stats::{self, Counter};
 
 /// A command's arguments, the command name first.
 pub type Argv<'a> = &'a [*mut RedisModuleString];
@@ -33,56 +37,82 @@ impl From<WrongType> for Failure {
     }
 }
 
-/// 1 when the command took effect, 0 when it was refused.
-pub type Reply = Result<i64, Failure>;
+/// A command's successful reply.
+#[derive(Debug)]
+pub enum Reply {
+    /// 1 when the command took effect, 0 when it was refused.
+    Int(i64),
+    Nil,
+    /// Field/value pairs (LOCK.INFO).
+    Fields(Vec<(&'static CStr, Value)>),
+}
+
+#[derive(Debug)]
+pub enum Value {
+    Int(i64),
+    Bytes(Vec<u8>),
+    Nil,
+}
+
+type Outcome = Result<Reply, Failure>;
+
+/// Counts the verdict and turns it into the 1/0 reply.
+fn verdict(granted: bool, on_grant: &Counter) -> Outcome {
+    if granted {
+        on_grant.add();
+    } else {
+        stats::REFUSALS.add();
+    }
+    Ok(Reply::Int(i64::from(granted)))
+}
 
 /// LOCK.ACQUIRE key token ttl-ms
-pub fn acquire(ctx: Ctx, argv: Argv) -> Reply {
+pub fn acquire(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, ttl] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
     acquire_with(ctx, key, token, parse_ttl(bytes(ttl))?)
 }
 
 /// `SET key token NX PX ttl`.
-fn acquire_with(ctx: Ctx, key: *mut RedisModuleString, token: *mut RedisModuleString, ttl: i64) -> Reply {
+fn acquire_with(ctx: Ctx, key: *mut RedisModuleString, token: *mut RedisModuleString, ttl: i64) -> Outcome {
     let at = expiry_at(ctx.now_ms(), ttl)?;
     let mut k = LockKey::open(ctx, key);
-    if !lock::may_acquire(k.entry()) {
-        return Ok(0);
+    let granted = lock::may_acquire(k.entry());
+    if granted {
+        // The argument itself becomes the value (shared, as SET does), so a
+        // lock costs the same memory as a plain key.
+        k.set(token, at);
     }
-    // The argument itself becomes the value (shared, as SET does), so a
-    // lock costs the same memory as a plain key.
-    k.set(token, at);
-    Ok(1)
+    verdict(granted, &stats::GRANTS)
 }
 
 /// LOCK.RENEW key token ttl-ms
-pub fn renew(ctx: Ctx, argv: Argv) -> Reply {
+pub fn renew(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, ttl] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
     let at = expiry_at(ctx.now_ms(), parse_ttl(bytes(ttl))?)?;
     let mut k = LockKey::open(ctx, key);
-    if !lock::may_renew(k.entry(), bytes(token))? {
-        return Ok(0);
+    let granted = lock::may_renew(k.entry(), bytes(token))?;
+    if granted {
+        k.expire_at(at);
     }
-    k.expire_at(at);
-    Ok(1)
+    verdict(granted, &stats::RENEWALS)
 }
 
 /// LOCK.RELEASE key token
-pub fn release(ctx: Ctx, argv: Argv) -> Reply {
+pub fn release(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
     let mut k = LockKey::open(ctx, key);
-    if !lock::may_release(k.entry(), bytes(token))? {
-        return Ok(0);
+    let granted = lock::may_release(k.entry(), bytes(token))?;
+    if granted {
+        k.delete();
     }
-    k.delete();
-    Ok(1)
+    verdict(granted, &stats::RELEASES)
 }
 
 /// LOCK.TAKEOVER key token run-id ttl-ms
-pub fn takeover(ctx: Ctx, argv: Argv) -> Reply {
+pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, run_id, ttl] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
     let ttl = parse_ttl(bytes(ttl))?;
@@ -94,12 +124,42 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Reply {
     let (token_str, run_str) = (check_utf8(bytes(token))?, check_utf8(bytes(run_id))?);
     let at = expiry_at(ctx.now_ms(), ttl)?;
     let mut k = LockKey::open(ctx, key);
-    if !lock::may_take_over(k.entry(), bytes(run_id), ttl, || k.remaining())? {
-        return Ok(0);
+    let takeover = lock::take_over(k.entry(), bytes(run_id), ttl, || k.remaining())?;
+    match takeover {
+        Takeover::Refused => return verdict(false, &stats::GRANTS),
+        Takeover::SameRun => stats::TAKEOVERS_SAME_RUN.add(),
+        Takeover::StaleLegacy => stats::TAKEOVERS_STALE_LEGACY.add(),
+        Takeover::Free => {}
     }
     let value = ctx.string(&structured_value(token_str, run_str));
     k.set(value, at);
     // The key now holds its own reference; drop ours.
     ctx.free(value);
-    Ok(1)
+    verdict(true, &stats::GRANTS)
+}
+
+/// LOCK.INFO key
+pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
+    let &[_, key] = argv else { return Err(Failure::Arity) };
+    let k = LockKey::open_read(ctx, key);
+    let value = match k.entry() {
+        Entry::Absent => return Ok(Reply::Nil),
+        Entry::OtherType => return Err(Failure::WrongType),
+        Entry::Str(value) => value,
+    };
+    let d = lock::describe(value);
+    let ttl = match k.remaining() {
+        Remaining::Persistent => -1,
+        Remaining::Ms(ms) => ms,
+    };
+    let bytes_or_nil = |b: Option<Vec<u8>>| b.map_or(Value::Nil, Value::Bytes);
+    Ok(Reply::Fields(vec![
+        (c"owner", bytes_or_nil(d.owner)),
+        (c"run-id", bytes_or_nil(d.run_id)),
+        (c"format", Value::Bytes(if d.structured { b"structured".to_vec() } else { b"legacy".to_vec() })),
+        (c"ttl-ms", Value::Int(ttl)),
+        // Fencing tokens and waiters are not implemented yet (issue 5).
+        (c"fence", Value::Nil),
+        (c"waiters", Value::Int(0)),
+    ]))
 }

@@ -11,14 +11,14 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 
 use crate::api::rm;
-use crate::commands::{Argv, Failure, Reply};
+use crate::commands::{Argv, Failure, Reply, Value};
 use crate::key::Ctx;
 
 const WRONGTYPE: &CStr = c"WRONGTYPE Operation against a key holding the wrong kind of value";
 const INTERNAL: &CStr = c"ERR internal error in the lock module; nothing was changed if it happened before a write (see the server log)";
 
 /// Runs `handler` on the command's arguments and sends its reply.
-pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_int, handler: fn(Ctx, Argv) -> Reply) -> c_int {
+pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_int, handler: fn(Ctx, Argv) -> Result<Reply, Failure>) -> c_int {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let args: Argv = match usize::try_from(argc) {
             // SAFETY: Redis passes `argc` valid argument pointers.
@@ -29,7 +29,21 @@ pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_
     }));
     unsafe {
         match outcome {
-            Ok(Ok(n)) => rm!(RedisModule_ReplyWithLongLong)(ctx, n),
+            Ok(Ok(Reply::Int(n))) => rm!(RedisModule_ReplyWithLongLong)(ctx, n),
+            Ok(Ok(Reply::Nil)) => rm!(RedisModule_ReplyWithNull)(ctx),
+            Ok(Ok(Reply::Fields(fields))) => {
+                rm!(RedisModule_ReplyWithArray)(ctx, 2 * fields.len() as std::ffi::c_long);
+                for (name, value) in fields {
+                    let name = name.to_bytes();
+                    rm!(RedisModule_ReplyWithStringBuffer)(ctx, name.as_ptr().cast(), name.len());
+                    match value {
+                        Value::Int(n) => rm!(RedisModule_ReplyWithLongLong)(ctx, n),
+                        Value::Bytes(b) => rm!(RedisModule_ReplyWithStringBuffer)(ctx, b.as_ptr().cast(), b.len()),
+                        Value::Nil => rm!(RedisModule_ReplyWithNull)(ctx),
+                    };
+                }
+                raw::REDISMODULE_OK as c_int
+            }
             Ok(Err(Failure::Arity)) => rm!(RedisModule_WrongArity)(ctx),
             Ok(Err(Failure::Arg(e))) => rm!(RedisModule_ReplyWithError)(ctx, e.reply_cstr().as_ptr()),
             Ok(Err(Failure::WrongType)) => rm!(RedisModule_ReplyWithError)(ctx, WRONGTYPE.as_ptr()),

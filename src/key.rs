@@ -70,6 +70,13 @@ impl LockKey {
         LockKey { ctx, name, key }
     }
 
+    /// Opens `name` for reading only: no expired-key deletion on a replica,
+    /// no write side effects.
+    pub fn open_read(ctx: Ctx, name: *mut RedisModuleString) -> LockKey {
+        let key = unsafe { rm!(RedisModule_OpenKey)(ctx.0, name, raw::REDISMODULE_READ as c_int) };
+        LockKey { ctx, name, key }
+    }
+
     /// What the key holds. The borrow ends before any change is made.
     pub fn entry(&self) -> Entry<'_> {
         if self.key.is_null() {
@@ -97,6 +104,9 @@ impl LockKey {
 
     /// The remaining TTL, as `PTTL` reports it for an existing key.
     pub fn remaining(&self) -> Remaining {
+        if self.key.is_null() {
+            return Remaining::Persistent;
+        }
         let ms = unsafe { rm!(RedisModule_GetExpire)(self.key) };
         if ms == raw::REDISMODULE_NO_EXPIRE as i64 {
             Remaining::Persistent

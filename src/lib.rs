@@ -9,6 +9,7 @@ mod api;
 mod commands;
 mod entry;
 mod key;
+mod stats;
 
 use std::ffi::{c_int, CStr};
 
@@ -21,6 +22,7 @@ command_fn!(acquire_cmd => commands::acquire);
 command_fn!(renew_cmd => commands::renew);
 command_fn!(release_cmd => commands::release);
 command_fn!(takeover_cmd => commands::takeover);
+command_fn!(info_cmd => commands::info);
 
 type CommandFn = unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
 
@@ -36,6 +38,7 @@ const COMMANDS: &[(&CStr, CommandFn, &CStr)] = &[
     (c"lock.renew", renew_cmd, c"write fast"),
     (c"lock.release", release_cmd, c"write fast"),
     (c"lock.takeover", takeover_cmd, c"write deny-oom fast"),
+    (c"lock.info", info_cmd, c"readonly fast"),
 ];
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
@@ -44,6 +47,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         return Status::Err;
     }
     unsafe {
+        api::rm!(RedisModule_RegisterInfoFunc)(ctx.ctx, Some(stats::info));
         // Refused commands must not invalidate WATCH: we signal changes ourselves.
         api::rm!(RedisModule_SetModuleOptions)(ctx.ctx, raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int);
         for &(name, handler, flags) in COMMANDS {

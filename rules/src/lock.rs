@@ -60,6 +60,32 @@ pub fn owns(value: &[u8], token: &[u8]) -> bool {
     }
 }
 
+/// What LOCK.INFO reports about a stored value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Described {
+    /// The owner as the scripts see it; `None` when no token can own it
+    /// (a structured `owner` that is truthy but not a string).
+    pub owner: Option<Vec<u8>>,
+    /// The structured value's `runId`, when it is a string.
+    pub run_id: Option<Vec<u8>>,
+    /// Whether the value decodes as a table (a JSON object or array).
+    pub structured: bool,
+}
+
+pub fn describe(value: &[u8]) -> Described {
+    let (structured, run_id) = match cjson::decode(value) {
+        Decoded::Table { run_id: Field::Str(s), .. } => (true, Some(s.to_vec())),
+        Decoded::Table { .. } => (true, None),
+        Decoded::NotTable => (false, None),
+    };
+    let owner = match owner_of(value) {
+        Owner::Raw(raw) => Some(raw.to_vec()),
+        Owner::Str(s) => Some(s.to_vec()),
+        Owner::Unmatchable => None,
+    };
+    Described { owner, run_id, structured }
+}
+
 /// `SET key token NX PX ttl`: only an absent key is granted, whatever else it holds.
 pub fn may_acquire(entry: Entry<'_>) -> bool {
     matches!(entry, Entry::Absent)
@@ -83,26 +109,56 @@ fn held_by(entry: Entry<'_>, token: &[u8]) -> Result<bool, WrongType> {
     }
 }
 
+/// The acquire-or-takeover script's verdict, with the reason for a grant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Takeover {
+    /// The key was absent.
+    Free,
+    /// A structured value of the same run: a redelivered job reclaims its lock.
+    SameRun,
+    /// A legacy value whose holder has provably stopped renewing.
+    StaleLegacy,
+    /// Another run's lock, a structured value without a run, or a live legacy lock.
+    Refused,
+}
+
+impl Takeover {
+    pub fn granted(self) -> bool {
+        self != Takeover::Refused
+    }
+}
+
 /// The acquire-or-takeover script, for a non-empty `run_id` (an empty one is
 /// plain acquire, as in the Go wrapper). `remaining` is asked only when the
 /// answer depends on it: a legacy (non-table) value.
+pub fn take_over(
+    entry: Entry<'_>,
+    run_id: &[u8],
+    ttl_ms: i64,
+    remaining: impl FnOnce() -> Remaining,
+) -> Result<Takeover, WrongType> {
+    let value = match entry {
+        Entry::Absent => return Ok(Takeover::Free),
+        Entry::Str(value) => value,
+        Entry::OtherType => return Err(WrongType),
+    };
+    let granted = match cjson::decode(value) {
+        Decoded::NotTable if legacy_is_stale(remaining(), ttl_ms) => Takeover::StaleLegacy,
+        // `decoded['runId'] ~= wanted['runId']`: only a string can equal it.
+        Decoded::Table { run_id: Field::Str(s), .. } if s.decodes_to(run_id) => Takeover::SameRun,
+        _ => Takeover::Refused,
+    };
+    Ok(granted)
+}
+
+/// Whether [`take_over`] grants.
 pub fn may_take_over(
     entry: Entry<'_>,
     run_id: &[u8],
     ttl_ms: i64,
     remaining: impl FnOnce() -> Remaining,
 ) -> Result<bool, WrongType> {
-    let value = match entry {
-        Entry::Absent => return Ok(true),
-        Entry::Str(value) => value,
-        Entry::OtherType => return Err(WrongType),
-    };
-    match cjson::decode(value) {
-        Decoded::NotTable => Ok(legacy_is_stale(remaining(), ttl_ms)),
-        // `decoded['runId'] ~= wanted['runId']`: only a string can equal it.
-        Decoded::Table { run_id: Field::Str(s), .. } => Ok(s.decodes_to(run_id)),
-        Decoded::Table { .. } => Ok(false),
-    }
+    take_over(entry, run_id, ttl_ms, remaining).map(Takeover::granted)
 }
 
 /// `if pttl > 0 and pttl > math.floor(tonumber(ARGV[2]) / 2) then return 0 end`
@@ -153,6 +209,15 @@ mod tests {
     }
 
     #[test]
+    fn describe_reports_owner_run_and_format() {
+        let d = describe(br#"{"owner":"t\u00f6k","runId":"r"}"#);
+        assert_eq!(d, Described { owner: Some("tök".into()), run_id: Some(b"r".to_vec()), structured: true });
+        assert_eq!(describe(b"bare"), Described { owner: Some(b"bare".to_vec()), run_id: None, structured: false });
+        assert_eq!(describe(br#"{"owner":1}"#).owner, None);
+        assert_eq!(describe(br#"{"owner":false}"#).owner, Some(br#"{"owner":false}"#.to_vec()));
+    }
+
+    #[test]
     fn renew_and_release_refuse_absent_keys_and_reject_other_types() {
         assert_eq!(may_renew(Entry::Absent, b"t"), Ok(false));
         assert_eq!(may_release(Entry::Absent, b"t"), Ok(false));
@@ -199,6 +264,14 @@ mod tests {
         assert_eq!(may_take_over(legacy, b"r", 7, || Remaining::Ms(3)), Ok(true));
         assert_eq!(may_take_over(legacy, b"r", 7, || Remaining::Ms(4)), Ok(false));
         assert_eq!(may_take_over(legacy, b"r", 1, || Remaining::Ms(1)), Ok(false));
+    }
+
+    #[test]
+    fn takeover_says_why_it_grants() {
+        assert_eq!(take_over(Entry::Absent, b"r", TTL, never), Ok(Takeover::Free));
+        assert_eq!(take_over(Entry::Str(br#"{"runId":"r"}"#), b"r", TTL, never), Ok(Takeover::SameRun));
+        assert_eq!(take_over(Entry::Str(b"bare"), b"r", TTL, || Remaining::Persistent), Ok(Takeover::StaleLegacy));
+        assert_eq!(take_over(Entry::Str(b"bare"), b"r", TTL, || Remaining::Ms(TTL)), Ok(Takeover::Refused));
     }
 
     #[test]
