@@ -197,13 +197,14 @@ impl LockClient {
 
     /// The async twin of [`LockClient::acquire_with`].
     pub async fn acquire_with_async(&self, key: &str, ttl: Duration, wait: Duration, opts: &LockOptions) -> Result<Lock> {
+        let rt = runtime()?;
         let token = token_of(opts);
         let cmd = LockCmd::acquire(key, &token, ttl)?;
         let mut backoff = Backoff::new(opts, wait);
         loop {
             let sent = Instant::now();
             if self.inner.run_async(&cmd).await? {
-                return Ok(Lock::new_async(self.clone(), key, token, sent, ttl, opts));
+                return Ok(Lock::new_async(self.clone(), key, token, sent, ttl, opts, rt));
             }
             match backoff.next() {
                 Some(d) => tokio::time::sleep(d).await,
@@ -219,11 +220,12 @@ impl LockClient {
 
     /// The async twin of [`LockClient::takeover_with`].
     pub async fn takeover_with_async(&self, key: &str, run_id: &str, ttl: Duration, opts: &LockOptions) -> Result<Lock> {
+        let rt = runtime()?;
         let token = token_of(opts);
         let cmd = LockCmd::takeover(key, &token, run_id, ttl)?;
         let sent = Instant::now();
         if self.inner.run_async(&cmd).await? {
-            Ok(Lock::new_async(self.clone(), key, token, sent, ttl, opts))
+            Ok(Lock::new_async(self.clone(), key, token, sent, ttl, opts, rt))
         } else {
             Err(Error::NotAcquired { key: key.into() })
         }
@@ -237,6 +239,12 @@ impl LockClient {
             Err(Error::NotHeld { key: key.into() })
         }
     }
+}
+
+/// The runtime that will run the lock's watchdog and its release on drop.
+/// Checked up front: tokio's timers would panic outside a runtime.
+fn runtime() -> Result<tokio::runtime::Handle> {
+    tokio::runtime::Handle::try_current().map_err(|_| Error::InvalidArgument("the _async methods must run inside a tokio runtime".into()))
 }
 
 fn token_of(opts: &LockOptions) -> String {

@@ -1,5 +1,86 @@
-//! Distributed locks on Redis, for the `lock` module's `LOCK.*` commands,
-//! falling back to the reference Lua scripts on servers without the module.
+//! Distributed locks on Redis for the `lock` module's native commands
+//! (`LOCK.ACQUIRE`, `LOCK.RENEW`, `LOCK.RELEASE`, `LOCK.TAKEOVER`), falling
+//! back to the reference Lua scripts on servers without the module.
+//!
+//! - [`LockClient`] hands out locks: [`try_acquire`](LockClient::try_acquire),
+//!   [`acquire`](LockClient::acquire) (waits with jittered backoff) and
+//!   [`takeover`](LockClient::takeover), each with an `_async` twin (tokio)
+//!   and a `_with` variant taking [`LockOptions`].
+//! - A [`Lock`] renews, releases (idempotent), is released on drop, and can
+//!   be kept alive by a watchdog ([`WatchdogOptions`]) that renews every TTL/3.
+//! - A lost lock is never silent: [`Lock::is_held`], [`Lock::lost`] (a
+//!   future) and [`LostSignal`] (blocking or async) report it with a
+//!   [`LossReason`].
+//! - Every failure is one [`Error`]: `NotAcquired`, `NotHeld`, `Redis`,
+//!   `InvalidArgument`.
+//!
+//! The backend is detected once per connection: the first `LOCK.*` command
+//! either works or fails with "unknown command", after which that connection
+//! uses `SET key token NX PX ttl` for acquire and the reference scripts (by
+//! `EVALSHA`, loaded on `NOSCRIPT`) for renew, release and takeover. Both
+//! behave the same; [`LockClient::backend`] tells which one is in use.
+//!
+//! # Sync
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_lock_client::{Error, LockClient, LockOptions, WatchdogOptions};
+//!
+//! fn main() -> Result<(), Error> {
+//!     let client = LockClient::open("redis://127.0.0.1:6379/")?;
+//!
+//!     // Fails at once with Error::NotAcquired if someone else holds it.
+//!     let lock = client.try_acquire("jobs:nightly", Duration::from_secs(30))?;
+//!     lock.renew(Duration::from_secs(30))?;
+//!     lock.release()?;
+//!
+//!     // Waits up to 5 s; a watchdog keeps it alive until it is dropped.
+//!     let opts = LockOptions::new().watchdog(WatchdogOptions::new().max_lifetime(Duration::from_secs(3600)));
+//!     let lock = client.acquire_with("jobs:nightly", Duration::from_secs(30), Duration::from_secs(5), &opts)?;
+//!     let lost = lock.lost_signal();
+//!     for step in 0..10 {
+//!         if let Some(reason) = lost.reason() {
+//!             eprintln!("lock lost at step {step}: {reason}");
+//!             break;
+//!         }
+//!         // ... one step of the guarded work ...
+//!     }
+//!     Ok(()) // dropping `lock` releases it
+//! }
+//! ```
+//!
+//! # Async
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_lock_client::{Error, LockClient, LockOptions, WatchdogOptions};
+//!
+//! async fn guarded_work() {}
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Error> {
+//!     let client = LockClient::open("redis://127.0.0.1:6379/")?;
+//!     let opts = LockOptions::new().watchdog(WatchdogOptions::new());
+//!     let lock = client.try_acquire_with_async("jobs:nightly", Duration::from_secs(30), &opts).await?;
+//!     tokio::select! {
+//!         _ = guarded_work() => lock.release_async().await?,
+//!         reason = lock.lost() => eprintln!("lost the lock: {reason:?}"),
+//!     }
+//!     // Same-run takeover: a restarted instance of run "deploy-42" takes the
+//!     // lock back from its predecessor.
+//!     let _lock = client.takeover_async("jobs:producer", "deploy-42", Duration::from_secs(30)).await?;
+//!     Ok(()) // dropping an async lock spawns its release; it never blocks
+//! }
+//! ```
+//!
+//! # Timing
+//!
+//! A lock is held, as far as this process knows, until the TTL of its last
+//! successful acquire or renewal has run out, counted from when that command
+//! was *sent* (the earliest the server could have started the TTL). A
+//! renewal that answers 0 ends it at once. Commands fail after the response
+//! timeout ([`ClientOptions::response_timeout`]), so a dead server surfaces
+//! as [`Error::Redis`], never as a hang.
 
 mod client;
 mod cmd;
@@ -15,3 +96,8 @@ pub use error::{Error, Result};
 pub use lock::Lock;
 pub use options::{ClientOptions, LockOptions, WatchdogOptions};
 pub use state::{LossReason, LostSignal};
+
+/// Compiles the README's examples as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -46,10 +46,8 @@ impl Lock {
         Lock { shared, client, flavor: Flavor::Sync, task: Mutex::new(None) }
     }
 
-    /// Called from inside an async method, so a runtime is current.
-    pub(crate) fn new_async(client: LockClient, key: &str, token: String, sent: Instant, ttl: Duration, opts: &LockOptions) -> Lock {
+    pub(crate) fn new_async(client: LockClient, key: &str, token: String, sent: Instant, ttl: Duration, opts: &LockOptions, rt: tokio::runtime::Handle) -> Lock {
         let shared = Arc::new(Shared::new(key.into(), token, sent, ttl));
-        let rt = tokio::runtime::Handle::current();
         let task = opts.watchdog.as_ref().map(|w| watchdog::spawn_async(shared.clone(), client.clone(), w, &rt));
         Lock { shared, client, flavor: Flavor::Async(rt), task: Mutex::new(task) }
     }
