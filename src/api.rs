@@ -47,6 +47,8 @@ required!(
     RedisModule_ReplyWithArray,
     RedisModule_ReplyWithStringBuffer,
     RedisModule_ReplyWithNull,
+    RedisModule_ReplyWithSimpleString,
+    RedisModule_CreateDataType,
 );
 
 /// `rm!(RedisModule_OpenKey)` is that API function, which [`missing`] has

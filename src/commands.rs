@@ -2,7 +2,7 @@
 //! `redis-lock-rules` decide, apply the effect, reply. Argument checks all
 //! run before the key is opened, so a rejected call changes nothing.
 
-use redis_lock_rules::args::{check_key_and_token, check_utf8, expiry_at, parse_ttl};
+use redis_lock_rules::args::{check_key_and_token, check_utf8, expiry_at, parse_fence, parse_grant_options, parse_ttl, GrantOptions};
 use redis_lock_rules::encode::structured_value;
 use std::ffi::CStr;
 
@@ -10,6 +10,7 @@ use redis_lock_rules::lock::{self, Takeover};
 use redis_lock_rules::{ArgError, Entry, Remaining, WrongType};
 use redis_module::raw::RedisModuleString;
 
+use crate::fence;
 use crate::key::{bytes, Ctx, LockKey};
 use crate::stats::{self, Counter};
 
@@ -23,6 +24,8 @@ pub enum Failure {
     Arity,
     Arg(ArgError),
     WrongType,
+    /// The 63-bit fence space is used up (only a hostile LOCK.FENCEFLOOR gets there).
+    FencesExhausted,
 }
 
 impl From<ArgError> for Failure {
@@ -43,6 +46,7 @@ pub enum Reply {
     /// 1 when the command took effect, 0 when it was refused.
     Int(i64),
     Nil,
+    Ok,
     /// Field/value pairs (LOCK.INFO).
     Fields(Vec<(&'static CStr, Value)>),
 }
@@ -66,16 +70,43 @@ fn verdict(granted: bool, on_grant: &Counter) -> Outcome {
     Ok(Reply::Int(i64::from(granted)))
 }
 
-/// LOCK.ACQUIRE key token ttl-ms
+/// The reply of a grant command: 1/0, or with FENCE the fence / nil. A
+/// fenced grant also tells replicas and the AOF the new high-water mark.
+fn grant_reply(ctx: Ctx, granted: bool, opts: GrantOptions) -> Outcome {
+    if !opts.fence {
+        return verdict(granted, &stats::GRANTS);
+    }
+    if !granted {
+        stats::REFUSALS.add();
+        return Ok(Reply::Nil);
+    }
+    stats::GRANTS.add();
+    let fence = fence::issue(ctx.now_ms()).ok_or(Failure::FencesExhausted)?;
+    ctx.replicate_fence_floor(fence);
+    Ok(Reply::Int(fence as i64))
+}
+
+/// Whether a grant can go ahead: with FENCE, only while fences remain, so
+/// that an exhausted space refuses before the key changes.
+fn check_fence_space(ctx: Ctx, opts: GrantOptions) -> Result<(), Failure> {
+    if opts.fence && redis_lock_rules::fence::next(fence::raise(0), ctx.now_ms()).is_none() {
+        return Err(Failure::FencesExhausted);
+    }
+    Ok(())
+}
+
+/// LOCK.ACQUIRE key token ttl-ms [FENCE]
 pub fn acquire(ctx: Ctx, argv: Argv) -> Outcome {
-    let &[_, key, token, ttl] = argv else { return Err(Failure::Arity) };
+    let &[_, key, token, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
-    acquire_with(ctx, key, token, parse_ttl(bytes(ttl))?)
+    let ttl = parse_ttl(bytes(ttl))?;
+    acquire_with(ctx, key, token, ttl, parse_grant_options(options.iter().map(|&o| bytes(o)))?)
 }
 
 /// `SET key token NX PX ttl`.
-fn acquire_with(ctx: Ctx, key: *mut RedisModuleString, token: *mut RedisModuleString, ttl: i64) -> Outcome {
+fn acquire_with(ctx: Ctx, key: *mut RedisModuleString, token: *mut RedisModuleString, ttl: i64, opts: GrantOptions) -> Outcome {
     let at = expiry_at(ctx.now_ms(), ttl)?;
+    check_fence_space(ctx, opts)?;
     let mut k = LockKey::open(ctx, key);
     let granted = lock::may_acquire(k.entry());
     if granted {
@@ -83,7 +114,7 @@ fn acquire_with(ctx: Ctx, key: *mut RedisModuleString, token: *mut RedisModuleSt
         // lock costs the same memory as a plain key.
         k.set(token, at);
     }
-    verdict(granted, &stats::GRANTS)
+    grant_reply(ctx, granted, opts)
 }
 
 /// LOCK.RENEW key token ttl-ms
@@ -111,22 +142,24 @@ pub fn release(ctx: Ctx, argv: Argv) -> Outcome {
     verdict(granted, &stats::RELEASES)
 }
 
-/// LOCK.TAKEOVER key token run-id ttl-ms
+/// LOCK.TAKEOVER key token run-id ttl-ms [FENCE]
 pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
-    let &[_, key, token, run_id, ttl] = argv else { return Err(Failure::Arity) };
+    let &[_, key, token, run_id, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
     let ttl = parse_ttl(bytes(ttl))?;
+    let opts = parse_grant_options(options.iter().map(|&o| bytes(o)))?;
     if bytes(run_id).is_empty() {
         // The Go wrapper's AcquireLockOrTakeover degrades to AcquireLock
         // before encoding anything, so any token bytes are fine here.
-        return acquire_with(ctx, key, token, ttl);
+        return acquire_with(ctx, key, token, ttl, opts);
     }
     let (token_str, run_str) = (check_utf8(bytes(token))?, check_utf8(bytes(run_id))?);
     let at = expiry_at(ctx.now_ms(), ttl)?;
+    check_fence_space(ctx, opts)?;
     let mut k = LockKey::open(ctx, key);
     let takeover = lock::take_over(k.entry(), bytes(run_id), ttl, || k.remaining())?;
     match takeover {
-        Takeover::Refused => return verdict(false, &stats::GRANTS),
+        Takeover::Refused => return grant_reply(ctx, false, opts),
         Takeover::SameRun => stats::TAKEOVERS_SAME_RUN.add(),
         Takeover::StaleLegacy => stats::TAKEOVERS_STALE_LEGACY.add(),
         Takeover::Free => {}
@@ -135,7 +168,20 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
     k.set(value, at);
     // The key now holds its own reference; drop ours.
     ctx.free(value);
-    verdict(true, &stats::GRANTS)
+    grant_reply(ctx, true, opts)
+}
+
+/// LOCK.FENCEFLOOR fence
+///
+/// Raises the server's fencing-token high-water mark to at least `fence`.
+/// Masters send it to replicas and the AOF with every fenced grant; it can
+/// only raise the mark, never lower it.
+pub fn fence_floor(ctx: Ctx, argv: Argv) -> Outcome {
+    let &[_, floor] = argv else { return Err(Failure::Arity) };
+    let floor = parse_fence(bytes(floor))?;
+    fence::raise(floor);
+    ctx.replicate_fence_floor(floor);
+    Ok(Reply::Ok)
 }
 
 /// LOCK.INFO key

@@ -15,6 +15,7 @@ use crate::commands::{Argv, Failure, Reply, Value};
 use crate::key::Ctx;
 
 const WRONGTYPE: &CStr = c"WRONGTYPE Operation against a key holding the wrong kind of value";
+const EXHAUSTED: &CStr = c"ERR fencing tokens exhausted: the high-water mark is at its 63-bit maximum";
 const INTERNAL: &CStr = c"ERR internal error in the lock module; nothing was changed if it happened before a write (see the server log)";
 
 /// Runs `handler` on the command's arguments and sends its reply.
@@ -31,6 +32,7 @@ pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_
         match outcome {
             Ok(Ok(Reply::Int(n))) => rm!(RedisModule_ReplyWithLongLong)(ctx, n),
             Ok(Ok(Reply::Nil)) => rm!(RedisModule_ReplyWithNull)(ctx),
+            Ok(Ok(Reply::Ok)) => rm!(RedisModule_ReplyWithSimpleString)(ctx, c"OK".as_ptr()),
             Ok(Ok(Reply::Fields(fields))) => {
                 rm!(RedisModule_ReplyWithArray)(ctx, 2 * fields.len() as std::ffi::c_long);
                 for (name, value) in fields {
@@ -47,6 +49,7 @@ pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_
             Ok(Err(Failure::Arity)) => rm!(RedisModule_WrongArity)(ctx),
             Ok(Err(Failure::Arg(e))) => rm!(RedisModule_ReplyWithError)(ctx, e.reply_cstr().as_ptr()),
             Ok(Err(Failure::WrongType)) => rm!(RedisModule_ReplyWithError)(ctx, WRONGTYPE.as_ptr()),
+            Ok(Err(Failure::FencesExhausted)) => rm!(RedisModule_ReplyWithError)(ctx, EXHAUSTED.as_ptr()),
             Err(_) => rm!(RedisModule_ReplyWithError)(ctx, INTERNAL.as_ptr()),
         };
     }

@@ -35,6 +35,13 @@ impl Ctx {
         unsafe { rm!(RedisModule_FreeString)(self.0, s) }
     }
 
+    /// `LOCK.FENCEFLOOR fence` to replicas and the AOF.
+    pub fn replicate_fence_floor(self, fence: u64) {
+        unsafe {
+            rm!(RedisModule_Replicate)(self.0, c"LOCK.FENCEFLOOR".as_ptr(), c"l".as_ptr(), fence as std::ffi::c_longlong);
+        }
+    }
+
     fn notify(self, class: c_int, event: &CStr, key: *mut RedisModuleString) {
         unsafe {
             rm!(RedisModule_NotifyKeyspaceEvent)(self.0, class, event.as_ptr(), key);

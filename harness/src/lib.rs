@@ -56,6 +56,8 @@ pub struct Builder {
     module: bool,
     args: Vec<String>,
     dir: Option<PathBuf>,
+    /// Set by `restart`, to come back on the same port.
+    port: Option<u16>,
 }
 
 impl Builder {
@@ -103,7 +105,7 @@ impl Server {
 
     /// A server to configure before starting.
     pub fn builder() -> Builder {
-        Builder { module: true, args: Vec::new(), dir: None }
+        Builder { module: true, args: Vec::new(), dir: None, port: None }
     }
 
     fn launch(builder: Builder) -> Server {
@@ -122,7 +124,7 @@ impl Server {
         // then the server exits and we try another.
         let mut last_log = String::new();
         for _ in 0..5 {
-            let port = free_port();
+            let port = builder.port.unwrap_or_else(free_port);
             let mut cmd = Command::new(&binary);
             cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
                 .args(["--dir", dir.to_str().expect("utf-8 temp dir"), "--logfile", "server.log", "--daemonize", "no"])
@@ -199,8 +201,7 @@ impl Server {
         self.kill();
         let mut builder = self.builder.clone();
         builder.dir = Some(self.dir.clone());
-        // The last --port wins, so the restarted server keeps its address.
-        builder.args.extend(["--port".to_string(), self.port.to_string()]);
+        builder.port = Some(self.port);
         let mut again = Server::launch(builder);
         again.owns_dir = self.owns_dir;
         again.builder = self.builder.clone();

@@ -15,6 +15,12 @@ pub enum ArgError {
     TtlTooLarge,
     /// A token or run-id that encoding/json cannot carry unchanged.
     NotUtf8,
+    /// An option this command does not know.
+    Syntax,
+    /// `WAIT` is part of the grammar but not available yet.
+    WaitUnsupported,
+    /// The fence floor is not a non-negative integer.
+    FenceNotInteger,
 }
 
 impl ArgError {
@@ -25,6 +31,9 @@ impl ArgError {
             ArgError::TtlNotPositive => c"ERR ttl-ms must be a positive integer (milliseconds)",
             ArgError::TtlTooLarge => c"ERR ttl-ms is too large: the expiry time would overflow",
             ArgError::NotUtf8 => c"ERR token and run-id must be valid UTF-8",
+            ArgError::Syntax => c"ERR syntax error",
+            ArgError::WaitUnsupported => c"ERR WAIT is not supported by this version of the lock module",
+            ArgError::FenceNotInteger => c"ERR fence must be a non-negative integer",
         }
     }
 
@@ -77,6 +86,37 @@ pub fn expiry_at(now_ms: i64, ttl_ms: i64) -> Result<i64, ArgError> {
     now_ms.checked_add(ttl_ms).ok_or(ArgError::TtlTooLarge)
 }
 
+/// Options after the fixed arguments of LOCK.ACQUIRE / LOCK.TAKEOVER.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GrantOptions {
+    /// `FENCE`: reply with the grant's fencing token (nil on refusal).
+    pub fence: bool,
+}
+
+/// Parses `[FENCE]` (case-insensitive; repeating it changes nothing).
+pub fn parse_grant_options<'a>(args: impl IntoIterator<Item = &'a [u8]>) -> Result<GrantOptions, ArgError> {
+    let mut opts = GrantOptions::default();
+    for arg in args {
+        if arg.eq_ignore_ascii_case(b"FENCE") {
+            opts.fence = true;
+        } else if arg.eq_ignore_ascii_case(b"WAIT") {
+            return Err(ArgError::WaitUnsupported);
+        } else {
+            return Err(ArgError::Syntax);
+        }
+    }
+    Ok(opts)
+}
+
+/// A fence floor as LOCK.FENCEFLOOR takes it: a non-negative 64-bit integer.
+pub fn parse_fence(arg: &[u8]) -> Result<u64, ArgError> {
+    let text = std::str::from_utf8(arg).map_err(|_| ArgError::FenceNotInteger)?;
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) || (text.len() > 1 && text.starts_with('0')) {
+        return Err(ArgError::FenceNotInteger);
+    }
+    text.parse::<i64>().ok().and_then(|v| u64::try_from(v).ok()).ok_or(ArgError::FenceNotInteger)
+}
+
 /// Token and run-id of a takeover become JSON strings, so they must be UTF-8.
 pub fn check_utf8(s: &[u8]) -> Result<&str, ArgError> {
     std::str::from_utf8(s).map_err(|_| ArgError::NotUtf8)
@@ -96,6 +136,24 @@ mod tests {
         }
         assert_eq!(parse_ttl(b"9223372036854775808"), Err(ArgError::TtlTooLarge));
         assert_eq!(parse_ttl(b"99999999999999999999999"), Err(ArgError::TtlTooLarge));
+    }
+
+    #[test]
+    fn grant_options_are_case_insensitive_and_closed() {
+        assert_eq!(parse_grant_options([]), Ok(GrantOptions { fence: false }));
+        assert_eq!(parse_grant_options([&b"fence"[..]]), Ok(GrantOptions { fence: true }));
+        assert_eq!(parse_grant_options([&b"FeNcE"[..], b"FENCE"]), Ok(GrantOptions { fence: true }));
+        assert_eq!(parse_grant_options([&b"wait"[..], b"100"]), Err(ArgError::WaitUnsupported));
+        assert_eq!(parse_grant_options([&b"fences"[..]]), Err(ArgError::Syntax));
+    }
+
+    #[test]
+    fn fences_are_plain_non_negative_integers() {
+        assert_eq!(parse_fence(b"0"), Ok(0));
+        assert_eq!(parse_fence(b"1796237051088000"), Ok(1_796_237_051_088_000));
+        for bad in [&b""[..], b"-1", b"+1", b"01", b"1.0", b"9223372036854775808", b"x"] {
+            assert_eq!(parse_fence(bad), Err(ArgError::FenceNotInteger), "{:?}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]

@@ -6,11 +6,13 @@
 //! - [`cjson`]: what Redis's bundled cjson makes of a stored value.
 //! - [`args`]: argument validation and its error replies.
 //! - [`encode`]: the structured value as Go's encoding/json writes it.
+//! - [`fence`]: fencing token numbering.
 //! - [`scripts`]: the reference Lua scripts.
 
 pub mod args;
 pub mod cjson;
 pub mod encode;
+pub mod fence;
 pub mod lock;
 pub mod scripts;
 
