@@ -49,6 +49,18 @@ required!(
     RedisModule_ReplyWithNull,
     RedisModule_ReplyWithSimpleString,
     RedisModule_CreateDataType,
+    RedisModule_GetAbsExpire,
+    RedisModule_BlockClient,
+    RedisModule_UnblockClient,
+    RedisModule_SetDisconnectCallback,
+    RedisModule_GetBlockedClientPrivateData,
+    RedisModule_GetClientId,
+    RedisModule_CreateTimer,
+    RedisModule_SubscribeToKeyspaceEvents,
+    RedisModule_GetContextFlags,
+    RedisModule_GetSelectedDb,
+    RedisModule_SelectDb,
+    RedisModule_RetainString,
 );
 
 /// `rm!(RedisModule_OpenKey)` is that API function, which [`missing`] has

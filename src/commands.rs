@@ -2,7 +2,7 @@
 //! `redis-lock-rules` decide, apply the effect, reply. Argument checks all
 //! run before the key is opened, so a rejected call changes nothing.
 
-use redis_lock_rules::args::{check_key_and_token, check_utf8, expiry_at, parse_fence, parse_grant_options, parse_ttl, GrantOptions};
+use redis_lock_rules::args::{check_key_and_token, check_utf8, expiry_at, parse_fence, parse_grant_options, parse_ttl, GrantOptions, Grammar};
 use redis_lock_rules::encode::structured_value;
 use std::ffi::CStr;
 
@@ -13,6 +13,7 @@ use redis_module::raw::RedisModuleString;
 use crate::fence;
 use crate::key::{bytes, Ctx, LockKey};
 use crate::stats::{self, Counter};
+use crate::wait;
 
 /// A command's arguments, the command name first.
 pub type Argv<'a> = &'a [*mut RedisModuleString];
@@ -47,6 +48,8 @@ pub enum Reply {
     Int(i64),
     Nil,
     Ok,
+    /// No reply now: the client waits (LOCK.ACQUIRE ... WAIT).
+    Blocked,
     /// Field/value pairs (LOCK.INFO).
     Fields(Vec<(&'static CStr, Value)>),
 }
@@ -95,26 +98,43 @@ fn check_fence_space(ctx: Ctx, opts: GrantOptions) -> Result<(), Failure> {
     Ok(())
 }
 
-/// LOCK.ACQUIRE key token ttl-ms [FENCE]
+/// LOCK.ACQUIRE key token ttl-ms [FENCE] [WAIT timeout-ms]
 pub fn acquire(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
     let ttl = parse_ttl(bytes(ttl))?;
-    acquire_with(ctx, key, token, ttl, parse_grant_options(options.iter().map(|&o| bytes(o)))?)
+    acquire_with(ctx, key, token, ttl, parse_grant_options(Grammar::Acquire, options.iter().map(|&o| bytes(o)))?)
 }
 
-/// `SET key token NX PX ttl`.
+/// `SET key token NX PX ttl`, or wait in line for the key.
 fn acquire_with(ctx: Ctx, key: *mut RedisModuleString, token: *mut RedisModuleString, ttl: i64, opts: GrantOptions) -> Outcome {
     let at = expiry_at(ctx.now_ms(), ttl)?;
     check_fence_space(ctx, opts)?;
-    let mut k = LockKey::open(ctx, key);
+    let mut k = open_behind_waiters(ctx, key);
     let granted = lock::may_acquire(k.entry());
     if granted {
         // The argument itself becomes the value (shared, as SET does), so a
         // lock costs the same memory as a plain key.
         k.set(token, at);
+    } else if let Some(timeout) = opts.wait.filter(|_| wait::may_block(ctx)) {
+        let deadline = k.expires_at();
+        drop(k);
+        wait::block(ctx, key, token, ttl, opts.fence, timeout, deadline);
+        return Ok(Reply::Blocked);
     }
     grant_reply(ctx, granted, opts)
+}
+
+/// Opens `key` for a newcomer. A free key that others wait on goes to the
+/// head of their queue first, so nobody jumps the line.
+fn open_behind_waiters(ctx: Ctx, key: *mut RedisModuleString) -> LockKey {
+    let k = LockKey::open(ctx, key);
+    if wait::waiting() == 0 || !matches!(k.entry(), Entry::Absent) {
+        return k;
+    }
+    drop(k);
+    wait::grant_next(ctx, key);
+    LockKey::open(ctx, key)
 }
 
 /// LOCK.RENEW key token ttl-ms
@@ -138,6 +158,9 @@ pub fn release(ctx: Ctx, argv: Argv) -> Outcome {
     let granted = lock::may_release(k.entry(), bytes(token))?;
     if granted {
         k.delete();
+        drop(k);
+        // Hand over in the same step: nobody can slip in between.
+        wait::grant_next(ctx, key);
     }
     verdict(granted, &stats::RELEASES)
 }
@@ -147,7 +170,7 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, run_id, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
     let ttl = parse_ttl(bytes(ttl))?;
-    let opts = parse_grant_options(options.iter().map(|&o| bytes(o)))?;
+    let opts = parse_grant_options(Grammar::Takeover, options.iter().map(|&o| bytes(o)))?;
     if bytes(run_id).is_empty() {
         // The Go wrapper's AcquireLockOrTakeover degrades to AcquireLock
         // before encoding anything, so any token bytes are fine here.
@@ -156,7 +179,7 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
     let (token_str, run_str) = (check_utf8(bytes(token))?, check_utf8(bytes(run_id))?);
     let at = expiry_at(ctx.now_ms(), ttl)?;
     check_fence_space(ctx, opts)?;
-    let mut k = LockKey::open(ctx, key);
+    let mut k = open_behind_waiters(ctx, key);
     let takeover = lock::take_over(k.entry(), bytes(run_id), ttl, || k.remaining())?;
     match takeover {
         Takeover::Refused => return grant_reply(ctx, false, opts),
@@ -204,8 +227,8 @@ pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
         (c"run-id", bytes_or_nil(d.run_id)),
         (c"format", Value::Bytes(if d.structured { b"structured".to_vec() } else { b"legacy".to_vec() })),
         (c"ttl-ms", Value::Int(ttl)),
-        // Fencing tokens and waiters are not implemented yet (issue 5).
+        // The server keeps no per-lock fence (see redis_lock_rules::fence).
         (c"fence", Value::Nil),
-        (c"waiters", Value::Int(0)),
+        (c"waiters", Value::Int(wait::waiters_on(ctx, bytes(key)) as i64)),
     ]))
 }

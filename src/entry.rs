@@ -32,6 +32,8 @@ pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_
         match outcome {
             Ok(Ok(Reply::Int(n))) => rm!(RedisModule_ReplyWithLongLong)(ctx, n),
             Ok(Ok(Reply::Nil)) => rm!(RedisModule_ReplyWithNull)(ctx),
+            // The client is blocked: its reply comes when the wait ends.
+            Ok(Ok(Reply::Blocked)) => raw::REDISMODULE_OK as c_int,
             Ok(Ok(Reply::Ok)) => rm!(RedisModule_ReplyWithSimpleString)(ctx, c"OK".as_ptr()),
             Ok(Ok(Reply::Fields(fields))) => {
                 rm!(RedisModule_ReplyWithArray)(ctx, 2 * fields.len() as std::ffi::c_long);

@@ -122,6 +122,15 @@ impl LockKey {
         }
     }
 
+    /// The absolute expiry (Unix ms), if the key has one.
+    pub fn expires_at(&self) -> Option<i64> {
+        if self.key.is_null() {
+            return None;
+        }
+        let at = unsafe { rm!(RedisModule_GetAbsExpire)(self.key) };
+        (at != raw::REDISMODULE_NO_EXPIRE as i64).then_some(at)
+    }
+
     /// `SET key value PXAT at`, with `set` and `expire` notifications.
     pub fn set(&mut self, value: *mut RedisModuleString, at_ms: i64) {
         unsafe {

@@ -11,6 +11,7 @@ mod entry;
 mod fence;
 mod key;
 mod stats;
+mod wait;
 
 use std::ffi::{c_int, CStr};
 

@@ -38,12 +38,6 @@ pub static WAITS_STARTED: Counter = Counter::new();
 pub static WAITS_GRANTED: Counter = Counter::new();
 pub static WAITS_TIMED_OUT: Counter = Counter::new();
 
-/// Clients blocked in LOCK.ACQUIRE ... WAIT right now (none yet: WAIT is
-/// not implemented, the field is here so dashboards can rely on it).
-pub fn waiting() -> u64 {
-    0
-}
-
 /// The `INFO lock` section (fields appear as `lock_<name>`).
 pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c_int) {
     let fields: [(&CStr, u64); 10] = [
@@ -56,7 +50,7 @@ pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c
         (c"waits_started", WAITS_STARTED.get()),
         (c"waits_granted", WAITS_GRANTED.get()),
         (c"waits_timed_out", WAITS_TIMED_OUT.get()),
-        (c"waiting", waiting()),
+        (c"waiting", crate::wait::waiting()),
     ];
     rm!(RedisModule_InfoAddSection)(ctx, std::ptr::null());
     for (name, value) in fields {

@@ -17,8 +17,8 @@ pub enum ArgError {
     NotUtf8,
     /// An option this command does not know.
     Syntax,
-    /// `WAIT` is part of the grammar but not available yet.
-    WaitUnsupported,
+    /// The WAIT timeout is not 0 or a positive integer.
+    TimeoutInvalid,
     /// The fence floor is not a non-negative integer.
     FenceNotInteger,
 }
@@ -32,7 +32,7 @@ impl ArgError {
             ArgError::TtlTooLarge => c"ERR ttl-ms is too large: the expiry time would overflow",
             ArgError::NotUtf8 => c"ERR token and run-id must be valid UTF-8",
             ArgError::Syntax => c"ERR syntax error",
-            ArgError::WaitUnsupported => c"ERR WAIT is not supported by this version of the lock module",
+            ArgError::TimeoutInvalid => c"ERR WAIT timeout-ms must be 0 (no timeout) or a positive integer (milliseconds)",
             ArgError::FenceNotInteger => c"ERR fence must be a non-negative integer",
         }
     }
@@ -91,21 +91,42 @@ pub fn expiry_at(now_ms: i64, ttl_ms: i64) -> Result<i64, ArgError> {
 pub struct GrantOptions {
     /// `FENCE`: reply with the grant's fencing token (nil on refusal).
     pub fence: bool,
+    /// `WAIT timeout-ms`: block until granted or timed out (0 = no timeout).
+    pub wait: Option<i64>,
 }
 
-/// Parses `[FENCE]` (case-insensitive; repeating it changes nothing).
-pub fn parse_grant_options<'a>(args: impl IntoIterator<Item = &'a [u8]>) -> Result<GrantOptions, ArgError> {
+/// Which options a command takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grammar {
+    /// LOCK.ACQUIRE: `[FENCE] [WAIT timeout-ms]`.
+    Acquire,
+    /// LOCK.TAKEOVER: `[FENCE]`.
+    Takeover,
+}
+
+/// Parses the options (case-insensitive, any order; repeating one keeps the last).
+pub fn parse_grant_options<'a>(grammar: Grammar, args: impl IntoIterator<Item = &'a [u8]>) -> Result<GrantOptions, ArgError> {
     let mut opts = GrantOptions::default();
-    for arg in args {
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
         if arg.eq_ignore_ascii_case(b"FENCE") {
             opts.fence = true;
-        } else if arg.eq_ignore_ascii_case(b"WAIT") {
-            return Err(ArgError::WaitUnsupported);
+        } else if arg.eq_ignore_ascii_case(b"WAIT") && grammar == Grammar::Acquire {
+            let timeout = args.next().ok_or(ArgError::Syntax)?;
+            opts.wait = Some(parse_timeout(timeout)?);
         } else {
             return Err(ArgError::Syntax);
         }
     }
     Ok(opts)
+}
+
+/// A WAIT timeout: 0 (wait forever) or a positive number of milliseconds.
+fn parse_timeout(arg: &[u8]) -> Result<i64, ArgError> {
+    if arg == b"0" {
+        return Ok(0);
+    }
+    parse_ttl(arg).map_err(|_| ArgError::TimeoutInvalid)
 }
 
 /// A fence floor as LOCK.FENCEFLOOR takes it: a non-negative 64-bit integer.
@@ -140,11 +161,18 @@ mod tests {
 
     #[test]
     fn grant_options_are_case_insensitive_and_closed() {
-        assert_eq!(parse_grant_options([]), Ok(GrantOptions { fence: false }));
-        assert_eq!(parse_grant_options([&b"fence"[..]]), Ok(GrantOptions { fence: true }));
-        assert_eq!(parse_grant_options([&b"FeNcE"[..], b"FENCE"]), Ok(GrantOptions { fence: true }));
-        assert_eq!(parse_grant_options([&b"wait"[..], b"100"]), Err(ArgError::WaitUnsupported));
-        assert_eq!(parse_grant_options([&b"fences"[..]]), Err(ArgError::Syntax));
+        let acquire = |args: &[&[u8]]| parse_grant_options(Grammar::Acquire, args.iter().copied());
+        assert_eq!(acquire(&[]), Ok(GrantOptions { fence: false, wait: None }));
+        assert_eq!(acquire(&[b"fence"]), Ok(GrantOptions { fence: true, wait: None }));
+        assert_eq!(acquire(&[b"WaIt", b"250", b"FENCE"]), Ok(GrantOptions { fence: true, wait: Some(250) }));
+        assert_eq!(acquire(&[b"wait", b"0"]), Ok(GrantOptions { fence: false, wait: Some(0) }));
+        assert_eq!(acquire(&[b"wait"]), Err(ArgError::Syntax));
+        for bad in [&b"-1"[..], b"1.5", b"x", b"01"] {
+            assert_eq!(acquire(&[b"wait", bad]), Err(ArgError::TimeoutInvalid));
+        }
+        assert_eq!(acquire(&[b"fences"]), Err(ArgError::Syntax));
+        assert_eq!(parse_grant_options(Grammar::Takeover, [&b"wait"[..], b"10"]), Err(ArgError::Syntax));
+        assert_eq!(parse_grant_options(Grammar::Takeover, [&b"Fence"[..]]), Ok(GrantOptions { fence: true, wait: None }));
     }
 
     #[test]

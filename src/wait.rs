@@ -1,0 +1,338 @@
+//! `LOCK.ACQUIRE ... WAIT`: clients blocked inside the server, FIFO per key.
+//!
+//! A key has a queue only while someone waits on it, so a lock nobody waits
+//! on costs nothing here. A freed lock goes to the queue's head, once:
+//! - LOCK.RELEASE hands it over in the same command (no other client can
+//!   slip in; replicas see `DEL` + `SET ... PXAT` in one transaction);
+//! - deletion or expiry by anything else is noticed through a keyspace-event
+//!   subscription (taken on the first WAIT) and a timer armed at the
+//!   holder's expiry, and the head is granted from a timer callback.
+//!   Redis's own expiry can lag behind a key's deadline; the timer cannot.
+//!
+//! A waiter that times out, is removed by `CLIENT UNBLOCK`, or disconnects
+//! leaves the queue at once and is never granted.
+//!
+//! Discipline: the state lock is never held across a call into Redis, since
+//! such a call can raise a keyspace event whose callback takes the lock.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex, MutexGuard};
+
+use redis_lock_rules::Entry;
+use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisModuleString};
+
+use crate::api::rm;
+use crate::commands::Value;
+use crate::fence;
+use crate::key::{bytes, Ctx, LockKey};
+use crate::stats;
+
+struct Waiter {
+    client: u64,
+    bc: *mut RedisModuleBlockedClient,
+    /// The waiter's token, retained until it is stored or the wait ends.
+    token: *mut RedisModuleString,
+    ttl: i64,
+    fence: bool,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiters: VecDeque<Waiter>,
+    /// When the earliest armed expiry timer fires, if one is armed.
+    timer_at: Option<i64>,
+}
+
+#[derive(Default)]
+struct State {
+    queues: HashMap<(c_int, Vec<u8>), Queue>,
+    /// Where each blocked client waits: timeouts and disconnects find it here.
+    by_client: HashMap<u64, (c_int, Vec<u8>)>,
+    subscribed: bool,
+}
+
+/// The pointers inside are only touched on Redis's main thread.
+struct Shared(State);
+unsafe impl Send for Shared {}
+
+static STATE: LazyLock<Mutex<Shared>> = LazyLock::new(|| Mutex::new(Shared(State::default())));
+/// Clients waiting now; lets every command skip the state when it is 0.
+static WAITING: AtomicU64 = AtomicU64::new(0);
+
+fn state() -> MutexGuard<'static, Shared> {
+    // A poisoned lock only means a panic was caught mid-update; the queues
+    // are still structurally sound.
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Clients blocked in WAIT right now.
+pub fn waiting() -> u64 {
+    WAITING.load(Ordering::Relaxed)
+}
+
+fn db(ctx: Ctx) -> c_int {
+    unsafe { rm!(RedisModule_GetSelectedDb)(ctx.0) }
+}
+
+/// How many clients wait on `key` in the context's database.
+pub fn waiters_on(ctx: Ctx, key: &[u8]) -> usize {
+    if waiting() == 0 {
+        return 0;
+    }
+    state().0.queues.get(&(db(ctx), key.to_vec())).map_or(0, |q| q.waiters.len())
+}
+
+/// Whether a command may block here: not inside MULTI, a script, or any
+/// context that forbids blocking (WAIT then degrades to a single attempt).
+pub fn may_block(ctx: Ctx) -> bool {
+    let flags = unsafe { rm!(RedisModule_GetContextFlags)(ctx.0) } as u32;
+    flags & (raw::REDISMODULE_CTX_FLAGS_MULTI | raw::REDISMODULE_CTX_FLAGS_LUA | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING) == 0
+}
+
+/// Blocks the calling client until `token` is granted `name` or the wait
+/// times out. `expires_at` is the current holder's deadline, if any.
+pub fn block(ctx: Ctx, name: *mut RedisModuleString, token: *mut RedisModuleString, ttl: i64, fence: bool, timeout_ms: i64, expires_at: Option<i64>) {
+    ensure_subscribed(ctx);
+    let client = unsafe { rm!(RedisModule_GetClientId)(ctx.0) };
+    let bc = unsafe {
+        rm!(RedisModule_RetainString)(std::ptr::null_mut(), token);
+        let bc = rm!(RedisModule_BlockClient)(ctx.0, Some(on_reply), Some(on_timeout), Some(free_reply), timeout_ms);
+        rm!(RedisModule_SetDisconnectCallback)(bc, Some(on_disconnect));
+        bc
+    };
+    let key = (db(ctx), bytes(name).to_vec());
+    {
+        let mut s = state();
+        s.0.by_client.insert(client, key.clone());
+        s.0.queues.entry(key).or_default().waiters.push_back(Waiter { client, bc, token, ttl, fence });
+    }
+    WAITING.fetch_add(1, Ordering::Relaxed);
+    stats::WAITS_STARTED.add();
+    if let Some(at) = expires_at {
+        arm(ctx, bytes(name), at);
+    }
+}
+
+/// Grants the free lock `name` to the head of its queue, if anyone waits.
+/// The caller has just seen the key absent (or deleted it).
+pub fn grant_next(ctx: Ctx, name: *mut RedisModuleString) {
+    if waiting() == 0 {
+        return;
+    }
+    let key = (db(ctx), bytes(name).to_vec());
+    let Some(w) = pop_head(&key) else { return };
+    let mut k = LockKey::open(ctx, name);
+    let at = match (k.entry(), ctx.now_ms().checked_add(w.ttl)) {
+        (Entry::Absent, Some(at)) => at,
+        (Entry::Absent, None) => {
+            // now + ttl no longer fits: the wait cannot be served.
+            drop(k);
+            finish(w, Value::Int(0), &stats::WAITS_TIMED_OUT);
+            return;
+        }
+        _ => {
+            // Someone took it first (only a script or a non-module writer
+            // can): the head keeps its place.
+            drop(k);
+            let mut s = state();
+            s.0.by_client.insert(w.client, key.clone());
+            s.0.queues.entry(key).or_default().waiters.push_front(w);
+            WAITING.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    k.set(w.token, at);
+    drop(k);
+    let reply = if w.fence {
+        match fence::issue(ctx.now_ms()) {
+            Some(f) => {
+                ctx.replicate_fence_floor(f);
+                Value::Int(f as i64)
+            }
+            None => Value::Nil,
+        }
+    } else {
+        Value::Int(1)
+    };
+    stats::GRANTS.add();
+    finish(w, reply, &stats::WAITS_GRANTED);
+    if waiters_on(ctx, &key.1) > 0 {
+        arm(ctx, &key.1, at);
+    }
+}
+
+/// Removes and returns the head waiter of `key`.
+fn pop_head(key: &(c_int, Vec<u8>)) -> Option<Waiter> {
+    let mut s = state();
+    let q = s.0.queues.get_mut(key)?;
+    let w = q.waiters.pop_front();
+    if q.waiters.is_empty() {
+        s.0.queues.remove(key);
+    }
+    if let Some(w) = &w {
+        s.0.by_client.remove(&w.client);
+        WAITING.fetch_sub(1, Ordering::Relaxed);
+    }
+    w
+}
+
+/// Removes the waiter of `client` wherever it waits.
+fn remove_client(client: u64) -> Option<Waiter> {
+    let mut s = state();
+    let key = s.0.by_client.remove(&client)?;
+    let q = s.0.queues.get_mut(&key)?;
+    let i = q.waiters.iter().position(|w| w.client == client)?;
+    let w = q.waiters.remove(i);
+    if q.waiters.is_empty() {
+        s.0.queues.remove(&key);
+    }
+    WAITING.fetch_sub(1, Ordering::Relaxed);
+    w
+}
+
+/// Ends a wait: unblocks the client with `reply` and drops our token.
+fn finish(w: Waiter, reply: Value, counter: &stats::Counter) {
+    counter.add();
+    unsafe {
+        rm!(RedisModule_FreeString)(std::ptr::null_mut(), w.token);
+        rm!(RedisModule_UnblockClient)(w.bc, Box::into_raw(Box::new(reply)).cast());
+    }
+}
+
+/// Arms a check of `key` at `at_ms` (its holder's deadline), unless an
+/// earlier one is armed already.
+fn arm(ctx: Ctx, key: &[u8], at_ms: i64) {
+    let id = (db(ctx), key.to_vec());
+    {
+        let mut s = state();
+        let Some(q) = s.0.queues.get_mut(&id) else { return };
+        if q.timer_at.is_some_and(|t| t <= at_ms) {
+            return;
+        }
+        q.timer_at = Some(at_ms);
+    }
+    // One ms past the deadline: the key is expired by then, not at it.
+    let delay = (at_ms - ctx.now_ms() + 1).max(0);
+    schedule(ctx, id, delay, Some(at_ms));
+}
+
+struct Check {
+    key: (c_int, Vec<u8>),
+    /// The deadline this timer was armed for (None: an event's immediate check).
+    armed_for: Option<i64>,
+}
+
+fn schedule(ctx: Ctx, key: (c_int, Vec<u8>), delay_ms: i64, armed_for: Option<i64>) {
+    let data = Box::into_raw(Box::new(Check { key, armed_for }));
+    unsafe {
+        rm!(RedisModule_CreateTimer)(ctx.0, delay_ms, Some(on_timer), data.cast());
+    }
+}
+
+/// A timer: the key may be free now (expired or deleted): grant it, or
+/// re-arm at the current holder's deadline.
+unsafe extern "C" fn on_timer(ctx: *mut RedisModuleCtx, data: *mut c_void) {
+    let Check { key: (db_id, key), armed_for } = *Box::from_raw(data.cast::<Check>());
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let ctx = Ctx(ctx);
+        {
+            let mut s = state();
+            match s.0.queues.get_mut(&(db_id, key.clone())) {
+                None => return,
+                Some(q) => {
+                    if armed_for.is_some() && q.timer_at == armed_for {
+                        q.timer_at = None;
+                    }
+                }
+            }
+        }
+        rm!(RedisModule_SelectDb)(ctx.0, db_id);
+        let name = ctx.string(&key);
+        let k = LockKey::open(ctx, name);
+        let free = matches!(k.entry(), Entry::Absent);
+        let deadline = k.expires_at();
+        drop(k);
+        if free {
+            grant_next(ctx, name);
+        } else if let Some(at) = deadline {
+            arm(ctx, &key, at);
+        }
+        ctx.free(name);
+    }));
+}
+
+fn ensure_subscribed(ctx: Ctx) {
+    let mut s = state();
+    if s.0.subscribed {
+        return;
+    }
+    s.0.subscribed = true;
+    drop(s);
+    let types = raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED;
+    unsafe {
+        rm!(RedisModule_SubscribeToKeyspaceEvents)(ctx.0, types, Some(on_key_event));
+    }
+}
+
+/// A key was deleted, expired, evicted, renamed away or got a new TTL:
+/// if anyone waits on it, check it right after this command.
+unsafe extern "C" fn on_key_event(ctx: *mut RedisModuleCtx, _type: c_int, _event: *const std::ffi::c_char, key: *mut RedisModuleString) -> c_int {
+    if waiting() == 0 {
+        return raw::REDISMODULE_OK as c_int;
+    }
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let ctx = Ctx(ctx);
+        let id = (db(ctx), bytes(key).to_vec());
+        if state().0.queues.contains_key(&id) {
+            schedule(ctx, id, 0, None);
+        }
+    }));
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Replies to a client unblocked by a grant.
+unsafe extern "C" fn on_reply(ctx: *mut RedisModuleCtx, _argv: *mut *mut RedisModuleString, _argc: c_int) -> c_int {
+    let reply = rm!(RedisModule_GetBlockedClientPrivateData)(ctx).cast::<Value>();
+    match reply.as_ref() {
+        Some(Value::Int(n)) => rm!(RedisModule_ReplyWithLongLong)(ctx, *n),
+        _ => rm!(RedisModule_ReplyWithNull)(ctx),
+    }
+}
+
+/// The wait timed out (or `CLIENT UNBLOCK`): leave the queue, reply 0 / nil.
+unsafe extern "C" fn on_timeout(ctx: *mut RedisModuleCtx, _argv: *mut *mut RedisModuleString, _argc: c_int) -> c_int {
+    let client = rm!(RedisModule_GetClientId)(ctx);
+    let fenced = match remove_client(client) {
+        Some(w) => {
+            stats::WAITS_TIMED_OUT.add();
+            rm!(RedisModule_FreeString)(std::ptr::null_mut(), w.token);
+            // Redis frees a handle blocked this way only once it is unblocked.
+            rm!(RedisModule_UnblockClient)(w.bc, std::ptr::null_mut());
+            w.fence
+        }
+        None => false,
+    };
+    stats::REFUSALS.add();
+    if fenced {
+        rm!(RedisModule_ReplyWithNull)(ctx)
+    } else {
+        rm!(RedisModule_ReplyWithLongLong)(ctx, 0)
+    }
+}
+
+/// The waiting client went away: leave the queue; it is never granted.
+unsafe extern "C" fn on_disconnect(ctx: *mut RedisModuleCtx, bc: *mut RedisModuleBlockedClient) {
+    let client = rm!(RedisModule_GetClientId)(ctx);
+    if let Some(w) = remove_client(client) {
+        rm!(RedisModule_FreeString)(std::ptr::null_mut(), w.token);
+        rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut());
+    }
+}
+
+unsafe extern "C" fn free_reply(_ctx: *mut RedisModuleCtx, privdata: *mut c_void) {
+    if !privdata.is_null() {
+        drop(Box::from_raw(privdata.cast::<Value>()));
+    }
+}
