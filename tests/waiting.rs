@@ -1,0 +1,246 @@
+//! `LOCK.ACQUIRE ... WAIT`: blocking inside the server, FIFO per key, one
+//! wake per freed lock, and waiters that leave never being granted.
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+use redis_lock_harness::Server;
+
+fn acquire(c: &mut redis::Connection, key: &str, token: &str) -> i64 {
+    redis::cmd("LOCK.ACQUIRE").arg(key).arg(token).arg(60_000).query(c).expect("acquire")
+}
+
+fn release(c: &mut redis::Connection, key: &str, token: &str) -> i64 {
+    redis::cmd("LOCK.RELEASE").arg(key).arg(token).query(c).expect("release")
+}
+
+fn get(c: &mut redis::Connection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query(c).expect("get")
+}
+
+fn info_field(c: &mut redis::Connection, name: &str) -> u64 {
+    let text: String = redis::cmd("INFO").arg("lock").query(c).expect("info");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("lock_{name}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no lock_{name} in INFO"))
+}
+
+/// Waits until `n` clients are blocked in the server.
+fn until_waiting(c: &mut redis::Connection, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info_field(c, "waiting") != n {
+        assert!(Instant::now() < deadline, "expected {n} waiting clients");
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Starts a client that waits for `key` as `token`; its reply arrives on
+/// the channel together with the instant it arrived.
+fn waiter(server: &Server, key: &str, token: &str, timeout_ms: u64, tx: mpsc::Sender<(String, Value, Instant)>) -> thread::JoinHandle<()> {
+    let mut c = server.conn();
+    let (key, token) = (key.to_string(), token.to_string());
+    thread::spawn(move || {
+        let reply: Value = redis::cmd("LOCK.ACQUIRE").arg(&key).arg(&token).arg(60_000).arg("WAIT").arg(timeout_ms).query(&mut c).expect("wait");
+        let _ = tx.send((token, reply, Instant::now()));
+    })
+}
+
+#[test]
+fn waiters_are_served_in_arrival_order_one_per_release() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(acquire(&mut c, "k", "holder"), 1);
+    let (tx, rx) = mpsc::channel();
+    let mut handles = Vec::new();
+    for i in 0..12 {
+        handles.push(waiter(&server, "k", &format!("w{i:02}"), 20_000, tx.clone()));
+        // Queue order is arrival order: let each one block before the next.
+        until_waiting(&mut c, i + 1);
+    }
+    let mut holder = "holder".to_string();
+    for i in 0..12 {
+        assert_eq!(release(&mut c, "k", &holder), 1);
+        let (token, reply, _) = rx.recv_timeout(Duration::from_secs(5)).expect("a waiter is granted");
+        assert_eq!(token, format!("w{i:02}"), "FIFO order");
+        assert_eq!(reply, Value::Int(1));
+        // Exactly one wake: nobody else got a reply.
+        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err(), "a release woke more than one waiter");
+        assert_eq!(get(&mut c, "k").as_deref(), Some(token.as_str()), "the lock was handed over, not freed");
+        assert_eq!(info_field(&mut c, "waiting"), 11 - i);
+        holder = token;
+    }
+    for h in handles {
+        h.join().expect("waiter thread");
+    }
+    assert_eq!(info_field(&mut c, "waits_granted"), 12);
+}
+
+#[test]
+fn a_deleted_or_expired_lock_goes_to_the_head_waiter_promptly() {
+    let server = Server::start();
+    let mut c = server.conn();
+    // Deleted behind the holder's back.
+    assert_eq!(acquire(&mut c, "del", "holder"), 1);
+    let (tx, rx) = mpsc::channel();
+    let h = waiter(&server, "del", "w", 10_000, tx.clone());
+    until_waiting(&mut c, 1);
+    let _: i64 = redis::cmd("DEL").arg("del").query(&mut c).unwrap();
+    let deleted = Instant::now();
+    let (_, reply, at) = rx.recv_timeout(Duration::from_secs(5)).expect("granted after DEL");
+    assert_eq!(reply, Value::Int(1));
+    assert!(at - deleted < Duration::from_millis(200), "granted {:?} after DEL", at - deleted);
+    h.join().unwrap();
+    // Expired: Redis's own expiry may lag, the module's timer must not.
+    let _: () = redis::cmd("SET").arg("exp").arg("holder").arg("PX").arg(300).query(&mut c).unwrap();
+    let expires = Instant::now() + Duration::from_millis(300);
+    let h = waiter(&server, "exp", "w", 10_000, tx);
+    until_waiting(&mut c, 1);
+    let (_, reply, at) = rx.recv_timeout(Duration::from_secs(5)).expect("granted after expiry");
+    assert_eq!(reply, Value::Int(1));
+    assert!(at >= expires - Duration::from_millis(5), "granted before the holder's deadline");
+    assert!(at < expires + Duration::from_millis(150), "granted {:?} after expiry", at - expires);
+    assert_eq!(get(&mut c, "exp").as_deref(), Some("w"));
+    h.join().unwrap();
+}
+
+#[test]
+fn a_wait_times_out_with_zero_or_nil_and_leaves_the_queue() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(acquire(&mut c, "k", "holder"), 1);
+    let started = Instant::now();
+    let r: Value = redis::cmd("LOCK.ACQUIRE").arg("k").arg("w").arg(1000).arg("WAIT").arg(150).query(&mut c).unwrap();
+    assert_eq!(r, Value::Int(0));
+    assert!(started.elapsed() >= Duration::from_millis(140), "returned before its timeout");
+    let r: Value = redis::cmd("LOCK.ACQUIRE").arg("k").arg("w").arg(1000).arg("FENCE").arg("WAIT").arg(50).query(&mut c).unwrap();
+    assert_eq!(r, Value::Nil);
+    assert_eq!(info_field(&mut c, "waiting"), 0);
+    assert_eq!(info_field(&mut c, "waits_timed_out"), 2);
+    assert_eq!(release(&mut c, "k", "holder"), 1);
+    assert_eq!(get(&mut c, "k"), None, "a timed-out waiter is never granted");
+}
+
+#[test]
+fn a_free_lock_is_granted_without_waiting() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let r: i64 = redis::cmd("LOCK.ACQUIRE").arg("k").arg("t").arg(1000).arg("WAIT").arg(0).query(&mut c).unwrap();
+    assert_eq!(r, 1);
+    assert_eq!(info_field(&mut c, "waits_started"), 0);
+}
+
+#[test]
+fn waiters_that_disconnect_or_are_unblocked_are_never_granted() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(acquire(&mut c, "k", "holder"), 1);
+    // One waiter is removed by CLIENT UNBLOCK, one disconnects, one stays.
+    let mut unblocked = server.conn();
+    let id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut unblocked).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let h1 = {
+        let tx = tx.clone();
+        thread::spawn(move || {
+            let r: Value = redis::cmd("LOCK.ACQUIRE").arg("k").arg("unblocked").arg(60_000).arg("WAIT").arg(0).query(&mut unblocked).unwrap();
+            let _ = tx.send(("unblocked".to_string(), r, Instant::now()));
+        })
+    };
+    until_waiting(&mut c, 1);
+    // A raw socket so the test can drop the connection mid-wait.
+    let mut gone = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    std::io::Write::write_all(&mut gone, b"*6\r\n$12\r\nLOCK.ACQUIRE\r\n$1\r\nk\r\n$4\r\ngone\r\n$5\r\n60000\r\n$4\r\nWAIT\r\n$1\r\n0\r\n").unwrap();
+    until_waiting(&mut c, 2);
+    let h3 = waiter(&server, "k", "stays", 0, tx);
+    until_waiting(&mut c, 3);
+
+    let n: i64 = redis::cmd("CLIENT").arg("UNBLOCK").arg(id).query(&mut c).unwrap();
+    assert_eq!(n, 1);
+    let (token, reply, _) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!((token.as_str(), reply), ("unblocked", Value::Int(0)));
+    drop(gone);
+    until_waiting(&mut c, 1);
+
+    assert_eq!(release(&mut c, "k", "holder"), 1);
+    let (token, reply, _) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!((token.as_str(), reply), ("stays", Value::Int(1)));
+    assert_eq!(get(&mut c, "k").as_deref(), Some("stays"));
+    h1.join().unwrap();
+    h3.join().unwrap();
+}
+
+#[test]
+fn inside_multi_or_a_script_wait_is_a_single_attempt() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(acquire(&mut c, "k", "holder"), 1);
+    let started = Instant::now();
+    let replies: Vec<Value> = redis::pipe()
+        .atomic()
+        .cmd("LOCK.ACQUIRE").arg("k").arg("m").arg(1000).arg("WAIT").arg(0)
+        .cmd("LOCK.ACQUIRE").arg("free").arg("m").arg(1000).arg("WAIT").arg(0)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(replies, vec![Value::Int(0), Value::Int(1)]);
+    let r: i64 = redis::cmd("EVAL")
+        .arg("return redis.call('LOCK.ACQUIRE', KEYS[1], 't', 1000, 'WAIT', 0)")
+        .arg(1)
+        .arg("k")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(r, 0);
+    assert!(started.elapsed() < Duration::from_secs(2), "nothing blocked");
+    assert_eq!(info_field(&mut c, "waits_started"), 0);
+}
+
+#[test]
+fn fenced_waiters_get_increasing_fences() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let first: i64 = redis::cmd("LOCK.ACQUIRE").arg("k").arg("a").arg(60_000).arg("FENCE").query(&mut c).unwrap();
+    let mut w = server.conn();
+    let h = thread::spawn(move || -> i64 {
+        redis::cmd("LOCK.ACQUIRE").arg("k").arg("b").arg(60_000).arg("WAIT").arg(5000).arg("FENCE").query(&mut w).unwrap()
+    });
+    until_waiting(&mut c, 1);
+    assert_eq!(release(&mut c, "k", "a"), 1);
+    let second = h.join().unwrap();
+    assert!(second > first, "{second} > {first}");
+}
+
+#[test]
+fn grants_to_waiters_reach_replicas_as_effects() {
+    let master = Server::start();
+    let replica = Server::builder().arg("replicaof", &format!("127.0.0.1 {}", master.port())).start();
+    let mut r = replica.conn();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
+        if info.contains("master_link_status:up") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "replica did not sync");
+        thread::sleep(Duration::from_millis(10));
+    }
+    let mut m = master.conn();
+    assert_eq!(acquire(&mut m, "k", "holder"), 1);
+    let (tx, rx) = mpsc::channel();
+    let h = waiter(&master, "k", "w", 5000, tx.clone());
+    until_waiting(&mut m, 1);
+    assert_eq!(release(&mut m, "k", "holder"), 1);
+    rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    h.join().unwrap();
+    // Expiry path: granted from a timer, not a command.
+    let _: () = redis::cmd("PEXPIRE").arg("k").arg(100).query(&mut m).unwrap();
+    let h = waiter(&master, "k", "w2", 5000, tx);
+    rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    h.join().unwrap();
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    let on_master: (Option<String>, i64) = redis::pipe().cmd("GET").arg("k").cmd("PEXPIRETIME").arg("k").query(&mut m).unwrap();
+    let on_replica: (Option<String>, i64) = redis::pipe().cmd("GET").arg("k").cmd("PEXPIRETIME").arg("k").query(&mut r).unwrap();
+    assert_eq!(on_master.0.as_deref(), Some("w2"));
+    assert_eq!(on_master, on_replica);
+}
