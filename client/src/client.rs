@@ -1,17 +1,20 @@
 //! [`LockClient`]: where locks come from. It owns the connections (one sync,
 //! one async, each opened on first use) and runs every [`LockCmd`] on them.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::ConnectionLike as _;
+use redis::{ConnectionLike as _, RedisResult};
 
-use crate::cmd::{random_token, Backend, BackendCell, LockCmd};
+use crate::cmd::{random_token, Backend, BackendCell, Grant, LockCmd};
 use crate::error::{Error, Result};
+use crate::info::{self, LockInfo};
 use crate::lock::Lock;
 use crate::options::{ClientOptions, LockOptions};
+use crate::wait::{self, Waited};
 
 /// A lock client: sync methods and their `_async` twins over one command
 /// builder. Cheap to clone (clones share the connections).
@@ -33,17 +36,21 @@ pub(crate) enum AsyncConn {
 }
 
 pub(crate) struct Inner {
-    client: Option<redis::Client>,
-    opts: ClientOptions,
+    /// `None` when built from a connection: no reconnects, no wait connections.
+    pub(crate) client: Option<redis::Client>,
+    pub(crate) opts: ClientOptions,
     /// `None` until first use, and again after an I/O error: a connection
     /// that timed out may still deliver the late reply, which the next
     /// command would take for its own.
     sync: Mutex<Option<redis::Connection>>,
-    sync_backend: BackendCell,
+    /// Also what the sync wait connections (same URL) are taken to speak.
+    pub(crate) sync_backend: BackendCell,
     /// Set once the sync connection was given by the caller (no reconnect).
     sync_given: bool,
     aio: tokio::sync::OnceCell<AsyncConn>,
-    aio_backend: BackendCell,
+    pub(crate) aio_backend: BackendCell,
+    /// Dedicated connections for blocking waits (see the `wait` module).
+    pub(crate) waits: wait::Pool,
 }
 
 impl std::fmt::Debug for LockClient {
@@ -100,6 +107,7 @@ impl LockClient {
                 sync_given,
                 aio: tokio::sync::OnceCell::new_with(aio),
                 aio_backend: BackendCell::default(),
+                waits: wait::Pool::default(),
             }),
         }
     }
@@ -124,9 +132,17 @@ impl LockClient {
         self.acquire_with(key, ttl, Duration::ZERO, opts)
     }
 
-    /// Takes `key` for `ttl`, retrying with jittered backoff while it is
-    /// held, for up to `wait`; then [`Error::NotAcquired`]. Server and
-    /// connection errors end the wait at once.
+    /// Takes `key` for `ttl`, waiting up to `wait` while it is held; then
+    /// [`Error::NotAcquired`]. Server and connection errors end the wait at
+    /// once.
+    ///
+    /// With the module, the wait happens inside the server
+    /// (`LOCK.ACQUIRE ... WAIT`): one call on a dedicated connection, queued
+    /// FIFO behind earlier waiters, handed the lock the moment it is
+    /// released. Its reply may take the whole wait, which the response
+    /// timeout does not cut short. Without the module, with a module that
+    /// refuses `WAIT`, or on a client built from a single connection, it
+    /// retries with jittered backoff ([`LockOptions::retry_delay`]).
     pub fn acquire(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lock> {
         self.acquire_with(key, ttl, wait, &LockOptions::default())
     }
@@ -137,9 +153,20 @@ impl LockClient {
         let cmd = LockCmd::acquire(key, &token, ttl)?;
         let mut backoff = Backoff::new(opts, wait);
         loop {
+            if let Some(left) = self.inner.may_block(&self.inner.sync_backend, backoff.left()) {
+                match wait::acquire(&self.inner, &cmd, ttl, left)? {
+                    Waited::Granted { fence, sent } => return Ok(Lock::new_sync(self.clone(), key, token, sent, ttl, opts, fence)),
+                    Waited::Refused => return Err(Error::NotAcquired { key: key.into() }),
+                    Waited::Unsupported => {}
+                }
+            }
             let sent = Instant::now();
-            if self.inner.run(&cmd)? {
-                return Ok(Lock::new_sync(self.clone(), key, token, sent, ttl, opts));
+            if let Grant::Granted(fence) = self.inner.run_grant(&cmd)? {
+                return Ok(Lock::new_sync(self.clone(), key, token, sent, ttl, opts, fence));
+            }
+            // This first attempt found the module: wait in its queue from now.
+            if self.inner.may_block(&self.inner.sync_backend, backoff.left()).is_some() {
+                continue;
             }
             match backoff.next() {
                 Some(d) => std::thread::sleep(d),
@@ -162,11 +189,34 @@ impl LockClient {
         let token = token_of(opts);
         let cmd = LockCmd::takeover(key, &token, run_id, ttl)?;
         let sent = Instant::now();
-        if self.inner.run(&cmd)? {
-            Ok(Lock::new_sync(self.clone(), key, token, sent, ttl, opts))
-        } else {
-            Err(Error::NotAcquired { key: key.into() })
+        match self.inner.run_grant(&cmd)? {
+            Grant::Granted(fence) => Ok(Lock::new_sync(self.clone(), key, token, sent, ttl, opts, fence)),
+            Grant::Refused => Err(Error::NotAcquired { key: key.into() }),
         }
+    }
+
+    /// What `key` holds, as the lock commands see it; `None` when it does
+    /// not exist. `LOCK.INFO` with the module; without it, computed from
+    /// `GET` and `PTTL` the way the scripts read values (then `fence` is
+    /// `None` and `waiters` 0). A key of another type is
+    /// [`Error::Redis`] (`WRONGTYPE`).
+    pub fn info(&self, key: &str) -> Result<Option<LockInfo>> {
+        check_key(key)?;
+        self.inner.with_sync(|con, backend| info::query(key, con, backend))
+    }
+
+    /// The async twin of [`LockClient::info`].
+    pub async fn info_async(&self, key: &str) -> Result<Option<LockInfo>> {
+        check_key(key)?;
+        let backend = &self.inner.aio_backend;
+        self.inner
+            .with_async(|mut con| async move {
+                match &mut con {
+                    AsyncConn::Manager(m) => info::query_async(key, m, backend).await,
+                    AsyncConn::Multiplexed(m) => info::query_async(key, m, backend).await,
+                }
+            })
+            .await
     }
 
     /// Releases `key` if `token` owns it, without a [`Lock`] handle (for
@@ -190,7 +240,8 @@ impl LockClient {
         self.acquire_with_async(key, ttl, Duration::ZERO, opts).await
     }
 
-    /// The async twin of [`LockClient::acquire`]; waits without blocking.
+    /// The async twin of [`LockClient::acquire`]; waits without blocking
+    /// the runtime (in the server's queue with the module, as there).
     pub async fn acquire_async(&self, key: &str, ttl: Duration, wait: Duration) -> Result<Lock> {
         self.acquire_with_async(key, ttl, wait, &LockOptions::default()).await
     }
@@ -202,9 +253,19 @@ impl LockClient {
         let cmd = LockCmd::acquire(key, &token, ttl)?;
         let mut backoff = Backoff::new(opts, wait);
         loop {
+            if let Some(left) = self.inner.may_block(&self.inner.aio_backend, backoff.left()) {
+                match wait::acquire_async(self, &cmd, ttl, left).await? {
+                    Waited::Granted { fence, sent } => return Ok(Lock::new_async(self.clone(), key, token, sent, ttl, opts, rt, fence)),
+                    Waited::Refused => return Err(Error::NotAcquired { key: key.into() }),
+                    Waited::Unsupported => {}
+                }
+            }
             let sent = Instant::now();
-            if self.inner.run_async(&cmd).await? {
-                return Ok(Lock::new_async(self.clone(), key, token, sent, ttl, opts, rt));
+            if let Grant::Granted(fence) = self.inner.run_grant_async(&cmd).await? {
+                return Ok(Lock::new_async(self.clone(), key, token, sent, ttl, opts, rt, fence));
+            }
+            if self.inner.may_block(&self.inner.aio_backend, backoff.left()).is_some() {
+                continue;
             }
             match backoff.next() {
                 Some(d) => tokio::time::sleep(d).await,
@@ -224,10 +285,9 @@ impl LockClient {
         let token = token_of(opts);
         let cmd = LockCmd::takeover(key, &token, run_id, ttl)?;
         let sent = Instant::now();
-        if self.inner.run_async(&cmd).await? {
-            Ok(Lock::new_async(self.clone(), key, token, sent, ttl, opts, rt))
-        } else {
-            Err(Error::NotAcquired { key: key.into() })
+        match self.inner.run_grant_async(&cmd).await? {
+            Grant::Granted(fence) => Ok(Lock::new_async(self.clone(), key, token, sent, ttl, opts, rt, fence)),
+            Grant::Refused => Err(Error::NotAcquired { key: key.into() }),
         }
     }
 
@@ -245,6 +305,14 @@ impl LockClient {
 /// Checked up front: tokio's timers would panic outside a runtime.
 fn runtime() -> Result<tokio::runtime::Handle> {
     tokio::runtime::Handle::try_current().map_err(|_| Error::InvalidArgument("the _async methods must run inside a tokio runtime".into()))
+}
+
+/// The module's check (`LOCK.INFO` with an empty key is refused there too).
+fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::InvalidArgument("lock key is required".into()));
+    }
+    Ok(())
 }
 
 fn token_of(opts: &LockOptions) -> String {
@@ -265,6 +333,11 @@ impl Backoff {
         Backoff { deadline, min: opts.retry_min_delay, max: opts.retry_max_delay, cap: opts.retry_min_delay }
     }
 
+    /// What is left of the wait.
+    fn left(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
     /// The pause before the next attempt, or `None` when the wait is over.
     /// The last pause is cut to end at the deadline, so one attempt is made there.
     fn next(&mut self) -> Option<Duration> {
@@ -279,8 +352,24 @@ impl Backoff {
 }
 
 impl Inner {
-    /// Runs `cmd` on the sync connection, (re)connecting first if needed.
+    /// `Some(left)` when the rest of a wait can be spent blocked in the
+    /// server: the module has (or may have) WAIT, a dedicated connection can
+    /// be opened, and at least a millisecond is left.
+    pub(crate) fn may_block(&self, backend: &BackendCell, left: Duration) -> Option<Duration> {
+        (self.client.is_some() && backend.may_wait() && left >= Duration::from_millis(1)).then_some(left)
+    }
+
+    /// Runs `cmd` on the sync connection: true when it took effect.
     pub(crate) fn run(&self, cmd: &LockCmd) -> Result<bool> {
+        self.run_grant(cmd).map(Grant::took_effect)
+    }
+
+    pub(crate) fn run_grant(&self, cmd: &LockCmd) -> Result<Grant> {
+        self.with_sync(|con, backend| cmd.query(con, backend))
+    }
+
+    /// Runs `f` on the sync connection, (re)connecting first if needed.
+    pub(crate) fn with_sync<T>(&self, f: impl FnOnce(&mut redis::Connection, &BackendCell) -> RedisResult<T>) -> Result<T> {
         // Poisoning only means another thread panicked mid-command; the
         // connection is dropped below on any doubt, so carry on.
         let mut slot = self.sync.lock().unwrap_or_else(|p| p.into_inner());
@@ -301,7 +390,7 @@ impl Inner {
                 slot.insert(con)
             }
         };
-        let r = cmd.query(con, &self.sync_backend);
+        let r = f(con, &self.sync_backend);
         if let Err(e) = &r {
             if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || !con.is_open() {
                 *slot = None;
@@ -328,16 +417,32 @@ impl Inner {
         Ok(con.clone())
     }
 
-    /// The async twin of [`Inner::run`]. The response timeout is enforced
-    /// here too, since a connection given by the caller may have none.
+    /// The async twin of [`Inner::run`].
     pub(crate) async fn run_async(&self, cmd: &LockCmd) -> Result<bool> {
+        self.run_grant_async(cmd).await.map(Grant::took_effect)
+    }
+
+    pub(crate) async fn run_grant_async(&self, cmd: &LockCmd) -> Result<Grant> {
+        let backend = &self.aio_backend;
+        self.with_async(|mut con| async move {
+            match &mut con {
+                AsyncConn::Manager(m) => cmd.query_async(m, backend).await,
+                AsyncConn::Multiplexed(m) => cmd.query_async(m, backend).await,
+            }
+        })
+        .await
+    }
+
+    /// The async twin of [`Inner::with_sync`]. The response timeout is
+    /// enforced here too, since a connection given by the caller may have none.
+    async fn with_async<T, F, Fut>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(AsyncConn) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
         let fut = async {
-            let mut con = self.conn_async().await?;
-            let r = match &mut con {
-                AsyncConn::Manager(m) => cmd.query_async(m, &self.aio_backend).await,
-                AsyncConn::Multiplexed(m) => cmd.query_async(m, &self.aio_backend).await,
-            };
-            Ok::<bool, Error>(r?)
+            let con = self.conn_async().await?;
+            Ok::<T, Error>(f(con).await?)
         };
         match tokio::time::timeout(self.opts.response_timeout + self.opts.connect_timeout, fut).await {
             Ok(r) => r,

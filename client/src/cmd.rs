@@ -30,40 +30,76 @@ pub enum Backend {
     Scripts,
 }
 
-/// The detected backend of one connection. Detection costs nothing extra:
-/// the first `LOCK.*` command either works or fails with "unknown command",
-/// and then the same operation is replayed as a script.
+/// What was found out about one connection's server: its backend and
+/// whether its module can block (`LOCK.ACQUIRE ... WAIT`). Detection costs
+/// nothing extra: the first `LOCK.*` command either works or fails with
+/// "unknown command", and then the same operation is replayed as a script;
+/// the first `WAIT` either works or fails with "WAIT is not supported", and
+/// then the caller polls.
 #[derive(Debug, Default)]
-pub(crate) struct BackendCell(AtomicU8);
+pub(crate) struct BackendCell {
+    backend: AtomicU8,
+    /// 0 not asked yet, 1 works, 2 refused by the module.
+    wait: AtomicU8,
+}
 
 impl BackendCell {
     pub(crate) fn get(&self) -> Backend {
-        match self.0.load(Ordering::Relaxed) {
+        match self.backend.load(Ordering::Relaxed) {
             1 => Backend::Module,
             2 => Backend::Scripts,
             _ => Backend::Unknown,
         }
     }
 
-    fn set(&self, b: Backend) {
+    pub(crate) fn set(&self, b: Backend) {
         let v = match b {
             Backend::Unknown => 0,
             Backend::Module => 1,
             Backend::Scripts => 2,
         };
-        self.0.store(v, Ordering::Relaxed);
+        self.backend.store(v, Ordering::Relaxed);
     }
 
-    /// A new connection may reach another server.
+    /// Whether a blocking `WAIT` may be tried: the module is there and has
+    /// not refused `WAIT` yet.
+    pub(crate) fn may_wait(&self) -> bool {
+        self.get() == Backend::Module && self.wait.load(Ordering::Relaxed) != 2
+    }
+
+    pub(crate) fn set_wait(&self, supported: bool) {
+        self.wait.store(if supported { 1 } else { 2 }, Ordering::Relaxed);
+    }
+
+    /// A new connection may reach another server (or a newer module).
     pub(crate) fn reset(&self) {
         self.set(Backend::Unknown);
+        self.wait.store(0, Ordering::Relaxed);
+    }
+}
+
+/// What a lock command did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Grant {
+    /// Refused: the key is held by another token, or not ours to renew/release.
+    Refused,
+    /// Took effect; for acquire and takeover on the module, with the grant's
+    /// fencing token.
+    Granted(Option<u64>),
+}
+
+impl Grant {
+    pub(crate) fn took_effect(self) -> bool {
+        matches!(self, Grant::Granted(_))
     }
 }
 
 /// One lock operation with validated arguments.
 #[derive(Clone, Debug)]
 pub(crate) enum LockCmd {
-    Acquire { key: String, token: String, ttl_ms: u64 },
+    /// `wait_ms`: block in the server for up to this long (module only,
+    /// never 0, which would mean forever).
+    Acquire { key: String, token: String, ttl_ms: u64, wait_ms: Option<u64> },
     Renew { key: String, token: String, ttl_ms: u64 },
     Release { key: String, token: String },
     /// A non-empty run-id (an empty one is built as `Acquire`).
@@ -78,7 +114,29 @@ enum Fallback {
 impl LockCmd {
     pub(crate) fn acquire(key: &str, token: &str, ttl: Duration) -> Result<Self> {
         let ttl_ms = check(key, token, ttl)?;
-        Ok(LockCmd::Acquire { key: key.into(), token: token.into(), ttl_ms })
+        Ok(LockCmd::Acquire { key: key.into(), token: token.into(), ttl_ms, wait_ms: None })
+    }
+
+    /// The same acquire, blocking in the server for up to `wait_ms` (≥ 1).
+    pub(crate) fn with_wait(&self, wait_ms: u64) -> Self {
+        match self {
+            LockCmd::Acquire { key, token, ttl_ms, .. } => {
+                LockCmd::Acquire { key: key.clone(), token: token.clone(), ttl_ms: *ttl_ms, wait_ms: Some(wait_ms.max(1)) }
+            }
+            other => other.clone(),
+        }
+    }
+
+    pub(crate) fn key(&self) -> &str {
+        match self {
+            LockCmd::Acquire { key, .. } | LockCmd::Renew { key, .. } | LockCmd::Release { key, .. } | LockCmd::Takeover { key, .. } => key,
+        }
+    }
+
+    pub(crate) fn token(&self) -> &str {
+        match self {
+            LockCmd::Acquire { token, .. } | LockCmd::Renew { token, .. } | LockCmd::Release { token, .. } | LockCmd::Takeover { token, .. } => token,
+        }
     }
 
     pub(crate) fn renew(key: &str, token: &str, ttl: Duration) -> Result<Self> {
@@ -95,17 +153,22 @@ impl LockCmd {
         let ttl_ms = check(key, token, ttl)?;
         if run_id.is_empty() {
             // As in the Go wrapper and LOCK.TAKEOVER: no run-id, plain acquire.
-            return Ok(LockCmd::Acquire { key: key.into(), token: token.into(), ttl_ms });
+            return Ok(LockCmd::Acquire { key: key.into(), token: token.into(), ttl_ms, wait_ms: None });
         }
         Ok(LockCmd::Takeover { key: key.into(), token: token.into(), run_id: run_id.into(), ttl_ms })
     }
 
+    /// The module command. Acquire and takeover always ask for a fence: the
+    /// reply is then the fence or nil, never an ambiguous 1 (a valid fence).
     fn module_cmd(&self) -> Cmd {
         let mut c;
         match self {
-            LockCmd::Acquire { key, token, ttl_ms } => {
+            LockCmd::Acquire { key, token, ttl_ms, wait_ms } => {
                 c = redis::cmd("LOCK.ACQUIRE");
-                c.arg(key).arg(token).arg(ttl_ms);
+                c.arg(key).arg(token).arg(ttl_ms).arg("FENCE");
+                if let Some(ms) = wait_ms {
+                    c.arg("WAIT").arg(ms);
+                }
             }
             LockCmd::Renew { key, token, ttl_ms } => {
                 c = redis::cmd("LOCK.RENEW");
@@ -117,7 +180,7 @@ impl LockCmd {
             }
             LockCmd::Takeover { key, token, run_id, ttl_ms } => {
                 c = redis::cmd("LOCK.TAKEOVER");
-                c.arg(key).arg(token).arg(run_id).arg(ttl_ms);
+                c.arg(key).arg(token).arg(run_id).arg(ttl_ms).arg("FENCE");
             }
         }
         c
@@ -125,7 +188,9 @@ impl LockCmd {
 
     fn fallback(&self) -> Fallback {
         match self {
-            LockCmd::Acquire { key, token, ttl_ms } => {
+            // Without the module there is no server-side queue: a waiting
+            // acquire polls (the caller's backoff), so `wait_ms` is unused.
+            LockCmd::Acquire { key, token, ttl_ms, .. } => {
                 let mut c = redis::cmd("SET");
                 c.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
                 Fallback::Cmd(c)
@@ -148,27 +213,33 @@ impl LockCmd {
         }
     }
 
-    /// Runs the operation on a sync connection: true when it took effect.
-    pub(crate) fn query(&self, con: &mut dyn redis::ConnectionLike, backend: &BackendCell) -> RedisResult<bool> {
+    /// Whether the module's reply is a fence (or nil) rather than 1/0.
+    fn fenced(&self) -> bool {
+        matches!(self, LockCmd::Acquire { .. } | LockCmd::Takeover { .. })
+    }
+
+    /// Runs the operation on a sync connection. A module that refuses `WAIT`
+    /// answers an error the caller recognises with [`is_wait_unsupported`].
+    pub(crate) fn query(&self, con: &mut dyn redis::ConnectionLike, backend: &BackendCell) -> RedisResult<Grant> {
         if backend.get() != Backend::Scripts {
             match self.module_cmd().query::<Value>(con) {
                 Ok(v) => {
                     backend.set(Backend::Module);
-                    return reply_to_bool(v);
+                    return module_reply(v, self.fenced());
                 }
                 Err(e) if is_unknown_command(&e) => backend.set(Backend::Scripts),
                 Err(e) => return Err(e),
             }
         }
         match self.fallback() {
-            Fallback::Cmd(c) => reply_to_bool(c.query::<Value>(con)?),
+            Fallback::Cmd(c) => fallback_reply(c.query::<Value>(con)?),
             // invoke = EVALSHA, then SCRIPT LOAD and EVALSHA again on NOSCRIPT.
-            Fallback::Script(inv) => reply_to_bool(inv.invoke::<Value>(con)?),
+            Fallback::Script(inv) => fallback_reply(inv.invoke::<Value>(con)?),
         }
     }
 
     /// The `_async` twin of [`LockCmd::query`].
-    pub(crate) async fn query_async<C>(&self, con: &mut C, backend: &BackendCell) -> RedisResult<bool>
+    pub(crate) async fn query_async<C>(&self, con: &mut C, backend: &BackendCell) -> RedisResult<Grant>
     where
         C: redis::aio::ConnectionLike + Send,
     {
@@ -176,38 +247,56 @@ impl LockCmd {
             match self.module_cmd().query_async::<Value>(con).await {
                 Ok(v) => {
                     backend.set(Backend::Module);
-                    return reply_to_bool(v);
+                    return module_reply(v, self.fenced());
                 }
                 Err(e) if is_unknown_command(&e) => backend.set(Backend::Scripts),
                 Err(e) => return Err(e),
             }
         }
         match self.fallback() {
-            Fallback::Cmd(c) => reply_to_bool(c.query_async::<Value>(con).await?),
-            Fallback::Script(inv) => reply_to_bool(inv.invoke_async::<Value>(con).await?),
+            Fallback::Cmd(c) => fallback_reply(c.query_async::<Value>(con).await?),
+            Fallback::Script(inv) => fallback_reply(inv.invoke_async::<Value>(con).await?),
         }
     }
 }
 
+/// `ERR WAIT is not supported by this version of the lock module`: a module
+/// that has `FENCE` but not yet the blocking wait.
+pub(crate) fn is_wait_unsupported(e: &redis::RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::ResponseError)
+        && e.detail().is_some_and(|d| d.to_ascii_lowercase().contains("wait is not supported"))
+}
+
 /// `ERR unknown command 'LOCK.ACQUIRE', with args beginning with: ...`
 /// (Redis 6 quotes with backticks; both start the same).
-fn is_unknown_command(e: &redis::RedisError) -> bool {
+pub(crate) fn is_unknown_command(e: &redis::RedisError) -> bool {
     e.kind() == ErrorKind::Server(ServerErrorKind::ResponseError)
         && e.detail().is_some_and(|d| d.trim_start().to_ascii_lowercase().starts_with("unknown command"))
 }
 
-/// Module commands and scripts answer 1/0; `SET NX` answers OK/nil.
-fn reply_to_bool(v: Value) -> RedisResult<bool> {
-    match v {
-        Value::Int(1) | Value::Okay => Ok(true),
-        Value::Int(0) | Value::Nil => Ok(false),
-        Value::SimpleString(s) if s == "OK" => Ok(true),
-        other => Err(redis::RedisError::from((
-            ErrorKind::UnexpectedReturnType,
-            "unexpected reply to a lock command",
-            format!("{other:?}"),
-        ))),
+/// A module reply: with `FENCE` (acquire, takeover) a positive fence or
+/// nil; otherwise (renew, release) 1/0.
+fn module_reply(v: Value, fenced: bool) -> RedisResult<Grant> {
+    match (fenced, v) {
+        (true, Value::Int(n)) if n > 0 => Ok(Grant::Granted(Some(n.unsigned_abs()))),
+        (true, Value::Nil) => Ok(Grant::Refused),
+        (false, v) => fallback_reply(v),
+        (true, other) => Err(unexpected(other)),
     }
+}
+
+/// Scripts answer 1/0; `SET NX` answers OK/nil. No fence without the module.
+fn fallback_reply(v: Value) -> RedisResult<Grant> {
+    match v {
+        Value::Int(1) | Value::Okay => Ok(Grant::Granted(None)),
+        Value::Int(0) | Value::Nil => Ok(Grant::Refused),
+        Value::SimpleString(s) if s == "OK" => Ok(Grant::Granted(None)),
+        other => Err(unexpected(other)),
+    }
+}
+
+pub(crate) fn unexpected(v: Value) -> redis::RedisError {
+    redis::RedisError::from((ErrorKind::UnexpectedReturnType, "unexpected reply to a lock command", format!("{v:?}")))
 }
 
 /// The checks of `redis_lock_rules::args`, made before anything is sent so
@@ -257,10 +346,40 @@ mod tests {
 
     #[test]
     fn replies_map_to_effect() {
-        assert!(reply_to_bool(Value::Int(1)).unwrap());
-        assert!(!reply_to_bool(Value::Int(0)).unwrap());
-        assert!(reply_to_bool(Value::Okay).unwrap());
-        assert!(!reply_to_bool(Value::Nil).unwrap());
-        assert!(reply_to_bool(Value::Int(2)).is_err());
+        assert_eq!(fallback_reply(Value::Int(1)).unwrap(), Grant::Granted(None));
+        assert_eq!(fallback_reply(Value::Int(0)).unwrap(), Grant::Refused);
+        assert_eq!(fallback_reply(Value::Okay).unwrap(), Grant::Granted(None));
+        assert_eq!(fallback_reply(Value::Nil).unwrap(), Grant::Refused);
+        assert!(fallback_reply(Value::Int(2)).is_err());
+        // With FENCE, 1 is a fence like any other, and refusal is nil.
+        assert_eq!(module_reply(Value::Int(1), true).unwrap(), Grant::Granted(Some(1)));
+        assert_eq!(module_reply(Value::Int(i64::MAX), true).unwrap(), Grant::Granted(Some(i64::MAX as u64)));
+        assert_eq!(module_reply(Value::Nil, true).unwrap(), Grant::Refused);
+        assert!(module_reply(Value::Int(0), true).is_err());
+        assert!(module_reply(Value::Int(-3), true).is_err());
+        assert_eq!(module_reply(Value::Int(1), false).unwrap(), Grant::Granted(None));
+        assert_eq!(module_reply(Value::Int(0), false).unwrap(), Grant::Refused);
+    }
+
+    #[test]
+    fn module_commands_ask_for_fences_and_waits() {
+        let ttl = Duration::from_millis(100);
+        let packed = |c: &LockCmd| String::from_utf8_lossy(&c.module_cmd().get_packed_command()).replace("\r\n", " ");
+        let a = LockCmd::acquire("k", "t", ttl).unwrap();
+        assert!(packed(&a).ends_with("$5 FENCE "), "{}", packed(&a));
+        assert!(packed(&a.with_wait(250)).ends_with("$5 FENCE $4 WAIT $3 250 "), "{}", packed(&a.with_wait(250)));
+        assert!(packed(&a.with_wait(0)).ends_with("$4 WAIT $1 1 "), "0 would mean forever");
+        assert!(packed(&LockCmd::takeover("k", "t", "r", ttl).unwrap()).ends_with("$5 FENCE "));
+        assert!(!packed(&LockCmd::renew("k", "t", ttl).unwrap()).contains("FENCE"));
+    }
+
+    #[test]
+    fn wait_refusal_is_recognised() {
+        // Errors as the connection parses them off the wire.
+        let server = |line: &str| redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).and_then(Value::extract_error).unwrap_err();
+        assert!(is_wait_unsupported(&server("ERR WAIT is not supported by this version of the lock module")));
+        assert!(!is_wait_unsupported(&server("ERR unknown command 'LOCK.ACQUIRE', with args beginning with: ")));
+        assert!(is_unknown_command(&server("ERR unknown command 'LOCK.ACQUIRE', with args beginning with: ")));
+        assert!(!is_wait_unsupported(&server("ERR syntax error")));
     }
 }

@@ -3,9 +3,13 @@
 //! back to the reference Lua scripts on servers without the module.
 //!
 //! - [`LockClient`] hands out locks: [`try_acquire`](LockClient::try_acquire),
-//!   [`acquire`](LockClient::acquire) (waits with jittered backoff) and
+//!   [`acquire`](LockClient::acquire) (waits in the server's FIFO queue with
+//!   the module's `WAIT`, else with jittered backoff) and
 //!   [`takeover`](LockClient::takeover), each with an `_async` twin (tokio)
 //!   and a `_with` variant taking [`LockOptions`].
+//!   [`info`](LockClient::info) tells who holds a key ([`LockInfo`]).
+//! - With the module every grant carries a fencing token,
+//!   [`Lock::fence`], strictly increasing per key (`None` without it).
 //! - A [`Lock`] renews, releases (idempotent), is released on drop, and can
 //!   be kept alive by a watchdog ([`WatchdogOptions`]) that renews every TTL/3.
 //! - A lost lock is never silent: [`Lock::is_held`], [`Lock::lost`] (a
@@ -18,7 +22,9 @@
 //! either works or fails with "unknown command", after which that connection
 //! uses `SET key token NX PX ttl` for acquire and the reference scripts (by
 //! `EVALSHA`, loaded on `NOSCRIPT`) for renew, release and takeover. Both
-//! behave the same; [`LockClient::backend`] tells which one is in use.
+//! behave the same, except that only the module issues fences and queues
+//! waiters; [`LockClient::backend`] tells which one is in use. Whether the
+//! module supports `WAIT` is detected the same way, from its first refusal.
 //!
 //! # Sync
 //!
@@ -31,6 +37,8 @@
 //!
 //!     // Fails at once with Error::NotAcquired if someone else holds it.
 //!     let lock = client.try_acquire("jobs:nightly", Duration::from_secs(30))?;
+//!     // With the module: pass it along with each write the lock guards.
+//!     let _fence: Option<u64> = lock.fence();
 //!     lock.renew(Duration::from_secs(30))?;
 //!     lock.release()?;
 //!
@@ -80,19 +88,25 @@
 //! was *sent* (the earliest the server could have started the TTL). A
 //! renewal that answers 0 ends it at once. Commands fail after the response
 //! timeout ([`ClientOptions::response_timeout`]), so a dead server surfaces
-//! as [`Error::Redis`], never as a hang.
+//! as [`Error::Redis`], never as a hang; a blocking `acquire` allows its
+//! wait plus that timeout. A grant that came after a long wait in the
+//! server's queue is confirmed by a renewal, so its validity is not counted
+//! from the start of the wait.
 
 mod client;
 mod cmd;
 mod error;
+mod info;
 mod lock;
 mod options;
 mod state;
+mod wait;
 mod watchdog;
 
 pub use client::LockClient;
 pub use cmd::Backend;
 pub use error::{Error, Result};
+pub use info::{LockFormat, LockInfo};
 pub use lock::Lock;
 pub use options::{ClientOptions, LockOptions, WatchdogOptions};
 pub use state::{LossReason, LostSignal};

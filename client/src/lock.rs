@@ -35,21 +35,32 @@ pub struct Lock {
     client: LockClient,
     flavor: Flavor,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    fence: Option<u64>,
 }
 
 impl Lock {
-    pub(crate) fn new_sync(client: LockClient, key: &str, token: String, sent: Instant, ttl: Duration, opts: &LockOptions) -> Lock {
+    pub(crate) fn new_sync(client: LockClient, key: &str, token: String, sent: Instant, ttl: Duration, opts: &LockOptions, fence: Option<u64>) -> Lock {
         let shared = Arc::new(Shared::new(key.into(), token, sent, ttl));
         if let Some(w) = &opts.watchdog {
             watchdog::spawn_sync(shared.clone(), client.clone(), w);
         }
-        Lock { shared, client, flavor: Flavor::Sync, task: Mutex::new(None) }
+        Lock { shared, client, flavor: Flavor::Sync, task: Mutex::new(None), fence }
     }
 
-    pub(crate) fn new_async(client: LockClient, key: &str, token: String, sent: Instant, ttl: Duration, opts: &LockOptions, rt: tokio::runtime::Handle) -> Lock {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new_async(
+        client: LockClient,
+        key: &str,
+        token: String,
+        sent: Instant,
+        ttl: Duration,
+        opts: &LockOptions,
+        rt: tokio::runtime::Handle,
+        fence: Option<u64>,
+    ) -> Lock {
         let shared = Arc::new(Shared::new(key.into(), token, sent, ttl));
         let task = opts.watchdog.as_ref().map(|w| watchdog::spawn_async(shared.clone(), client.clone(), w, &rt));
-        Lock { shared, client, flavor: Flavor::Async(rt), task: Mutex::new(task) }
+        Lock { shared, client, flavor: Flavor::Async(rt), task: Mutex::new(task), fence }
     }
 
     /// The locked key.
@@ -60,6 +71,19 @@ impl Lock {
     /// The token that owns the key (the random one, or the caller's).
     pub fn token(&self) -> &str {
         &self.shared.token
+    }
+
+    /// The fencing token of this grant: a positive number, strictly larger
+    /// than that of every earlier grant of the key, also across releases and
+    /// takeovers. Pass it with each write to the guarded resource and have
+    /// the resource refuse writes carrying a smaller fence than it has seen,
+    /// so a holder that lost the lock without noticing (a long pause, an
+    /// expired TTL) cannot overwrite its successor's work.
+    ///
+    /// `None` on servers without the module: the Lua fallback issues no
+    /// fences. Renewals keep the fence; a takeover gets a new one.
+    pub fn fence(&self) -> Option<u64> {
+        self.fence
     }
 
     /// True while the lock is held as far as this process can tell: not

@@ -101,15 +101,58 @@ fn info_and_release() {
     let o = cli(&s, &["info", "job"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains("owner: tok") && out.contains("runId: r1"), "{out}");
-    let pttl: i64 = out.lines().find_map(|l| l.strip_prefix("pttl: ")?.strip_suffix(" ms")?.parse().ok()).expect("pttl line");
-    assert!(pttl > 9000 && pttl <= 10_000, "{out}");
+    for line in ["owner: tok", "run-id: r1", "format: structured", "fence: (unknown)", "waiters: 0"] {
+        assert!(out.lines().any(|l| l == line), "no {line:?} in {out}");
+    }
+    let ttl: i64 = out.lines().find_map(|l| l.strip_prefix("ttl-ms: ")?.parse().ok()).expect("ttl-ms line");
+    assert!(ttl > 9000 && ttl <= 10_000, "{out}");
     let o = cli(&s, &["release", "job", "wrong"]);
     assert_eq!(o.status.code(), Some(1));
     let o = cli(&s, &["release", "job", "tok"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let v: Option<String> = s.conn().get("job").expect("GET");
     assert_eq!(v, None);
+}
+
+#[test]
+fn info_shows_waiters_and_works_without_module() {
+    let s = Server::start();
+    let _: () = s.conn().set("job", "legacy-token").expect("SET");
+    // A blocked waiter, as `redis-lock run --wait` would be.
+    let url = s.url();
+    let waiter = std::thread::spawn(move || {
+        let mut con = redis::Client::open(url).expect("client").get_connection().expect("conn");
+        redis::cmd("LOCK.ACQUIRE").arg("job").arg("w").arg(1000).arg("WAIT").arg(1500).query::<redis::Value>(&mut con)
+    });
+    let end = Instant::now() + Duration::from_secs(2);
+    let out = loop {
+        let out = stdout(&cli(&s, &["info", "job"]));
+        if out.contains("waiters: 1") || Instant::now() > end {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let probe = waiter.join().expect("waiter");
+    if matches!(&probe, Err(e) if e.to_string().contains("WAIT is not supported")) {
+        eprintln!("SKIPPED info waiters check: the lock module says WAIT is not supported");
+    } else {
+        assert!(out.contains("waiters: 1"), "{out}");
+    }
+    assert!(out.lines().any(|l| l == "owner: legacy-token") && out.contains("format: legacy") && out.contains("ttl-ms: -1"), "{out}");
+    let _: () = s.conn().lpush("list", "x").expect("LPUSH");
+    let o = cli(&s, &["info", "list"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("another type"));
+
+    let plain = Server::builder().without_module().start();
+    let _: () = plain.conn().pset_ex("job", r#"{"owner":"tok","runId":"r1"}"#, 10_000).expect("SET");
+    let o = cli(&plain, &["info", "job"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    for line in ["owner: tok", "run-id: r1", "format: structured", "fence: (unknown)", "waiters: 0"] {
+        assert!(out.lines().any(|l| l == line), "no {line:?} in {out}");
+    }
+    assert!(out.contains("backend: scripts"), "{out}");
 }
 
 #[test]

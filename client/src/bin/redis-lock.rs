@@ -13,8 +13,7 @@
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use redis_lock_client::{ClientOptions, Error, LockClient, LockOptions, LossReason, WatchdogOptions};
-use redis_lock_rules::cjson::{self, Decoded, Field};
+use redis_lock_client::{Backend, ClientOptions, Error, LockClient, LockOptions, LossReason, WatchdogOptions};
 
 const USAGE: &str = "\
 usage:
@@ -23,7 +22,8 @@ usage:
       when CMD exits, and exit with CMD's status. If the lock is lost, CMD
       gets SIGTERM, then SIGKILL after the grace period.
   redis-lock info [--url URL] KEY
-      Show the value, owner and runId (structured locks) and PTTL of KEY.
+      Show what KEY holds as LOCK.INFO reports it: owner, run-id, format
+      (legacy or structured), ttl-ms, fence and waiters.
   redis-lock release [--url URL] KEY TOKEN
       Release KEY if TOKEN owns it.
 
@@ -40,7 +40,7 @@ exit status:
   run:      CMD's status (128+N if CMD died of signal N); 75 if the lock is
             held by someone else; 79 if the lock was lost while CMD ran;
             69 on a redis error; 126/127 if CMD cannot be run; 2 on usage errors
-  info:     0 if KEY exists, 1 if not, 69 on a redis error
+  info:     0 if KEY exists (even as another type), 1 if not, 69 on a redis error
   release:  0 if released, 1 if TOKEN does not own KEY, 69 on a redis error";
 
 const EXIT_USAGE: u8 = 2;
@@ -260,44 +260,39 @@ fn cmd_info(o: Opts) -> Result<ExitCode, Fail> {
     let [key] = o.positional.as_slice() else {
         return Err(usage("info takes exactly one KEY"));
     };
-    let client = redis::Client::open(url(&o)).map_err(redis_fail)?;
-    let mut con = client.get_connection_with_timeout(Duration::from_secs(2)).map_err(redis_fail)?;
-    let kind: String = redis::cmd("TYPE").arg(key).query(&mut con).map_err(redis_fail)?;
-    if kind == "none" {
-        println!("key: {key}\nstate: absent (not locked)");
-        return Ok(ExitCode::from(1));
-    }
-    let pttl: i64 = redis::cmd("PTTL").arg(key).query(&mut con).map_err(redis_fail)?;
-    println!("key: {key}");
-    if kind != "string" {
-        println!("type: {kind} (not a lock value)");
-    } else {
-        let value: Vec<u8> = redis::cmd("GET").arg(key).query(&mut con).map_err(redis_fail)?;
-        println!("value: {}", String::from_utf8_lossy(&value));
-        // Decode as the scripts do, so "owner" means what renew/release compare.
-        match cjson::decode(&value) {
-            Decoded::Table { owner, run_id } => {
-                println!("owner: {}", field(owner));
-                println!("runId: {}", field(run_id));
-            }
-            Decoded::NotTable => println!("owner: {} (bare token)", String::from_utf8_lossy(&value)),
+    let client = LockClient::open(&url(&o)).map_err(redis_fail)?;
+    let info = match client.info(key) {
+        Ok(Some(info)) => info,
+        Ok(None) => {
+            println!("key: {key}\nstate: absent (not locked)");
+            return Ok(ExitCode::from(1));
         }
+        // The key exists, so acquire is refused, but it is no lock value.
+        Err(Error::Redis(e)) if e.code() == Some("WRONGTYPE") => {
+            println!("key: {key}\nstate: holds another type (not a lock value)");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e @ Error::InvalidArgument(_)) => return Err(usage(e.to_string())),
+        Err(e) => return Err(redis_fail(e)),
+    };
+    // LOCK.INFO's field names, one per line.
+    println!("key: {key}");
+    println!("owner: {}", info.owner.as_deref().unwrap_or("(none: no token can own this value)"));
+    println!("run-id: {}", info.run_id.as_deref().unwrap_or("(none)"));
+    println!("format: {}", info.format.as_str());
+    match info.ttl {
+        Some(ttl) => println!("ttl-ms: {}", ttl.as_millis()),
+        None => println!("ttl-ms: -1 (no expiry)"),
     }
-    match pttl {
-        -1 => println!("pttl: none (no expiry)"),
-        ms if ms >= 0 => println!("pttl: {ms} ms"),
-        _ => println!("pttl: expired"),
+    match info.fence {
+        Some(f) => println!("fence: {f}"),
+        None => println!("fence: (unknown)"),
+    }
+    println!("waiters: {}", info.waiters);
+    if client.backend() == Backend::Scripts {
+        println!("backend: scripts (no lock module: no fences, no server-side waiters)");
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn field(f: Field<'_>) -> String {
-    match f {
-        Field::Str(s) => String::from_utf8_lossy(&s.to_vec()).into_owned(),
-        Field::Absent => "(absent)".into(),
-        Field::False => "(false)".into(),
-        Field::Other => "(not a string)".into(),
-    }
 }
 
 fn cmd_release(o: Opts) -> Result<ExitCode, Fail> {

@@ -1,0 +1,251 @@
+//! [`LockInfo`]: what a key holds, as the lock commands see it. `LOCK.INFO`
+//! with the module; without it, the same computed from `GET` and `PTTL` (in
+//! one script, so both describe the same moment) by the rules crate's
+//! `describe`, which is what the module itself uses.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{RedisResult, Script, Value};
+use redis_lock_rules::lock::describe;
+
+use crate::cmd::{is_unknown_command, unexpected, Backend, BackendCell};
+
+/// How the lock value is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockFormat {
+    /// A bare token (`acquire`, or any string that is not a JSON table).
+    Legacy,
+    /// A JSON table such as `{"owner":token,"runId":run_id}` (`takeover`).
+    Structured,
+}
+
+impl LockFormat {
+    /// `legacy` or `structured`, as `LOCK.INFO` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockFormat::Legacy => "legacy",
+            LockFormat::Structured => "structured",
+        }
+    }
+}
+
+/// A lock key's state, from [`LockClient::info`](crate::LockClient::info).
+///
+/// Byte strings that are not UTF-8 are shown with U+FFFD replacement
+/// characters; tokens and run ids written by this client are always UTF-8.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The token that owns the key, as renew and release compare it: the
+    /// bare value, or a structured value's `owner`. `None` when no token can
+    /// own it (a structured `owner` that is not a string, e.g. a number).
+    pub owner: Option<String>,
+    /// A structured value's `runId`, when it is a string.
+    pub run_id: Option<String>,
+    /// Bare token or JSON table.
+    pub format: LockFormat,
+    /// Time left; `None` when the key has no expiry.
+    pub ttl: Option<Duration>,
+    /// The fencing token of the current grant, when the server knows it.
+    /// Currently always `None`: the module keeps no per-key fence (the
+    /// holder has it from [`Lock::fence`](crate::Lock::fence)).
+    pub fence: Option<u64>,
+    /// Clients blocked in the server waiting for this key (`acquire` with
+    /// the module's `WAIT`). Always 0 without the module, where waiters poll.
+    pub waiters: u64,
+}
+
+/// `LOCK.INFO key`, falling back on servers without the module.
+pub(crate) fn query(key: &str, con: &mut dyn redis::ConnectionLike, backend: &BackendCell) -> RedisResult<Option<LockInfo>> {
+    if backend.get() != Backend::Scripts {
+        match redis::cmd("LOCK.INFO").arg(key).query::<Value>(con) {
+            Ok(v) => {
+                backend.set(Backend::Module);
+                return parse(v);
+            }
+            Err(e) if is_unknown_command(&e) => forget_module(backend),
+            Err(e) => return Err(e),
+        }
+    }
+    let (value, pttl) = GET_PTTL.key(key).invoke::<(Option<Vec<u8>>, i64)>(con)?;
+    computed(value, pttl)
+}
+
+/// The async twin of [`query`].
+pub(crate) async fn query_async<C>(key: &str, con: &mut C, backend: &BackendCell) -> RedisResult<Option<LockInfo>>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    if backend.get() != Backend::Scripts {
+        match redis::cmd("LOCK.INFO").arg(key).query_async::<Value>(con).await {
+            Ok(v) => {
+                backend.set(Backend::Module);
+                return parse(v);
+            }
+            Err(e) if is_unknown_command(&e) => forget_module(backend),
+            Err(e) => return Err(e),
+        }
+    }
+    let (value, pttl) = GET_PTTL.key(key).invoke_async::<(Option<Vec<u8>>, i64)>(con).await?;
+    computed(value, pttl)
+}
+
+/// No `LOCK.INFO`: on an undetected connection that means no module. A
+/// module already seen answering `LOCK.*` but lacking `LOCK.INFO` is an
+/// older one; it keeps serving the lock commands (and their fences).
+fn forget_module(backend: &BackendCell) {
+    if backend.get() == Backend::Unknown {
+        backend.set(Backend::Scripts);
+    }
+}
+
+/// Both reads at one moment. `GET` fails with `WRONGTYPE` on other types,
+/// as `LOCK.INFO` does, and a script passes that code on (a `MULTI` would
+/// wrap it in a pipeline error). A missing key reads as `false`, which
+/// keeps the table's length and arrives as nil.
+static GET_PTTL: LazyLock<Script> = LazyLock::new(|| Script::new("return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}"));
+
+fn computed(value: Option<Vec<u8>>, pttl: i64) -> RedisResult<Option<LockInfo>> {
+    let Some(value) = value else { return Ok(None) };
+    let d = describe(&value);
+    Ok(Some(LockInfo {
+        owner: d.owner.map(lossy),
+        run_id: d.run_id.map(lossy),
+        format: if d.structured { LockFormat::Structured } else { LockFormat::Legacy },
+        ttl: ttl(pttl).ok_or_else(|| unexpected(Value::Int(pttl)))?,
+        fence: None,
+        waiters: 0,
+    }))
+}
+
+/// -1 → no expiry; a negative otherwise cannot describe an existing key.
+fn ttl(ms: i64) -> Option<Option<Duration>> {
+    match ms {
+        -1 => Some(None),
+        ms if ms >= 0 => Some(Some(Duration::from_millis(ms.unsigned_abs()))),
+        _ => None,
+    }
+}
+
+fn lossy(b: Vec<u8>) -> String {
+    String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// Nil, or a flat array of field/value pairs (a map under RESP3). Fields
+/// this client does not know are skipped, so a newer module can add some.
+fn parse(v: Value) -> RedisResult<Option<LockInfo>> {
+    let pairs: Vec<(Value, Value)> = match v {
+        Value::Nil => return Ok(None),
+        Value::Map(m) => m,
+        Value::Array(items) if items.len() % 2 == 0 => {
+            let mut it = items.into_iter();
+            std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect()
+        }
+        other => return Err(unexpected(other)),
+    };
+    let (mut owner, mut run_id, mut format, mut ttl_ms, mut fence, mut waiters) = (None, None, None, None, None, None);
+    for (name, value) in pairs {
+        let name = match name {
+            Value::BulkString(b) => lossy(b),
+            Value::SimpleString(s) => s,
+            other => return Err(unexpected(other)),
+        };
+        match name.as_str() {
+            "owner" => owner = opt_bytes(value)?,
+            "run-id" => run_id = opt_bytes(value)?,
+            "format" => {
+                format = Some(match opt_bytes(value)?.as_deref() {
+                    Some("legacy") => LockFormat::Legacy,
+                    Some("structured") => LockFormat::Structured,
+                    other => return Err(unexpected(Value::SimpleString(format!("format {other:?}")))),
+                })
+            }
+            "ttl-ms" => ttl_ms = Some(int(value)?),
+            "fence" => {
+                fence = match value {
+                    Value::Nil => None,
+                    Value::Int(n) if n > 0 => Some(n.unsigned_abs()),
+                    other => return Err(unexpected(other)),
+                }
+            }
+            "waiters" => waiters = Some(u64::try_from(int(value)?).map_err(|_| unexpected(Value::SimpleString("negative waiters".into())))?),
+            _ => {}
+        }
+    }
+    let missing = |f: &str| unexpected(Value::SimpleString(format!("LOCK.INFO reply without {f}")));
+    let ttl_ms = ttl_ms.ok_or_else(|| missing("ttl-ms"))?;
+    Ok(Some(LockInfo {
+        owner,
+        run_id,
+        format: format.ok_or_else(|| missing("format"))?,
+        ttl: ttl(ttl_ms).ok_or_else(|| unexpected(Value::Int(ttl_ms)))?,
+        fence,
+        // An older module without the field has no waiters.
+        waiters: waiters.unwrap_or(0),
+    }))
+}
+
+fn opt_bytes(v: Value) -> RedisResult<Option<String>> {
+    match v {
+        Value::Nil => Ok(None),
+        Value::BulkString(b) => Ok(Some(lossy(b))),
+        Value::SimpleString(s) => Ok(Some(s)),
+        other => Err(unexpected(other)),
+    }
+}
+
+fn int(v: Value) -> RedisResult<i64> {
+    match v {
+        Value::Int(n) => Ok(n),
+        other => Err(unexpected(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn parses_module_reply() {
+        let v = Value::Array(vec![
+            bulk("owner"),
+            bulk("tok"),
+            bulk("run-id"),
+            Value::Nil,
+            bulk("format"),
+            bulk("legacy"),
+            bulk("ttl-ms"),
+            Value::Int(-1),
+            bulk("fence"),
+            Value::Nil,
+            bulk("waiters"),
+            Value::Int(2),
+            bulk("future-field"),
+            Value::Int(7),
+        ]);
+        let i = parse(v).unwrap().unwrap();
+        assert_eq!(i.owner.as_deref(), Some("tok"));
+        assert_eq!((i.run_id, i.format, i.ttl, i.fence, i.waiters), (None, LockFormat::Legacy, None, None, 2));
+        assert_eq!(parse(Value::Nil).unwrap(), None);
+        assert!(parse(Value::Array(vec![bulk("owner")])).is_err());
+        assert!(parse(Value::Array(vec![bulk("format"), bulk("xml"), bulk("ttl-ms"), Value::Int(1)])).is_err());
+        assert!(parse(Value::Array(vec![bulk("format"), bulk("legacy")])).is_err(), "ttl-ms is required");
+    }
+
+    #[test]
+    fn computes_like_the_module() {
+        let i = computed(Some(br#"{"owner":"a","runId":"r"}"#.to_vec()), 1500).unwrap().unwrap();
+        assert_eq!((i.owner.as_deref(), i.run_id.as_deref(), i.format), (Some("a"), Some("r"), LockFormat::Structured));
+        assert_eq!(i.ttl, Some(Duration::from_millis(1500)));
+        let i = computed(Some(br#"{"owner":5}"#.to_vec()), -1).unwrap().unwrap();
+        assert_eq!((i.owner, i.ttl), (None, None));
+        assert_eq!(computed(None, -2).unwrap(), None);
+        assert!(computed(Some(b"x".to_vec()), -2).is_err());
+    }
+}

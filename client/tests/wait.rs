@@ -1,0 +1,273 @@
+//! Blocking `acquire`: in the server's queue with the module's WAIT
+//! (`module::*`), by polling without the module (`scripts::*`).
+//!
+//! If the module answers that WAIT is unsupported, the module tests that
+//! need it print a SKIPPED note on stderr (visible with `--nocapture`, and
+//! in the test output of a failing run) and return.
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redis_lock_client::{Backend, ClientOptions, LockClient, LockOptions, WatchdogOptions};
+use redis_lock_harness::Server;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// The response timeout (500 ms) is far below the waits used here: a
+/// blocking wait must not be cut off by it.
+fn client(s: &Server) -> LockClient {
+    LockClient::open_with(&s.url(), ClientOptions::new().response_timeout(ms(500)).connect_timeout(ms(500))).expect("client")
+}
+
+fn get(s: &Server, key: &str) -> Option<String> {
+    s.conn().get(key).expect("GET")
+}
+
+fn waiters(c: &LockClient, key: &str) -> u64 {
+    c.info(key).expect("info").map_or(0, |i| i.waiters)
+}
+
+fn lock_stat(s: &Server, field: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("lock").query(&mut s.conn()).expect("INFO lock");
+    info.lines().find_map(|l| l.strip_prefix(&format!("{field}:"))?.trim().parse().ok()).unwrap_or_else(|| panic!("{field} not in {info}"))
+}
+
+fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        thread::sleep(ms(5));
+    }
+    f()
+}
+
+/// Whether this module blocks on WAIT; prints a loud note when it does not.
+fn wait_supported(s: &Server, test: &str) -> bool {
+    let r: redis::RedisResult<redis::Value> = redis::cmd("LOCK.ACQUIRE").arg("wait-probe").arg("probe").arg(1000).arg("WAIT").arg(1).query(&mut s.conn());
+    let _: () = s.conn().del("wait-probe").expect("DEL");
+    match r {
+        Err(e) if e.to_string().contains("WAIT is not supported") => {
+            eprintln!("SKIPPED {test}: the lock module says WAIT is not supported ({e}); only the polling fallback was tested");
+            false
+        }
+        Err(e) => panic!("probing WAIT: {e}"),
+        Ok(_) => true,
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+}
+
+mod module {
+    use super::*;
+
+    #[test]
+    fn waiter_is_woken_by_release() {
+        let s = Server::start();
+        if !wait_supported(&s, "module::waiter_is_woken_by_release") {
+            return;
+        }
+        let (a, b, watcher) = (client(&s), client(&s), client(&s));
+        let la = a.try_acquire("k", ms(30_000)).expect("a acquires");
+        let fa = la.fence().expect("fence");
+        // b learns the backend first, as any client does on its first call.
+        assert!(b.try_acquire("k", ms(5000)).unwrap_err().is_not_acquired());
+        assert_eq!(b.backend(), Backend::Module);
+        let refusals = lock_stat(&s, "lock_refusals");
+        let (tx, rx) = mpsc::channel();
+        let waiter = thread::spawn(move || {
+            let r = b.acquire("k", ms(5000), ms(10_000));
+            tx.send(Instant::now()).expect("send");
+            r
+        });
+        assert!(eventually(ms(2000), || waiters(&watcher, "k") == 1), "b waits inside the server");
+        // Longer than the 500 ms response timeout: the wait is not cut off.
+        thread::sleep(ms(800));
+        assert!(rx.try_recv().is_err(), "b returned while the lock was held");
+        assert_eq!(waiters(&watcher, "k"), 1);
+        let released = Instant::now();
+        la.release().expect("a releases");
+        let granted = rx.recv_timeout(ms(5000)).expect("b returns");
+        let lb = waiter.join().expect("waiter thread").expect("b gets the lock");
+        let delay = granted.saturating_duration_since(released);
+        assert!(delay < ms(100), "woken {delay:?} after the release");
+        assert_eq!(get(&s, "k").as_deref(), Some(lb.token()));
+        assert!(lb.is_held());
+        assert!(lb.fence().expect("fence") > fa);
+        // One blocking call: the server refused nothing while b waited.
+        assert_eq!(lock_stat(&s, "lock_refusals"), refusals, "the waiter polled");
+        assert_eq!(lock_stat(&s, "lock_waits_granted"), 1);
+        assert_eq!(waiters(&watcher, "k"), 0);
+    }
+
+    #[test]
+    fn wait_times_out_in_the_server() {
+        let s = Server::start();
+        if !wait_supported(&s, "module::wait_times_out_in_the_server") {
+            return;
+        }
+        let (a, b) = (client(&s), client(&s));
+        let _la = a.try_acquire("k", ms(30_000)).expect("a acquires");
+        let t = Instant::now();
+        assert!(b.acquire("k", ms(5000), ms(700)).unwrap_err().is_not_acquired());
+        let took = t.elapsed();
+        assert!(took >= ms(700) && took < ms(1500), "gave up after {took:?}");
+        assert_eq!(lock_stat(&s, "lock_waits_timed_out"), 1);
+        assert_eq!(waiters(&a, "k"), 0);
+        // The wait connection goes back to the pool and serves the next wait.
+        assert!(b.acquire("k", ms(5000), ms(50)).unwrap_err().is_not_acquired());
+        assert_eq!(lock_stat(&s, "lock_waits_timed_out"), 2);
+    }
+
+    #[test]
+    fn grant_after_a_wait_longer_than_the_ttl_is_held() {
+        let s = Server::start();
+        if !wait_supported(&s, "module::grant_after_a_wait_longer_than_the_ttl_is_held") {
+            return;
+        }
+        let (a, b) = (client(&s), client(&s));
+        let la = a.try_acquire("k", ms(30_000)).expect("a acquires");
+        let releaser = thread::spawn(move || {
+            thread::sleep(ms(600));
+            la.release().expect("release");
+        });
+        // TTL 200 ms, granted after ~600 ms: counted from the WAIT's sending,
+        // it would be over before it began; the client confirms it instead.
+        let lb = b.acquire("k", ms(200), ms(10_000)).expect("b acquires");
+        releaser.join().expect("releaser");
+        assert!(lb.is_held(), "a fresh grant must be held: {:?}", lb.loss_reason());
+        assert_eq!(get(&s, "k").as_deref(), Some(lb.token()));
+        lb.release().expect("release");
+    }
+
+    #[test]
+    fn waiting_does_not_stall_the_clients_other_locks() {
+        let s = Server::start();
+        if !wait_supported(&s, "module::waiting_does_not_stall_the_clients_other_locks") {
+            return;
+        }
+        let (c, other) = (client(&s), client(&s));
+        let _held = other.try_acquire("busy", ms(30_000)).expect("other holds busy");
+        let mine = c.try_acquire_with("mine", ms(300), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("c holds mine");
+        let c2 = c.clone();
+        let waiter = thread::spawn(move || c2.acquire("busy", ms(1000), ms(1500)));
+        // The watchdog renews "mine" (every 100 ms) on the shared connection
+        // while the wait blocks its own; so do plain calls of the client.
+        thread::sleep(ms(300));
+        c.info("busy").expect("info during the wait");
+        let spare = c.try_acquire("spare", ms(1000)).expect("acquire during the wait");
+        spare.release().expect("release during the wait");
+        assert!(waiter.join().expect("waiter").unwrap_err().is_not_acquired());
+        assert!(mine.is_held(), "lost {:?}", mine.loss_reason());
+        assert_eq!(get(&s, "mine").as_deref(), Some(mine.token()));
+    }
+
+    #[test]
+    fn client_from_a_single_connection_polls() {
+        let s = Server::start();
+        let c = LockClient::from_connection(s.conn(), ClientOptions::new().response_timeout(ms(500))).expect("client");
+        let a = client(&s);
+        let la = a.try_acquire("k", ms(30_000)).expect("a acquires");
+        let watcher = client(&s);
+        let waiter = thread::spawn(move || c.acquire("k", ms(5000), ms(3000)));
+        // Blocking its only connection would stall everything else it does.
+        for _ in 0..10 {
+            thread::sleep(ms(30));
+            assert_eq!(waiters(&watcher, "k"), 0, "a single-connection client must not block in the server");
+        }
+        la.release().expect("release");
+        let lock = waiter.join().expect("waiter").expect("acquired by polling");
+        assert_eq!(get(&s, "k").as_deref(), Some(lock.token()));
+        assert!(lock.fence().is_some(), "fenced like any module grant");
+    }
+
+    #[test]
+    fn async_waiter_is_woken_and_cancel_leaves_the_queue() {
+        let s = Server::start();
+        if !wait_supported(&s, "module::async_waiter_is_woken_and_cancel_leaves_the_queue") {
+            return;
+        }
+        rt().block_on(async {
+            let (a, b, watcher) = (client(&s), client(&s), client(&s));
+            let la = a.try_acquire_async("k", ms(30_000)).await.expect("a acquires");
+            assert!(b.try_acquire_async("k", ms(5000)).await.unwrap_err().is_not_acquired());
+            let b2 = b.clone();
+            let waiter = tokio::spawn(async move {
+                let r = b2.acquire_async("k", ms(5000), ms(10_000)).await;
+                (Instant::now(), r)
+            });
+            let t = Instant::now();
+            while watcher.info_async("k").await.expect("info").map_or(0, |i| i.waiters) != 1 {
+                assert!(t.elapsed() < ms(2000), "b never queued");
+                tokio::time::sleep(ms(5)).await;
+            }
+            tokio::time::sleep(ms(800)).await;
+            assert!(!waiter.is_finished(), "b returned while the lock was held");
+            let released = Instant::now();
+            la.release_async().await.expect("release");
+            let (granted, r) = waiter.await.expect("join");
+            let lb = r.expect("b gets the lock");
+            let delay = granted.saturating_duration_since(released);
+            assert!(delay < ms(100), "woken {delay:?} after the release");
+            assert!(lb.fence() > la.fence());
+            assert!(lb.is_held());
+            // A waiter given up by its caller (dropped future) leaves the queue.
+            assert!(tokio::time::timeout(ms(300), a.acquire_async("k", ms(5000), ms(10_000))).await.is_err());
+            let t = Instant::now();
+            while watcher.info_async("k").await.expect("info").map_or(0, |i| i.waiters) != 0 {
+                assert!(t.elapsed() < ms(2000), "the cancelled waiter stayed queued");
+                tokio::time::sleep(ms(5)).await;
+            }
+            lb.release_async().await.expect("release");
+        });
+        // Nobody got the lock after the cancelled waiter left.
+        assert!(eventually(ms(500), || get(&s, "k").is_none()));
+    }
+}
+
+mod scripts {
+    use super::*;
+
+    #[test]
+    fn waiter_polls_and_gets_the_lock() {
+        let s = Server::builder().without_module().start();
+        let (a, b) = (client(&s), client(&s));
+        let la = a.try_acquire("k", ms(30_000)).expect("a acquires");
+        let (tx, rx) = mpsc::channel();
+        let waiter = thread::spawn(move || {
+            let r = b.acquire_with("k", ms(5000), ms(10_000), &LockOptions::new().retry_delay(ms(5), ms(50)));
+            tx.send(Instant::now()).expect("send");
+            r
+        });
+        thread::sleep(ms(800));
+        let released = Instant::now();
+        la.release().expect("release");
+        let granted = rx.recv_timeout(ms(5000)).expect("b returns");
+        let lb = waiter.join().expect("waiter").expect("b gets the lock");
+        // Polling: within one backoff step (≤ 50 ms here) plus a round trip.
+        assert!(granted.saturating_duration_since(released) < ms(200));
+        assert_eq!(lb.fence(), None);
+        assert_eq!(get(&s, "k").as_deref(), Some(lb.token()));
+    }
+
+    #[test]
+    fn async_waiter_polls_and_gets_the_lock() {
+        let s = Server::builder().without_module().start();
+        rt().block_on(async {
+            let (a, b) = (client(&s), client(&s));
+            let la = a.try_acquire_async("k", ms(30_000)).await.expect("a acquires");
+            let waiter = tokio::spawn(async move { b.acquire_async("k", ms(5000), ms(10_000)).await });
+            tokio::time::sleep(ms(700)).await;
+            la.release_async().await.expect("release");
+            let lb = tokio::time::timeout(ms(2000), waiter).await.expect("in time").expect("join").expect("acquired");
+            assert_eq!(lb.fence(), None);
+        });
+    }
+}
