@@ -53,7 +53,7 @@ fn wait_supported(s: &Server, test: &str) -> bool {
     let _: () = s.conn().del("wait-probe").expect("DEL");
     match r {
         Err(e) if e.to_string().contains("WAIT is not supported") => {
-            eprintln!("SKIPPED {test}: the lock module says WAIT is not supported ({e}); only the polling fallback was tested");
+            eprintln!("SKIPPED {test}: the lock module says WAIT is not supported ({e})");
             false
         }
         Err(e) => panic!("probing WAIT: {e}"),
@@ -71,8 +71,9 @@ mod module {
     #[test]
     fn waiter_is_woken_by_release() {
         let s = Server::start();
-        if !wait_supported(&s, "module::waiter_is_woken_by_release") {
-            return;
+        if !wait_supported(&s, "module::waiter_is_woken_by_release (WAIT path)") {
+            eprintln!("        module::waiter_is_woken_by_release tests the polling fallback instead");
+            return falls_back_to_polling(s);
         }
         let (a, b, watcher) = (client(&s), client(&s), client(&s));
         let la = a.try_acquire("k", ms(30_000)).expect("a acquires");
@@ -105,6 +106,30 @@ mod module {
         assert_eq!(lock_stat(&s, "lock_refusals"), refusals, "the waiter polled");
         assert_eq!(lock_stat(&s, "lock_waits_granted"), 1);
         assert_eq!(waiters(&watcher, "k"), 0);
+    }
+
+    /// A module without WAIT: the refusal is remembered and the wait polls.
+    fn falls_back_to_polling(s: Server) {
+        let (a, b) = (client(&s), client(&s));
+        let la = a.try_acquire("k", ms(30_000)).expect("a acquires");
+        let fa = la.fence().expect("fence");
+        let refusals = lock_stat(&s, "lock_refusals");
+        let (tx, rx) = mpsc::channel();
+        let waiter = thread::spawn(move || {
+            let r = b.acquire_with("k", ms(5000), ms(10_000), &LockOptions::new().retry_delay(ms(5), ms(50)));
+            tx.send(Instant::now()).expect("send");
+            r
+        });
+        thread::sleep(ms(800));
+        assert!(rx.try_recv().is_err(), "b returned while the lock was held");
+        assert!(lock_stat(&s, "lock_refusals") > refusals + 5, "the waiter polls");
+        let released = Instant::now();
+        la.release().expect("release");
+        let granted = rx.recv_timeout(ms(5000)).expect("b returns");
+        let lb = waiter.join().expect("waiter").expect("b gets the lock");
+        assert!(granted.saturating_duration_since(released) < ms(200));
+        assert!(lb.fence().expect("fence") > fa);
+        assert_eq!(get(&s, "k").as_deref(), Some(lb.token()));
     }
 
     #[test]
