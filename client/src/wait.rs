@@ -47,6 +47,12 @@ impl Pool {
         }
     }
 
+    /// Drops every idle connection.
+    fn clear(&self) {
+        self.sync.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.aio.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
     fn take_async(&self) -> Option<MultiplexedConnection> {
         self.aio.lock().unwrap_or_else(|p| p.into_inner()).pop()
     }
@@ -103,36 +109,53 @@ fn outcome_unknown(e: &RedisError) -> bool {
     e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error()
 }
 
+/// A reused idle connection that the server or a proxy closed meanwhile
+/// (an idle `timeout`) fails at once; that is worth one more try on a fresh
+/// connection, with what is left of the wait.
+fn stale(e: &RedisError, reused: bool) -> bool {
+    reused && (e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error()) && !e.is_timeout()
+}
+
 /// Blocks in the server for up to `left` on a dedicated sync connection.
 pub(crate) fn acquire(inner: &Inner, cmd: &LockCmd, ttl: Duration, left: Duration) -> Result<Waited> {
     let Some(client) = &inner.client else { return Ok(Waited::Unsupported) };
     let backend = &inner.sync_backend;
-    let mut con = match inner.waits.take_sync() {
-        Some(con) => con,
-        None => client.get_connection_with_timeout(inner.opts.connect_timeout)?,
-    };
-    con.set_write_timeout(Some(inner.opts.response_timeout))?;
-    // The server answers when the wait ends; then the reply still has to come.
-    con.set_read_timeout(Some(left.saturating_add(inner.opts.response_timeout)))?;
-    let sent = Instant::now();
-    let r = cmd.with_wait(wait_ms(left)).query(&mut con, backend);
-    let fence = match r {
-        Ok(Grant::Granted(fence)) => fence,
-        Ok(Grant::Refused) => {
-            inner.waits.put_sync(con);
-            return Ok(refused(backend));
-        }
-        Err(e) if is_wait_unsupported(&e) => {
-            backend.set_wait(false);
-            inner.waits.put_sync(con);
-            return Ok(Waited::Unsupported);
-        }
-        Err(e) => {
-            drop(con);
-            if outcome_unknown(&e) {
-                release_quietly(inner, cmd);
+    let start = Instant::now();
+    let mut pooled = inner.waits.take_sync();
+    let (mut con, sent, fence) = loop {
+        let reused = pooled.is_some();
+        let mut con = match pooled.take() {
+            Some(con) => con,
+            None => client.get_connection_with_timeout(inner.opts.connect_timeout)?,
+        };
+        let left = left.saturating_sub(start.elapsed());
+        con.set_write_timeout(Some(inner.opts.response_timeout))?;
+        // The server answers when the wait ends; then the reply still has to come.
+        con.set_read_timeout(Some(left.saturating_add(inner.opts.response_timeout)))?;
+        let sent = Instant::now();
+        match cmd.with_wait(wait_ms(left)).query(&mut con, backend) {
+            Ok(Grant::Granted(fence)) => break (con, sent, fence),
+            Ok(Grant::Refused) => {
+                inner.waits.put_sync(con);
+                return Ok(refused(backend));
             }
-            return Err(e.into());
+            Err(e) if is_wait_unsupported(&e) => {
+                backend.set_wait(false);
+                inner.waits.put_sync(con);
+                return Ok(Waited::Unsupported);
+            }
+            Err(e) => {
+                drop(con);
+                if outcome_unknown(&e) {
+                    release_quietly(inner, cmd);
+                }
+                if stale(&e, reused) {
+                    // Its idle siblings are likely just as dead.
+                    inner.waits.clear();
+                    continue;
+                }
+                return Err(e.into());
+            }
         }
     };
     backend.set_wait(true);
@@ -197,37 +220,51 @@ pub(crate) async fn acquire_async(lc: &LockClient, cmd: &LockCmd, ttl: Duration,
     let inner = &lc.inner;
     let Some(client) = &inner.client else { return Ok(Waited::Unsupported) };
     let backend = &inner.aio_backend;
-    let mut con = match inner.waits.take_async() {
-        Some(con) => con,
-        None => {
-            // No response timeout of its own: each use sets one below.
-            let cfg = AsyncConnectionConfig::new().set_connection_timeout(Some(inner.opts.connect_timeout)).set_response_timeout(None);
-            client.get_multiplexed_async_connection_with_config(&cfg).await?
-        }
-    };
-    con.set_response_timeout(left.saturating_add(inner.opts.response_timeout));
-    let guard = ReleaseOnCancel { armed: Some((lc.clone(), cmd.clone())) };
-    let sent = Instant::now();
-    let r = cmd.with_wait(wait_ms(left)).query_async(&mut con, backend).await;
-    let fence = match r {
-        Ok(Grant::Granted(fence)) => fence,
-        Ok(Grant::Refused) => {
-            guard.disarm();
-            inner.waits.put_async(con);
-            return Ok(refused(backend));
-        }
-        Err(e) if is_wait_unsupported(&e) => {
-            guard.disarm();
-            backend.set_wait(false);
-            inner.waits.put_async(con);
-            return Ok(Waited::Unsupported);
-        }
-        Err(e) => {
-            if !outcome_unknown(&e) {
-                guard.disarm();
+    let start = Instant::now();
+    let mut pooled = inner.waits.take_async();
+    let (mut con, sent, fence, guard) = loop {
+        let reused = pooled.is_some();
+        let mut con = match pooled.take() {
+            Some(con) => con,
+            None => {
+                // No response timeout of its own: each use sets one below.
+                let cfg = AsyncConnectionConfig::new().set_connection_timeout(Some(inner.opts.connect_timeout)).set_response_timeout(None);
+                client.get_multiplexed_async_connection_with_config(&cfg).await?
             }
-            // Otherwise the guard releases as it goes.
-            return Err(e.into());
+        };
+        let left = left.saturating_sub(start.elapsed());
+        con.set_response_timeout(left.saturating_add(inner.opts.response_timeout));
+        let guard = ReleaseOnCancel { armed: Some((lc.clone(), cmd.clone())) };
+        let sent = Instant::now();
+        match cmd.with_wait(wait_ms(left)).query_async(&mut con, backend).await {
+            Ok(Grant::Granted(fence)) => break (con, sent, fence, guard),
+            Ok(Grant::Refused) => {
+                guard.disarm();
+                inner.waits.put_async(con);
+                return Ok(refused(backend));
+            }
+            Err(e) if is_wait_unsupported(&e) => {
+                guard.disarm();
+                backend.set_wait(false);
+                inner.waits.put_async(con);
+                return Ok(Waited::Unsupported);
+            }
+            Err(e) if stale(&e, reused) => {
+                // Released here, not by the guard's spawned task, which
+                // could otherwise run after the retry's grant.
+                guard.disarm();
+                if let Ok(release) = LockCmd::release(cmd.key(), cmd.token()) {
+                    let _ = inner.run_async(&release).await;
+                }
+                inner.waits.clear();
+            }
+            Err(e) => {
+                if !outcome_unknown(&e) {
+                    guard.disarm();
+                }
+                // Otherwise the guard releases as it goes.
+                return Err(e.into());
+            }
         }
     };
     backend.set_wait(true);

@@ -61,6 +61,21 @@ fn wait_supported(s: &Server, test: &str) -> bool {
     }
 }
 
+/// Closes, server-side, the connections whose last command was a
+/// LOCK.ACQUIRE: after `clients` last ran something else on their shared
+/// connections, only idle wait connections are left with it.
+fn kill_idle_wait_connections(s: &Server, clients: &[&LockClient]) -> usize {
+    for c in clients {
+        c.info("k").expect("info");
+    }
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut s.conn()).expect("CLIENT LIST");
+    let ids: Vec<&str> = list.lines().filter(|l| l.contains(" cmd=lock.acquire")).filter_map(|l| l.strip_prefix("id=")?.split(' ').next()).collect();
+    for id in &ids {
+        let _: () = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(*id).query(&mut s.conn()).expect("CLIENT KILL");
+    }
+    ids.len()
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
 }
@@ -149,6 +164,18 @@ mod module {
         // The wait connection goes back to the pool and serves the next wait.
         assert!(b.acquire("k", ms(5000), ms(50)).unwrap_err().is_not_acquired());
         assert_eq!(lock_stat(&s, "lock_waits_timed_out"), 2);
+        // An idle pooled connection closed by the server is replaced, not an error.
+        assert_eq!(kill_idle_wait_connections(&s, &[&a, &b]), 1);
+        assert!(b.acquire("k", ms(5000), ms(50)).unwrap_err().is_not_acquired());
+        assert_eq!(lock_stat(&s, "lock_waits_timed_out"), 3);
+        rt().block_on(async {
+            assert!(b.acquire_async("k", ms(5000), ms(50)).await.unwrap_err().is_not_acquired());
+            // Also the sync wait connection and b's async shared one (which
+            // reconnects by itself), whose last command was an acquire too.
+            assert!(kill_idle_wait_connections(&s, &[&a, &b]) >= 1);
+            assert!(b.acquire_async("k", ms(5000), ms(50)).await.unwrap_err().is_not_acquired());
+        });
+        assert_eq!(lock_stat(&s, "lock_waits_timed_out"), 5);
     }
 
     #[test]
