@@ -21,7 +21,7 @@ const TOO_LARGE: &str = "ERR ttl-ms is too large: the expiry time would overflow
 const NOT_UTF8: &str = "ERR token and run-id must be valid UTF-8";
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 const SYNTAX: &str = "ERR syntax error";
-const WAIT_UNSUPPORTED: &str = "ERR WAIT is not supported by this version of the lock module";
+const BAD_TIMEOUT: &str = "ERR WAIT timeout-ms must be 0 (no timeout) or a positive integer (milliseconds)";
 
 /// Runs `name args...`: `Ok(n)` for an integer reply, `Err("CODE detail")`
 /// for an error reply; anything else fails the test.
@@ -485,6 +485,17 @@ fn a_barrage_of_random_arguments_gets_only_integer_or_documented_error_replies_a
         for i in 0..n {
             args.push(random_arg(&mut rng, i));
         }
+        // Now and then the grant options: FENCE, and WAIT with a timeout
+        // short enough that a blocked call only pauses the barrage.
+        if name.eq_ignore_ascii_case("LOCK.ACQUIRE") || name.eq_ignore_ascii_case("LOCK.TAKEOVER") {
+            if rng.gen_bool(0.1) {
+                args.push(pick(&mut rng, &[&b"FENCE"[..], b"fence"]).to_vec());
+            }
+            if rng.gen_bool(0.05) {
+                args.push(b"WAIT".to_vec());
+                args.push(pick(&mut rng, &[&b"1"[..], b"3", b"-1", b"x"]).to_vec());
+            }
+        }
         commands.push(args);
         lock_commands += 1;
     }
@@ -504,7 +515,7 @@ fn a_barrage_of_random_arguments_gets_only_integer_or_documented_error_replies_a
         WRONGTYPE,
         // Unknown trailing options of ACQUIRE and TAKEOVER.
         SYNTAX,
-        WAIT_UNSUPPORTED,
+        BAD_TIMEOUT,
     ];
     let mut counts = std::collections::BTreeMap::<String, usize>::new();
     // Send in batches (so neither side's buffers fill) and read one line per reply.
@@ -521,7 +532,9 @@ fn a_barrage_of_random_arguments_gets_only_integer_or_documented_error_replies_a
             let line = line.trim_end_matches("\r\n");
             let name = String::from_utf8_lossy(&c[0]).to_ascii_uppercase();
             if name.starts_with("LOCK.") {
-                let ok = line == ":0" || line == ":1" || line.strip_prefix('-').is_some_and(|e| allowed_errors.contains(&e));
+                // 1/0, a fence (a positive integer) or nil for a refused FENCE grant.
+                let fence = line.strip_prefix(':').and_then(|n| n.parse::<i64>().ok()).is_some_and(|n| n > 1);
+                let ok = line == ":0" || line == ":1" || fence || line == "$-1" || line.strip_prefix('-').is_some_and(|e| allowed_errors.contains(&e));
                 assert!(ok, "seed {seed}: {:?} got {line:?}", c.iter().map(|a| String::from_utf8_lossy(a)).collect::<Vec<_>>());
                 *counts.entry(line.to_string()).or_default() += 1;
             } else {

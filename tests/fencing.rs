@@ -70,7 +70,9 @@ fn options_are_checked_before_anything_changes() {
     let mut c = server.conn();
     for (args, msg) in [
         (vec!["LOCK.ACQUIRE", "k", "a", "1000", "FENCES"], "syntax error"),
-        (vec!["LOCK.ACQUIRE", "k", "a", "1000", "WAIT", "10"], "WAIT is not supported"),
+        (vec!["LOCK.ACQUIRE", "k", "a", "1000", "WAIT", "-1"], "WAIT timeout-ms must be"),
+        (vec!["LOCK.ACQUIRE", "k", "a", "1000", "WAIT"], "syntax error"),
+        (vec!["LOCK.TAKEOVER", "k", "a", "r", "1000", "WAIT", "10"], "syntax error"),
         (vec!["LOCK.TAKEOVER", "k", "a", "r", "1000", "fence", "x"], "syntax error"),
         (vec!["LOCK.FENCEFLOOR", "-1"], "fence must be a non-negative integer"),
         (vec!["LOCK.FENCEFLOOR"], "wrong number of arguments"),
