@@ -6,7 +6,10 @@ set -euo pipefail
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-benchmark >/dev/null || need+=(redis-tools)
-ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || ls /usr/lib/*/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
+# bindgen loads libclang.so / libclang-N.so; libclang-cpp (pulled in by
+# other packages) does not count.
+compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null \
+  || compgen -G '/usr/lib/*/libclang-[0-9]*.so*' >/dev/null || need+=(libclang-dev)
 [ "${1:-}" = "--bench" ] && { command -v valgrind >/dev/null || need+=(valgrind); }
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
