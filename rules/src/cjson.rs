@@ -133,6 +133,11 @@ const MAX_DEPTH: usize = 1000;
 /// Decode `value` the way the reference scripts' `pcall(cjson.decode, value)`
 /// does, keeping only what the scripts then look at.
 pub fn decode(value: &[u8]) -> Decoded<'_> {
+    canonical(value).unwrap_or_else(|| tokenized(value))
+}
+
+/// [`decode`] by replaying cjson's tokenizer, for any input.
+fn tokenized(value: &[u8]) -> Decoded<'_> {
     if value.len() >= 2 && (value[0] == 0 || value[1] == 0) {
         return Decoded::NotTable;
     }
@@ -147,6 +152,26 @@ pub fn decode(value: &[u8]) -> Decoded<'_> {
         return Decoded::NotTable;
     }
     Parser { data, pos: 0 }.parse_document().unwrap_or(Decoded::NotTable)
+}
+
+/// The value exactly as Go (and the module) write it,
+/// `{"owner":"X","runId":"Y"}`, with X and Y free of backslashes and NULs
+/// and nothing after the brace: what nearly every structured lock holds.
+/// cjson's verdict on that shape is plain (a table with two string fields),
+/// so the tokenizer is skipped; anything else, however close, takes the
+/// full path.
+fn canonical(value: &[u8]) -> Option<Decoded<'_>> {
+    /// The bytes up to the closing quote and what follows it, when the
+    /// string has no escape and no NUL (cjson's end of input).
+    fn plain(s: &[u8]) -> Option<(&[u8], &[u8])> {
+        let end = s.iter().position(|&b| matches!(b, b'"' | b'\\' | 0))?;
+        (s[end] == b'"').then(|| (&s[..end], &s[end + 1..]))
+    }
+    let rest = value.strip_prefix(br#"{"owner":""#)?;
+    let (owner, rest) = plain(rest)?;
+    let rest = rest.strip_prefix(br#","runId":""#)?;
+    let (run_id, rest) = plain(rest)?;
+    (rest == b"}").then_some(Decoded::Table { owner: Field::Str(JsonStr(owner)), run_id: Field::Str(JsonStr(run_id)) })
 }
 
 /// Whether cjson decodes `value` at all (to anything).
@@ -496,6 +521,46 @@ mod tests {
         let Decoded::Table { owner: Field::Str(o), run_id: Field::Str(r) } = d else { panic!("{d:?}") };
         assert!(o.decodes_to(b"tok"));
         assert!(r.decodes_to(b"r1"));
+    }
+
+    #[test]
+    fn the_canonical_shortcut_agrees_with_the_tokenizer() {
+        let near_misses: &[&[u8]] = &[
+            br#"{"owner":"tok","runId":"r1"}"#,
+            br#"{"owner":"","runId":""}"#,
+            b"{\"owner\":\"t\x01\xff\",\"runId\":\"r\"}",
+            br#"{"owner":"t\"o","runId":"r"}"#,
+            br#"{"owner":"t\u0000","runId":"r"}"#,
+            b"{\"owner\":\"t\0\",\"runId\":\"r\"}",
+            b"{\"owner\":\"t\",\"runId\":\"r\"}\0",
+            br#"{"owner":"t","runId":"r"} "#,
+            br#"{"owner":"t","runId":"r"}x"#,
+            br#"{"owner":"t","runId":"r""#,
+            br#"{"owner":"t","runId":"r","owner":false}"#,
+            br#"{"owner":"t","runId":"r"}"#,
+            br#"{"owner":"t""#,
+        ];
+        for v in near_misses {
+            let full = tokenized(v);
+            assert_eq!(decode(v), full, "{:?}", String::from_utf8_lossy(v));
+            if let Some(fast) = canonical(v) {
+                assert_eq!(fast, full, "{:?}", String::from_utf8_lossy(v));
+            }
+        }
+        // Every one-byte substitution or deletion of a canonical value.
+        let base = br#"{"owner":"tok","runId":"r1"}"#;
+        for i in 0..base.len() {
+            let mut cut = base.to_vec();
+            cut.remove(i);
+            assert_eq!(decode(&cut), tokenized(&cut), "{:?}", String::from_utf8_lossy(&cut));
+            for b in [b'"', b'\\', 0, b' ', b'}', b'{', b',', b':', b'x', 0xff] {
+                let mut v = base.to_vec();
+                v[i] = b;
+                assert_eq!(decode(&v), tokenized(&v), "{:?}", String::from_utf8_lossy(&v));
+            }
+        }
+        assert!(canonical(base).is_some());
+        assert!(canonical(br#"{"owner":"t\"o","runId":"r"}"#).is_none());
     }
 
     #[test]

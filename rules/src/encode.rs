@@ -21,27 +21,40 @@ pub fn structured_value(token: &str, run_id: &str) -> Vec<u8> {
 /// bytes, and leaves DEL and everything else as is. Input is `str`, so the
 /// invalid-UTF-8 replacement Go would make cannot arise.
 fn push_go_string(out: &mut Vec<u8>, s: &str) {
-    for c in s.chars() {
-        match c {
-            '"' => out.extend_from_slice(b"\\\""),
-            '\\' => out.extend_from_slice(b"\\\\"),
-            '\u{8}' => out.extend_from_slice(b"\\b"),
-            '\u{c}' => out.extend_from_slice(b"\\f"),
-            '\n' => out.extend_from_slice(b"\\n"),
-            '\r' => out.extend_from_slice(b"\\r"),
-            '\t' => out.extend_from_slice(b"\\t"),
-            '\u{0}'..='\u{1f}' | '<' | '>' | '&' => {
-                let b = c as u8;
-                out.extend_from_slice(&[b'\\', b'u', b'0', b'0', HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]]);
+    let b = s.as_bytes();
+    // Copy maximal runs that need no escape in one go: tokens and run ids
+    // are nearly always plain, and a per-char push costs ~20x more.
+    let mut run = 0;
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        let escape: Option<&[u8]> = match c {
+            b'"' => Some(b"\\\""),
+            b'\\' => Some(b"\\\\"),
+            0x08 => Some(b"\\b"),
+            0x0c => Some(b"\\f"),
+            b'\n' => Some(b"\\n"),
+            b'\r' => Some(b"\\r"),
+            b'\t' => Some(b"\\t"),
+            0x00..=0x1f | b'<' | b'>' | b'&' => None,
+            // U+2028 and U+2029 are E2 80 A8 and E2 80 A9 in UTF-8.
+            0xe2 if b.get(i + 1) == Some(&0x80) && matches!(b.get(i + 2), Some(0xa8 | 0xa9)) => {
+                Some(if b[i + 2] == 0xa8 { b"\\u2028" } else { b"\\u2029" })
             }
-            '\u{2028}' => out.extend_from_slice(b"\\u2028"),
-            '\u{2029}' => out.extend_from_slice(b"\\u2029"),
             _ => {
-                let mut buf = [0u8; 4];
-                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                i += 1;
+                continue;
             }
+        };
+        out.extend_from_slice(&b[run..i]);
+        match escape {
+            Some(e) => out.extend_from_slice(e),
+            None => out.extend_from_slice(&[b'\\', b'u', b'0', b'0', HEX[usize::from(c >> 4)], HEX[usize::from(c & 0xf)]]),
         }
+        i += if c == 0xe2 { 3 } else { 1 };
+        run = i;
     }
+    out.extend_from_slice(&b[run..]);
 }
 
 #[cfg(test)]
@@ -56,6 +69,50 @@ mod tests {
         assert_eq!(structured_value("a<b>&c", "\"\\/"), br#"{"owner":"a\u003cb\u003e\u0026c","runId":"\"\\/"}"#);
         assert_eq!(structured_value("\u{0}\u{1f}\u{7f}", "\u{8}\u{c}\n\r\t"), b"{\"owner\":\"\\u0000\\u001f\x7f\",\"runId\":\"\\b\\f\\n\\r\\t\"}");
         assert_eq!(structured_value("\u{2028}\u{2029}é😀", "r"), "{\"owner\":\"\\u2028\\u2029é😀\",\"runId\":\"r\"}".as_bytes());
+    }
+
+    /// The rule one char at a time, as Go's encoder states it.
+    fn go_string_by_char(s: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        for c in s.chars() {
+            match c {
+                '"' => out.extend_from_slice(b"\\\""),
+                '\\' => out.extend_from_slice(b"\\\\"),
+                '\u{8}' => out.extend_from_slice(b"\\b"),
+                '\u{c}' => out.extend_from_slice(b"\\f"),
+                '\n' => out.extend_from_slice(b"\\n"),
+                '\r' => out.extend_from_slice(b"\\r"),
+                '\t' => out.extend_from_slice(b"\\t"),
+                '\u{0}'..='\u{1f}' | '<' | '>' | '&' => out.extend_from_slice(format!("\\u{:04x}", c as u32).as_bytes()),
+                '\u{2028}' => out.extend_from_slice(b"\\u2028"),
+                '\u{2029}' => out.extend_from_slice(b"\\u2029"),
+                _ => out.extend_from_slice(c.to_string().as_bytes()),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn byte_runs_escape_exactly_as_char_by_char() {
+        // Every char class the encoder distinguishes, plus neighbours of the
+        // U+2028/9 byte patterns (U+2027, U+202A, U+20AC share a prefix).
+        let alphabet = ['a', 'Z', '0', '"', '\\', '\u{0}', '\u{8}', '\u{c}', '\n', '\r', '\t', '\u{1f}', '\u{7f}', '<', '>', '&', '/', 'é', '\u{2027}', '\u{2028}', '\u{2029}', '\u{202a}', '€', '😀'];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..20_000 {
+            let mut s = String::new();
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let mut x = seed;
+            for _ in 0..(x % 9) {
+                x /= 9;
+                s.push(alphabet[(x % alphabet.len() as u64) as usize]);
+                x = x.rotate_left(17) ^ seed;
+            }
+            let mut out = Vec::new();
+            push_go_string(&mut out, &s);
+            assert_eq!(out, go_string_by_char(&s), "{s:?}");
+        }
     }
 
     #[test]
