@@ -57,6 +57,7 @@ required!(
     RedisModule_GetClientId,
     RedisModule_CreateTimer,
     RedisModule_SubscribeToKeyspaceEvents,
+    RedisModule_SubscribeToServerEvent,
     RedisModule_GetContextFlags,
     RedisModule_GetSelectedDb,
     RedisModule_SelectDb,

@@ -8,6 +8,13 @@
 //!   subscription (taken on the first WAIT) and a timer armed at the
 //!   holder's expiry, and the head is granted from a timer callback.
 //!   Redis's own expiry can lag behind a key's deadline; the timer cannot.
+//! - whole databases that change without a per-key event (FLUSHDB, FLUSHALL
+//!   sync or ASYNC, SWAPDB, the flush before DEBUG RELOAD or a full resync)
+//!   are noticed through server events (taken with the keyspace one), and
+//!   every queue in them is checked the same way.
+//!
+//! Queues belong to a database index, as Redis's own blocked clients do:
+//! after SWAPDB a waiter on db 0 waits for whatever db 0 now holds.
 //!
 //! A waiter that times out, is removed by `CLIENT UNBLOCK`, or disconnects
 //! leaves the queue at once and is never granted.
@@ -271,8 +278,13 @@ fn ensure_subscribed(ctx: Ctx) {
     s.0.subscribed = true;
     drop(s);
     let types = raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED;
+    // Version 1 of both events' data is what Redis 6.0 and later send.
+    let flush = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
+    let swap = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_SWAPDB, dataver: 1 };
     unsafe {
         rm!(RedisModule_SubscribeToKeyspaceEvents)(ctx.0, types, Some(on_key_event));
+        rm!(RedisModule_SubscribeToServerEvent)(ctx.0, flush, Some(on_db_event));
+        rm!(RedisModule_SubscribeToServerEvent)(ctx.0, swap, Some(on_db_event));
     }
 }
 
@@ -290,6 +302,40 @@ unsafe extern "C" fn on_key_event(ctx: *mut RedisModuleCtx, _type: c_int, _event
         }
     }));
     raw::REDISMODULE_OK as c_int
+}
+
+/// Databases whose keys changed wholesale: these two, or all (`None`, also
+/// when Redis sent no data with the event).
+type Dbs = Option<(c_int, c_int)>;
+
+/// FLUSHDB / FLUSHALL finished, or SWAPDB swapped two databases: no key
+/// event tells which keys went away, so every queue in the affected
+/// databases is checked right after this command (a free key goes to its
+/// head, a taken one re-arms at its new holder's deadline).
+unsafe extern "C" fn on_db_event(ctx: *mut RedisModuleCtx, event: raw::RedisModuleEvent, subevent: u64, data: *mut c_void) {
+    if waiting() == 0 {
+        return;
+    }
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let dbs: Dbs = match event.id {
+            // START fires while the keys are still there; only END is news.
+            raw::REDISMODULE_EVENT_FLUSHDB if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END => {
+                match data.cast::<raw::RedisModuleFlushInfo>().as_ref() {
+                    Some(info) if info.dbnum >= 0 => Some((info.dbnum, info.dbnum)),
+                    // -1 is FLUSHALL; without data, check everything.
+                    _ => None,
+                }
+            }
+            raw::REDISMODULE_EVENT_SWAPDB => data.cast::<raw::RedisModuleSwapDbInfo>().as_ref().map(|i| (i.dbnum_first, i.dbnum_second)),
+            _ => return,
+        };
+        let affected = |db: c_int| dbs.is_none_or(|(a, b)| db == a || db == b);
+        let keys: Vec<_> = state().0.queues.keys().filter(|(db, _)| affected(*db)).cloned().collect();
+        // The lock is released: arming timers calls into Redis.
+        for key in keys {
+            schedule(Ctx(ctx), key, 0, None);
+        }
+    }));
 }
 
 /// Replies to a client unblocked by a grant.
