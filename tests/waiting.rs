@@ -244,3 +244,154 @@ fn grants_to_waiters_reach_replicas_as_effects() {
     assert_eq!(on_master.0.as_deref(), Some("w2"));
     assert_eq!(on_master, on_replica);
 }
+
+/// Waits until one waiter's reply arrives; it must be a grant, and come
+/// well within its WAIT 5000 timeout after `since`.
+fn granted_promptly(rx: &mpsc::Receiver<(String, Value, Instant)>, since: Instant, what: &str) -> String {
+    let (token, reply, at) = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| panic!("no reply after {what}"));
+    assert_eq!(reply, Value::Int(1), "{token} after {what}");
+    assert!(at - since < Duration::from_millis(1000), "granted {:?} after {what}", at - since);
+    token
+}
+
+#[test]
+fn flushdb_and_flushall_hand_the_lock_to_the_head_waiter_promptly() {
+    let server = Server::start();
+    let mut c = server.conn();
+    for flush in [&["FLUSHDB"][..], &["FLUSHDB", "ASYNC"], &["FLUSHALL"], &["FLUSHALL", "ASYNC"]] {
+        let what = flush.join(" ");
+        assert_eq!(acquire(&mut c, "k", "holder"), 1);
+        let (tx, rx) = mpsc::channel();
+        let first = waiter(&server, "k", "first", 5000, tx.clone());
+        until_waiting(&mut c, 1);
+        let second = waiter(&server, "k", "second", 5000, tx);
+        until_waiting(&mut c, 2);
+        let _: () = redis::cmd(flush[0]).arg(&flush[1..]).query(&mut c).unwrap();
+        let flushed = Instant::now();
+        assert_eq!(granted_promptly(&rx, flushed, &what), "first", "the head is served first");
+        assert_eq!(get(&mut c, "k").as_deref(), Some("first"), "{what}: the head holds the lock");
+        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err(), "{what} woke more than one waiter");
+        assert_eq!(info_field(&mut c, "waiting"), 1);
+        assert_eq!(release(&mut c, "k", "first"), 1);
+        assert_eq!(granted_promptly(&rx, Instant::now(), "a release"), "second");
+        first.join().unwrap();
+        second.join().unwrap();
+        assert_eq!(release(&mut c, "k", "second"), 1);
+    }
+}
+
+#[test]
+fn flushing_another_database_leaves_waiters_waiting() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(acquire(&mut c, "k", "holder"), 1);
+    let (tx, rx) = mpsc::channel();
+    let h = waiter(&server, "k", "w", 5000, tx);
+    until_waiting(&mut c, 1);
+    let mut other = server.conn();
+    let _: () = redis::cmd("SELECT").arg(1).query(&mut other).unwrap();
+    let _: () = redis::cmd("FLUSHDB").query(&mut other).unwrap();
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "a flush of db 1 woke a waiter on db 0");
+    assert_eq!(get(&mut c, "k").as_deref(), Some("holder"));
+    assert_eq!(release(&mut c, "k", "holder"), 1);
+    granted_promptly(&rx, Instant::now(), "a release");
+    h.join().unwrap();
+}
+
+#[test]
+fn after_swapdb_a_waiter_waits_for_what_its_database_now_holds() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let mut db1 = server.conn();
+    let _: () = redis::cmd("SELECT").arg(1).query(&mut db1).unwrap();
+
+    // The other database is empty: the waiter's key is free after the swap.
+    assert_eq!(acquire(&mut c, "k", "holder"), 1);
+    let (tx, rx) = mpsc::channel();
+    let h = waiter(&server, "k", "w", 5000, tx.clone());
+    until_waiting(&mut c, 1);
+    let _: () = redis::cmd("SWAPDB").arg(0).arg(1).query(&mut c).unwrap();
+    granted_promptly(&rx, Instant::now(), "SWAPDB with an empty db");
+    assert_eq!(get(&mut c, "k").as_deref(), Some("w"), "granted in the waiter's database, db 0");
+    assert_eq!(get(&mut db1, "k").as_deref(), Some("holder"), "the old holder moved to db 1 untouched");
+    h.join().unwrap();
+    let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+
+    // The other database holds the key with a shorter lease: the waiter
+    // keeps waiting, and is granted when that lease ends, not the old one.
+    assert_eq!(acquire(&mut c, "k", "holder"), 1);
+    let _: () = redis::cmd("SET").arg("k").arg("other").arg("PX").arg(400).query(&mut db1).unwrap();
+    let expires = Instant::now() + Duration::from_millis(400);
+    let h = waiter(&server, "k", "w", 5000, tx.clone());
+    until_waiting(&mut c, 1);
+    let _: () = redis::cmd("SWAPDB").arg(1).arg(0).query(&mut c).unwrap();
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "granted while db 0 held another lock");
+    assert_eq!(get(&mut c, "k").as_deref(), Some("other"));
+    let (_, reply, at) = rx.recv_timeout(Duration::from_secs(5)).expect("granted when the swapped-in lease ended");
+    assert_eq!(reply, Value::Int(1));
+    assert!(at >= expires - Duration::from_millis(5), "granted before the swapped-in lease ended");
+    assert!(at < expires + Duration::from_millis(300), "granted {:?} after the swapped-in lease ended", at - expires);
+    assert_eq!(get(&mut c, "k").as_deref(), Some("w"));
+    assert_eq!(get(&mut db1, "k").as_deref(), Some("holder"));
+    h.join().unwrap();
+    let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+
+    // A waiter on db 1 is served when a swap brings an empty db there.
+    assert_eq!(acquire(&mut db1, "k", "holder"), 1);
+    let mut w1 = server.conn();
+    let h = thread::spawn(move || -> Value {
+        let _: () = redis::cmd("SELECT").arg(1).query(&mut w1).unwrap();
+        redis::cmd("LOCK.ACQUIRE").arg("k").arg("w1").arg(60_000).arg("WAIT").arg(5000).query(&mut w1).unwrap()
+    });
+    until_waiting(&mut c, 1);
+    let started = Instant::now();
+    let _: () = redis::cmd("SWAPDB").arg(0).arg(1).query(&mut c).unwrap();
+    assert_eq!(h.join().unwrap(), Value::Int(1));
+    assert!(started.elapsed() < Duration::from_millis(1000), "granted {:?} after SWAPDB", started.elapsed());
+    assert_eq!(get(&mut db1, "k").as_deref(), Some("w1"));
+    assert_eq!(get(&mut c, "k").as_deref(), Some("holder"));
+}
+
+#[test]
+fn rename_move_restore_and_copy_reach_waiters_through_key_events() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let (tx, rx) = mpsc::channel();
+    // Each takes the held key away from under its waiter: RENAME and MOVE
+    // (the key leaves), RESTORE / COPY REPLACE with a short lease (the key
+    // stays, under a new deadline the waiter must follow).
+    let steps: [(&str, &[&str]); 2] = [("RENAME", &["k", "elsewhere"]), ("MOVE", &["k", "1"])];
+    for (cmd, args) in steps {
+        assert_eq!(acquire(&mut c, "k", "holder"), 1);
+        let h = waiter(&server, "k", "w", 5000, tx.clone());
+        until_waiting(&mut c, 1);
+        let _: Value = redis::cmd(cmd).arg(args).query(&mut c).unwrap();
+        granted_promptly(&rx, Instant::now(), cmd);
+        assert_eq!(get(&mut c, "k").as_deref(), Some("w"), "{cmd}");
+        h.join().unwrap();
+        let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+    }
+    let _: () = redis::cmd("SET").arg("short").arg("other").query(&mut c).unwrap();
+    let dump: Vec<u8> = redis::cmd("DUMP").arg("short").query(&mut c).unwrap();
+    for cmd in ["RESTORE", "COPY"] {
+        assert_eq!(acquire(&mut c, "k", "holder"), 1);
+        let h = waiter(&server, "k", "w", 5000, tx.clone());
+        until_waiting(&mut c, 1);
+        let expires = Instant::now() + Duration::from_millis(300);
+        if cmd == "RESTORE" {
+            let at = redis::cmd("TIME").query::<(u64, u64)>(&mut c).map(|(s, us)| s * 1000 + us / 1000 + 300).unwrap();
+            let _: () = redis::cmd("RESTORE").arg("k").arg(at).arg(&dump).arg("REPLACE").arg("ABSTTL").query(&mut c).unwrap();
+        } else {
+            let _: () = redis::cmd("SET").arg("short").arg("other").arg("PX").arg(300).query(&mut c).unwrap();
+            let _: i64 = redis::cmd("COPY").arg("short").arg("k").arg("REPLACE").query(&mut c).unwrap();
+        }
+        assert_eq!(get(&mut c, "k").as_deref(), Some("other"), "{cmd} replaced the holder");
+        let (_, reply, at) = rx.recv_timeout(Duration::from_secs(5)).unwrap_or_else(|_| panic!("no grant after {cmd}'s lease"));
+        assert_eq!(reply, Value::Int(1));
+        assert!(at < expires + Duration::from_millis(300), "granted {:?} after {cmd}'s lease ended", at - expires);
+        assert_eq!(get(&mut c, "k").as_deref(), Some("w"));
+        h.join().unwrap();
+        let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+        let _: () = redis::cmd("SET").arg("short").arg("other").query(&mut c).unwrap();
+    }
+}
