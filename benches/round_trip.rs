@@ -1,14 +1,20 @@
 //! Client round trip (issue 4, part 2): one synchronous redis-rs connection
 //! to a private local redis-server with the module loaded, timing whole
-//! request/reply round trips for the same lock operation done three ways:
+//! request/reply round trips for the same lock operation done four ways:
 //!
 //! - `module`: the LOCK.* commands (`LOCK.ACQUIRE` + `LOCK.RELEASE`, ...);
 //! - `raw`: the nearest native commands with no ownership check, the floor
 //!   (`SET NX PX` + `DEL`, `PEXPIRE`, `SET PX`);
 //! - `script`: what the seed-000 Go services send: `SET NX PX` for acquire,
-//!   and EVALSHA of the reference scripts for release, renew and takeover.
+//!   and EVALSHA of the reference scripts for release, renew and takeover;
+//! - `client`: the same operations through `redis-lock-client`'s sync API
+//!   (`LockClient::try_acquire` + `Lock::release`, `Lock::renew`,
+//!   `LockClient::takeover`), which send the LOCK.* commands with `FENCE`.
 //!
-//! Target: module acquire+release ≤ 1.1× the raw round trip.
+//! Targets: module acquire+release ≤ 1.1× the raw round trip, and the
+//! client's acquire+release ≤ 1.1× raw too. After each group the bench
+//! prints how many commands the server ran per client call (INFO
+//! commandstats around 1000 calls), as evidence of its round trips.
 //!
 //! `cargo bench --bench round_trip` (add `-- --quick` for a short run). The
 //! server is started by `redis_lock_harness::Server`, which builds the module
@@ -18,6 +24,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use redis::Connection;
+use redis_lock_client::{Backend, LockClient};
 use redis_lock_harness::Server;
 use redis_lock_rules::encode::structured_value;
 use redis_lock_rules::scripts;
@@ -69,19 +76,64 @@ fn acquire_release(c: &mut Criterion, server: &Server) {
         })
     });
 
-    // ---- CLIENT CRATE PATH (to add) -------------------------------------
-    // When `redis-lock-client` (client/) has settled, add it as a root
-    // dev-dependency and time its acquire + release here against the same
-    // server, as `BenchmarkId::new("client", "acquire+release")`, e.g.
-    //
-    //     let locks = redis_lock_client::...::new(server.url(), ...);
-    //     g.bench_function(BenchmarkId::new("client", "acquire+release"), |b| {
-    //         b.iter(|| { let lock = locks.acquire("bench:ar:client", TTL)...; lock.release()... })
-    //     });
-    //
-    // Its ratio to `raw` is the issue-4 target (≤ 1.1×).
-    // ----------------------------------------------------------------------
+    // The client crate (`redis-lock-client`, sync API) on the same server:
+    // `try_acquire` (LOCK.ACQUIRE ... FENCE, random token) and `release`
+    // (LOCK.RELEASE); the release marks the lock released, so its drop sends
+    // nothing. Its ratio to `raw` is the issue-4 target (≤ 1.1×).
+    let locks = client(server);
+    g.bench_function(BenchmarkId::new("client", "acquire+release"), |b| {
+        let key = "bench:ar:client";
+        b.iter(|| {
+            let lock = locks.try_acquire(key, Duration::from_millis(TTL)).expect("client acquire");
+            lock.release().expect("client release");
+        })
+    });
     g.finish();
+    count_commands(server, "client acquire+release", 1000, || {
+        let lock = locks.try_acquire("bench:ar:client", Duration::from_millis(TTL)).expect("client acquire");
+        lock.release().expect("client release");
+    });
+}
+
+/// A client on `server` whose backend is already detected, so the timed
+/// loops see its steady state (detection rides on the first command anyway).
+fn client(server: &Server) -> LockClient {
+    let locks = LockClient::open(&server.url()).expect("client");
+    drop(locks.try_acquire("bench:client:warm", Duration::from_millis(TTL)).expect("client warm-up acquire"));
+    assert_eq!(locks.backend(), Backend::Module, "the module is loaded: the client must use it");
+    locks
+}
+
+/// Commands the server ran per call of `op` (INFO commandstats before and
+/// after `n` calls, minus the INFO itself): evidence of how many round
+/// trips the client spends, printed next to criterion's numbers.
+fn count_commands(server: &Server, what: &str, n: u64, mut op: impl FnMut()) {
+    let mut con = server.conn();
+    let stats = |con: &mut Connection| -> std::collections::BTreeMap<String, u64> {
+        let info: String = redis::cmd("INFO").arg("commandstats").query(con).expect("INFO commandstats");
+        info.lines()
+            .filter_map(|l| {
+                let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+                let calls = rest.split(',').find_map(|f| f.strip_prefix("calls="))?.parse().ok()?;
+                Some((name.to_string(), calls))
+            })
+            .collect()
+    };
+    let before = stats(&mut con);
+    for _ in 0..n {
+        op();
+    }
+    let after = stats(&mut con);
+    let mut total = 0;
+    let mut per = Vec::new();
+    for (name, calls) in &after {
+        let d = calls - before.get(name).copied().unwrap_or(0) - u64::from(name == "info");
+        if d > 0 {
+            total += d;
+            per.push(format!("{name} {:.2}", d as f64 / n as f64));
+        }
+    }
+    println!("{what}: {:.2} commands per call ({})", total as f64 / n as f64, per.join(", "));
 }
 
 fn renew(c: &mut Criterion, server: &Server) {
@@ -100,8 +152,16 @@ fn renew(c: &mut Criterion, server: &Server) {
     g.bench_function(BenchmarkId::new("script", "EVALSHA renew"), |b| {
         b.iter(|| assert_eq!(int(&mut con, redis::cmd("EVALSHA").arg(&renew_sha).arg(1).arg(key).arg(TOKEN).arg(TTL)), 1))
     });
-    // CLIENT CRATE PATH (to add): the client's renew of a held lock, as above.
+    // The client's renew of a lock it holds (its own key: `bench:renew` is
+    // held by TOKEN through the raw connection).
+    let locks = client(server);
+    let lock = locks.try_acquire("bench:renew:client", Duration::from_millis(TTL)).expect("client acquire");
+    g.bench_function(BenchmarkId::new("client", "renew"), |b| {
+        b.iter(|| lock.renew(Duration::from_millis(TTL)).expect("client renew"))
+    });
     g.finish();
+    count_commands(server, "client renew", 1000, || lock.renew(Duration::from_millis(TTL)).expect("client renew"));
+    lock.release().expect("client release");
 }
 
 fn takeover(c: &mut Criterion, server: &Server) {
@@ -125,8 +185,22 @@ fn takeover(c: &mut Criterion, server: &Server) {
     g.bench_function(BenchmarkId::new("script", "EVALSHA takeover"), |b| {
         b.iter(|| assert_eq!(int(&mut con, redis::cmd("EVALSHA").arg(&takeover_sha).arg(1).arg(key).arg(&mine).arg(TTL)), 1))
     });
-    // CLIENT CRATE PATH (to add): the client's acquire-or-takeover, as above.
+    // The client's acquire-or-takeover (LOCK.TAKEOVER ... FENCE). Each call
+    // has a fresh random token, so it takes the key over from the previous
+    // call's owner of the same run. Its `Lock` would release on drop, so the
+    // handles are kept until the end of each batch and dropped untimed
+    // (`iter_with_large_drop`); the last drop of a batch deletes the key, so
+    // the first call of the next batch finds it free.
+    let locks = client(server);
+    let ckey = "bench:takeover:client";
+    let () = redis::cmd("SET").arg(ckey).arg(&theirs).arg("PX").arg(TTL).query(&mut con).expect("SET");
+    g.bench_function(BenchmarkId::new("client", "takeover"), |b| {
+        b.iter_with_large_drop(|| locks.takeover(ckey, RUN, Duration::from_millis(TTL)).expect("client takeover"))
+    });
     g.finish();
+    let mut held = Vec::new();
+    count_commands(server, "client takeover (drops excluded)", 1000, || held.push(locks.takeover(ckey, RUN, Duration::from_millis(TTL)).expect("client takeover")));
+    drop(held);
 }
 
 fn round_trip(c: &mut Criterion) {
