@@ -141,7 +141,7 @@ fn tokenized(value: &[u8]) -> Decoded<'_> {
     if value.len() >= 2 && (value[0] == 0 || value[1] == 0) {
         return Decoded::NotTable;
     }
-    let end = value.iter().position(|&b| b == 0).unwrap_or(value.len());
+    let end = memchr::memchr(0, value).unwrap_or(value.len());
     let data = &value[..end];
     // The top level only becomes a table if it opens with a bracket; anything
     // else decodes (or fails) to a non-table, which the scripts treat alike.
@@ -164,7 +164,7 @@ fn canonical(value: &[u8]) -> Option<Decoded<'_>> {
     /// The bytes up to the closing quote and what follows it, when the
     /// string has no escape and no NUL (cjson's end of input).
     fn plain(s: &[u8]) -> Option<(&[u8], &[u8])> {
-        let end = s.iter().position(|&b| matches!(b, b'"' | b'\\' | 0))?;
+        let end = memchr::memchr3(b'"', b'\\', 0, s)?;
         (s[end] == b'"').then(|| (&s[..end], &s[end + 1..]))
     }
     let rest = value.strip_prefix(br#"{"owner":""#)?;
@@ -179,7 +179,7 @@ pub fn is_valid(value: &[u8]) -> bool {
     if value.len() >= 2 && (value[0] == 0 || value[1] == 0) {
         return false;
     }
-    let end = value.iter().position(|&b| b == 0).unwrap_or(value.len());
+    let end = memchr::memchr(0, value).unwrap_or(value.len());
     let mut p = Parser { data: &value[..end], pos: 0 };
     p.parse_document().is_some()
 }

@@ -57,10 +57,37 @@ fn push_go_string(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&b[run..]);
 }
 
+/// `n` in decimal, as Redis's `ll2string` writes it, in the tail of `buf`
+/// (20 bytes hold every i64, `i64::MIN` included).
+pub fn decimal(n: i64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut v = n.unsigned_abs();
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        i -= 1;
+        buf[i] = b'-';
+    }
+    &buf[i..]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cjson::{decode, Decoded, Field};
+
+    #[test]
+    fn decimal_matches_display() {
+        for n in [0, 7, -7, 10, 1_764_000_000_000, i64::MAX, i64::MIN, i64::MIN + 1] {
+            assert_eq!(decimal(n, &mut [0; 20]), n.to_string().as_bytes());
+        }
+    }
 
     #[test]
     fn matches_go_json_marshal() {
