@@ -15,7 +15,7 @@ use crate::commands::{Argv, Failure, Reply, Value};
 use crate::key::Ctx;
 
 const WRONGTYPE: &CStr = c"WRONGTYPE Operation against a key holding the wrong kind of value";
-const EXHAUSTED: &CStr = c"ERR fencing tokens exhausted: the high-water mark is at its 63-bit maximum";
+pub(crate) const EXHAUSTED: &CStr = c"ERR fencing tokens exhausted: the high-water mark is at its 63-bit maximum";
 const INTERNAL: &CStr = c"ERR internal error in the lock module; nothing was changed if it happened before a write (see the server log)";
 
 /// Runs `handler` on the command's arguments and sends its reply.

@@ -38,8 +38,12 @@ type CommandFn = unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut raw::RedisM
 /// native commands the scripts run (SET is, PEXPIRE and DEL are not): a
 /// server at its memory limit must still let holders renew and release,
 /// or memory pressure would turn into lost and stranded locks.
+///
+/// LOCK.ACQUIRE can block (WAIT), so it is flagged `blocking`, not `fast`,
+/// as BLPOP is: tools that sort commands by those flags must not count a
+/// wait of seconds as a fast command.
 const COMMANDS: &[(&CStr, CommandFn, &CStr, c_int)] = &[
-    (c"lock.acquire", acquire_cmd, c"write deny-oom fast", 1),
+    (c"lock.acquire", acquire_cmd, c"write deny-oom blocking", 1),
     (c"lock.renew", renew_cmd, c"write fast", 1),
     (c"lock.release", release_cmd, c"write fast", 1),
     (c"lock.takeover", takeover_cmd, c"write deny-oom fast", 1),

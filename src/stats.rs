@@ -37,10 +37,14 @@ pub static TAKEOVERS_STALE_LEGACY: Counter = Counter::new();
 pub static WAITS_STARTED: Counter = Counter::new();
 pub static WAITS_GRANTED: Counter = Counter::new();
 pub static WAITS_TIMED_OUT: Counter = Counter::new();
+/// Waits that ended neither granted nor timed out: the client disconnected,
+/// or its grant could not be made (fences exhausted, expiry overflowing).
+/// waits_started = granted + timed_out + cancelled + waiting.
+pub static WAITS_CANCELLED: Counter = Counter::new();
 
 /// The `INFO lock` section (fields appear as `lock_<name>`).
 pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c_int) {
-    let fields: [(&CStr, u64); 10] = [
+    let fields: [(&CStr, u64); 11] = [
         (c"grants", GRANTS.get()),
         (c"refusals", REFUSALS.get()),
         (c"renewals", RENEWALS.get()),
@@ -50,6 +54,7 @@ pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c
         (c"waits_started", WAITS_STARTED.get()),
         (c"waits_granted", WAITS_GRANTED.get()),
         (c"waits_timed_out", WAITS_TIMED_OUT.get()),
+        (c"waits_cancelled", WAITS_CANCELLED.get()),
         (c"waiting", crate::wait::waiting()),
     ];
     rm!(RedisModule_InfoAddSection)(ctx, std::ptr::null());

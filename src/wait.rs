@@ -31,7 +31,6 @@ use redis_lock_rules::Entry;
 use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisModuleString};
 
 use crate::api::rm;
-use crate::commands::Value;
 use crate::fence;
 use crate::key::{bytes, Ctx, LockKey};
 use crate::stats;
@@ -129,17 +128,11 @@ pub fn grant_next(ctx: Ctx, name: *mut RedisModuleString) {
         return;
     }
     let key = (db(ctx), bytes(name).to_vec());
-    let Some(w) = pop_head(&key) else { return };
-    let mut k = LockKey::open(ctx, name);
-    let at = match (k.entry(), ctx.now_ms().checked_add(w.ttl)) {
-        (Entry::Absent, Some(at)) => at,
-        (Entry::Absent, None) => {
-            // now + ttl no longer fits: the wait cannot be served.
-            drop(k);
-            finish(w, Value::Int(0), &stats::WAITS_TIMED_OUT);
-            return;
-        }
-        _ => {
+    // A head that cannot be served is answered and the next one tried, so
+    // one unservable waiter never strands the rest.
+    while let Some(w) = pop_head(&key) {
+        let mut k = LockKey::open(ctx, name);
+        if !matches!(k.entry(), Entry::Absent) {
             // Someone took it first (only a script or a non-module writer
             // can): the head keeps its place.
             drop(k);
@@ -149,24 +142,38 @@ pub fn grant_next(ctx: Ctx, name: *mut RedisModuleString) {
             WAITING.fetch_add(1, Ordering::Relaxed);
             return;
         }
-    };
-    k.set(w.token, at);
-    drop(k);
-    let reply = if w.fence {
-        match fence::issue(ctx.now_ms()) {
+        let now = ctx.now_ms();
+        let Some(at) = now.checked_add(w.ttl) else {
+            // now + ttl no longer fits: the wait cannot be served.
+            let refusal = if w.fence { Answer::Nil } else { Answer::Int(0) };
+            finish(w, refusal, &stats::WAITS_CANCELLED);
+            continue;
+        };
+        // Issued before the key changes, so that an exhausted fence space
+        // refuses the grant instead of granting with a nil reply.
+        let fence = match w.fence.then(|| fence::issue(now)) {
+            Some(None) => {
+                finish(w, Answer::FencesExhausted, &stats::WAITS_CANCELLED);
+                continue;
+            }
+            Some(Some(f)) => Some(f),
+            None => None,
+        };
+        k.set(w.token, at);
+        drop(k);
+        let reply = match fence {
             Some(f) => {
                 ctx.replicate_fence_floor(f);
-                Value::Int(f as i64)
+                Answer::Int(f as i64)
             }
-            None => Value::Nil,
+            None => Answer::Int(1),
+        };
+        stats::GRANTS.add();
+        finish(w, reply, &stats::WAITS_GRANTED);
+        if waiters_on(ctx, &key.1) > 0 {
+            arm(ctx, &key.1, at);
         }
-    } else {
-        Value::Int(1)
-    };
-    stats::GRANTS.add();
-    finish(w, reply, &stats::WAITS_GRANTED);
-    if waiters_on(ctx, &key.1) > 0 {
-        arm(ctx, &key.1, at);
+        return;
     }
 }
 
@@ -199,8 +206,15 @@ fn remove_client(client: u64) -> Option<Waiter> {
     w
 }
 
+/// What a wait ended by [`finish`] replies.
+enum Answer {
+    Int(i64),
+    Nil,
+    FencesExhausted,
+}
+
 /// Ends a wait: unblocks the client with `reply` and drops our token.
-fn finish(w: Waiter, reply: Value, counter: &stats::Counter) {
+fn finish(w: Waiter, reply: Answer, counter: &stats::Counter) {
     counter.add();
     unsafe {
         rm!(RedisModule_FreeString)(std::ptr::null_mut(), w.token);
@@ -340,10 +354,11 @@ unsafe extern "C" fn on_db_event(ctx: *mut RedisModuleCtx, event: raw::RedisModu
 
 /// Replies to a client unblocked by a grant.
 unsafe extern "C" fn on_reply(ctx: *mut RedisModuleCtx, _argv: *mut *mut RedisModuleString, _argc: c_int) -> c_int {
-    let reply = rm!(RedisModule_GetBlockedClientPrivateData)(ctx).cast::<Value>();
+    let reply = rm!(RedisModule_GetBlockedClientPrivateData)(ctx).cast::<Answer>();
     match reply.as_ref() {
-        Some(Value::Int(n)) => rm!(RedisModule_ReplyWithLongLong)(ctx, *n),
-        _ => rm!(RedisModule_ReplyWithNull)(ctx),
+        Some(Answer::Int(n)) => rm!(RedisModule_ReplyWithLongLong)(ctx, *n),
+        Some(Answer::FencesExhausted) => rm!(RedisModule_ReplyWithError)(ctx, crate::entry::EXHAUSTED.as_ptr()),
+        Some(Answer::Nil) | None => rm!(RedisModule_ReplyWithNull)(ctx),
     }
 }
 
@@ -372,6 +387,7 @@ unsafe extern "C" fn on_timeout(ctx: *mut RedisModuleCtx, _argv: *mut *mut Redis
 unsafe extern "C" fn on_disconnect(ctx: *mut RedisModuleCtx, bc: *mut RedisModuleBlockedClient) {
     let client = rm!(RedisModule_GetClientId)(ctx);
     if let Some(w) = remove_client(client) {
+        stats::WAITS_CANCELLED.add();
         rm!(RedisModule_FreeString)(std::ptr::null_mut(), w.token);
         rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut());
     }
@@ -379,6 +395,6 @@ unsafe extern "C" fn on_disconnect(ctx: *mut RedisModuleCtx, bc: *mut RedisModul
 
 unsafe extern "C" fn free_reply(_ctx: *mut RedisModuleCtx, privdata: *mut c_void) {
     if !privdata.is_null() {
-        drop(Box::from_raw(privdata.cast::<Value>()));
+        drop(Box::from_raw(privdata.cast::<Answer>()));
     }
 }

@@ -392,7 +392,8 @@ fn command_info_shows_the_flags_and_the_key_position() {
     let server = Server::start();
     let mut con = server.conn();
     for (name, must, must_not) in [
-        ("lock.acquire", &["write", "denyoom", "fast"][..], &[][..]),
+        // WAIT can block it, so it is `blocking` (and not `fast`), as BLPOP.
+        ("lock.acquire", &["write", "denyoom", "blocking"][..], &["fast"][..]),
         // Renew is not deny-oom, like the PEXPIRE its script runs: a
         // server at its memory limit must still let holders renew.
         ("lock.renew", &["write", "fast"], &["denyoom"]),

@@ -169,6 +169,45 @@ fn waiters_that_disconnect_or_are_unblocked_are_never_granted() {
     assert_eq!(get(&mut c, "k").as_deref(), Some("stays"));
     h1.join().unwrap();
     h3.join().unwrap();
+    // Every wait is accounted for: CLIENT UNBLOCK ends it as a timeout,
+    // a disconnect as a cancellation.
+    assert_eq!(info_field(&mut c, "waits_started"), 3);
+    assert_eq!(info_field(&mut c, "waits_granted"), 1);
+    assert_eq!(info_field(&mut c, "waits_timed_out"), 1);
+    assert_eq!(info_field(&mut c, "waits_cancelled"), 1);
+}
+
+#[test]
+fn a_fenced_waiter_is_refused_with_an_error_when_fences_run_out_and_the_next_waiter_is_served() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(acquire(&mut c, "k", "holder"), 1);
+    let (tx, rx) = mpsc::channel();
+    let mut fenced = server.conn();
+    let h1 = {
+        let tx = tx.clone();
+        thread::spawn(move || {
+            let r: redis::RedisResult<Value> = redis::cmd("LOCK.ACQUIRE").arg("k").arg("fenced").arg(60_000).arg("FENCE").arg("WAIT").arg(0).query(&mut fenced);
+            let _ = tx.send(("fenced".to_string(), r.map_err(|e| e.to_string()).unwrap_or_else(|e| Value::SimpleString(e)), Instant::now()));
+        })
+    };
+    until_waiting(&mut c, 1);
+    let h2 = waiter(&server, "k", "plain", 0, tx);
+    until_waiting(&mut c, 2);
+    let _: () = redis::cmd("LOCK.FENCEFLOOR").arg(i64::MAX).query(&mut c).unwrap();
+
+    assert_eq!(release(&mut c, "k", "holder"), 1);
+    // Both end in the same release; their replies race on two connections.
+    let mut replies: Vec<(String, Value)> = (0..2).map(|_| rx.recv_timeout(Duration::from_secs(5)).map(|(t, r, _)| (t, r)).unwrap()).collect();
+    replies.sort_by(|a, b| a.0.cmp(&b.0));
+    let [(_, fenced_reply), (_, plain_reply)] = &replies[..] else { unreachable!() };
+    let Value::SimpleString(error) = fenced_reply else { panic!("expected an error, got {fenced_reply:?}") };
+    assert!(error.contains("fencing tokens exhausted"), "{error}");
+    assert_eq!(plain_reply, &Value::Int(1));
+    assert_eq!(get(&mut c, "k").as_deref(), Some("plain"), "the refused waiter never held the key");
+    assert_eq!(info_field(&mut c, "waits_cancelled"), 1);
+    h1.join().unwrap();
+    h2.join().unwrap();
 }
 
 #[test]
