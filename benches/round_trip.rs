@@ -14,17 +14,19 @@
 //! Targets: module acquire+release ≤ 1.1× the raw round trip, and the
 //! client's acquire+release ≤ 1.1× raw too. After each group the bench
 //! prints how many commands the server ran per client call (INFO
-//! commandstats around 1000 calls), as evidence of its round trips.
+//! commandstats around 1000 calls), as evidence of its round trips, and at
+//! the end an interleaved cross-check of all four (alternating blocks, so a
+//! load change on a shared machine hits every variant alike).
 //!
 //! `cargo bench --bench round_trip` (add `-- --quick` for a short run). The
 //! server is started by `redis_lock_harness::Server`, which builds the module
 //! if needed; `REDIS_SERVER` names another redis-server binary.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use redis::Connection;
-use redis_lock_client::{Backend, LockClient};
+use redis_lock_client::{Backend, LockClient, LockOptions};
 use redis_lock_harness::Server;
 use redis_lock_rules::encode::structured_value;
 use redis_lock_rules::scripts;
@@ -203,11 +205,155 @@ fn takeover(c: &mut Criterion, server: &Server) {
     drop(held);
 }
 
+/// One operation of the interleaved check, on the shared raw connection.
+type Op<'a> = Box<dyn FnMut(&mut Connection) + 'a>;
+
+/// A cross-check of the criterion groups that load drift cannot skew: the
+/// variants of each operation run in alternating blocks (rotating order) on
+/// one server, so each round compares them under the same conditions; the
+/// median of the per-round ratios to `raw` is printed. Runs only under
+/// `cargo bench` (`--bench`), shorter with `--quick`.
+fn interleaved(server: &Server) {
+    let args: Vec<String> = std::env::args().collect();
+    if !args.iter().any(|a| a == "--bench") {
+        return;
+    }
+    let (rounds, block) = if args.iter().any(|a| a == "--quick") { (11, 200) } else { (31, 500) };
+    let ttl = Duration::from_millis(TTL);
+    let mut con = server.conn();
+    let release_sha = load(&mut con, scripts::RELEASE);
+    let renew_sha = load(&mut con, scripts::RENEW);
+    let takeover_sha = load(&mut con, scripts::TAKEOVER);
+    let mine = String::from_utf8(structured_value(TOKEN, RUN)).expect("ascii");
+    let locks = client(server);
+    let renewed = locks.try_acquire("bench:x:renew:client", ttl).expect("client acquire");
+    assert!(set_nx_px(&mut con, "bench:x:renew"));
+    // Client takeovers keep their locks until the end of the block (a drop
+    // would release); dropped untimed, like `iter_with_large_drop`.
+    let held = std::cell::RefCell::new(Vec::new());
+    let fixed = LockOptions::new().token(TOKEN);
+    // Per group: the four variants of the criterion group (raw second, the
+    // denominator), then diagnostics that split the client's overhead into
+    // the server's FENCE work (the client always asks for a fence) and the
+    // client's own (with a fixed token: no OS random number per lock).
+    let groups: Vec<(&str, Vec<(&str, Op)>)> = vec![
+        (
+            "acquire+release",
+            vec![
+                (
+                    "module",
+                    Box::new(|con| {
+                        assert_eq!(int(con, redis::cmd("LOCK.ACQUIRE").arg("bench:x:ar:m").arg(TOKEN).arg(TTL)), 1);
+                        assert_eq!(int(con, redis::cmd("LOCK.RELEASE").arg("bench:x:ar:m").arg(TOKEN)), 1);
+                    }),
+                ),
+                (
+                    "raw",
+                    Box::new(|con| {
+                        assert!(set_nx_px(con, "bench:x:ar:r"));
+                        assert_eq!(int(con, redis::cmd("DEL").arg("bench:x:ar:r")), 1);
+                    }),
+                ),
+                (
+                    "script",
+                    Box::new(|con| {
+                        assert!(set_nx_px(con, "bench:x:ar:s"));
+                        assert_eq!(int(con, redis::cmd("EVALSHA").arg(&release_sha).arg(1).arg("bench:x:ar:s").arg(TOKEN)), 1);
+                    }),
+                ),
+                (
+                    "client",
+                    Box::new(|_| {
+                        let lock = locks.try_acquire("bench:x:ar:c", ttl).expect("client acquire");
+                        lock.release().expect("client release");
+                    }),
+                ),
+                (
+                    "module FENCE",
+                    Box::new(|con| {
+                        assert!(int(con, redis::cmd("LOCK.ACQUIRE").arg("bench:x:ar:f").arg(TOKEN).arg(TTL).arg("FENCE")) > 0);
+                        assert_eq!(int(con, redis::cmd("LOCK.RELEASE").arg("bench:x:ar:f").arg(TOKEN)), 1);
+                    }),
+                ),
+                (
+                    "client fixed token",
+                    Box::new(|_| {
+                        let lock = locks.try_acquire_with("bench:x:ar:t", ttl, &fixed).expect("client acquire");
+                        lock.release().expect("client release");
+                    }),
+                ),
+            ],
+        ),
+        (
+            "renew",
+            vec![
+                ("module", Box::new(|con| assert_eq!(int(con, redis::cmd("LOCK.RENEW").arg("bench:x:renew").arg(TOKEN).arg(TTL)), 1))),
+                ("raw", Box::new(|con| assert_eq!(int(con, redis::cmd("PEXPIRE").arg("bench:x:renew").arg(TTL)), 1))),
+                (
+                    "script",
+                    Box::new(|con| assert_eq!(int(con, redis::cmd("EVALSHA").arg(&renew_sha).arg(1).arg("bench:x:renew").arg(TOKEN).arg(TTL)), 1)),
+                ),
+                ("client", Box::new(|_| renewed.renew(ttl).expect("client renew"))),
+            ],
+        ),
+        (
+            "same-run takeover",
+            vec![
+                ("module", Box::new(|con| assert_eq!(int(con, redis::cmd("LOCK.TAKEOVER").arg("bench:x:to:m").arg(TOKEN).arg(RUN).arg(TTL)), 1))),
+                (
+                    "raw",
+                    Box::new(|con| {
+                        let () = redis::cmd("SET").arg("bench:x:to:r").arg(&mine).arg("PX").arg(TTL).query(con).expect("SET PX");
+                    }),
+                ),
+                (
+                    "script",
+                    Box::new(|con| assert_eq!(int(con, redis::cmd("EVALSHA").arg(&takeover_sha).arg(1).arg("bench:x:to:s").arg(&mine).arg(TTL)), 1)),
+                ),
+                ("client", Box::new(|_| held.borrow_mut().push(locks.takeover("bench:x:to:c", RUN, ttl).expect("client takeover")))),
+                (
+                    "module FENCE",
+                    Box::new(|con| assert!(int(con, redis::cmd("LOCK.TAKEOVER").arg("bench:x:to:f").arg(TOKEN).arg(RUN).arg(TTL).arg("FENCE")) > 0)),
+                ),
+            ],
+        ),
+    ];
+    println!("interleaved check: {rounds} rounds x {block} ops per variant, rotating order; median µs/op, and median of the per-round ratios to raw");
+    for (name, mut ops) in groups {
+        let k = ops.len();
+        let mut us = vec![Vec::new(); k];
+        for r in 0..rounds {
+            for j in 0..k {
+                let v = (r + j) % k;
+                let t = Instant::now();
+                for _ in 0..block {
+                    (ops[v].1)(&mut con);
+                }
+                us[v].push(t.elapsed().as_secs_f64() * 1e6 / f64::from(block));
+                held.borrow_mut().clear();
+            }
+        }
+        let cells: Vec<String> = (0..k)
+            .map(|v| {
+                let ratio = median((0..rounds).map(|r| us[v][r] / us[1][r]).collect());
+                format!("{} {:.1} ({ratio:.3})", ops[v].0, median(us[v].clone()))
+            })
+            .collect();
+        println!("interleaved {name}: {}", cells.join(", "));
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 fn round_trip(c: &mut Criterion) {
     let server = Server::start();
     acquire_release(c, &server);
     renew(c, &server);
     takeover(c, &server);
+    interleaved(&server);
 }
 
 criterion_group!(benches, round_trip);
