@@ -318,7 +318,7 @@ fn check(key: &str, token: &str, ttl: Duration) -> Result<u64> {
 pub(crate) fn random_token() -> String {
     let mut bytes = [0u8; 16];
     rand::rngs::OsRng.fill_bytes(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    format!("{:032x}", u128::from_be_bytes(bytes))
 }
 
 #[cfg(test)]

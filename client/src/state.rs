@@ -53,6 +53,9 @@ pub(crate) struct Inner {
     pub(crate) retired: bool,
     /// Release or drop asked the watchdog to stop.
     pub(crate) stop: bool,
+    /// Threads asleep on `cond`: a notify with none is a wasted futex call
+    /// on every release.
+    sleepers: usize,
 }
 
 #[derive(Debug)]
@@ -71,7 +74,7 @@ impl Shared {
         Shared {
             key,
             token,
-            inner: Mutex::new(Inner { status: Status::Held, valid_until: sent_at + ttl, ttl, retired: false, stop: false }),
+            inner: Mutex::new(Inner { status: Status::Held, valid_until: sent_at + ttl, ttl, retired: false, stop: false, sleepers: 0 }),
             cond: Condvar::new(),
             notify: Notify::new(),
         }
@@ -84,14 +87,28 @@ impl Shared {
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if g.status == Status::Held && Instant::now() >= g.valid_until {
             g.status = Status::Lost(if g.retired { LossReason::MaxLifetime } else { LossReason::Expired });
-            self.wake();
+            self.wake(&g);
         }
         g
     }
 
-    fn wake(&self) {
-        self.cond.notify_all();
+    /// Called with the state locked, so no sleeper can be between its
+    /// check and its wait.
+    fn wake(&self, g: &Inner) {
+        if g.sleepers > 0 {
+            self.cond.notify_all();
+        }
         self.notify.notify_waiters();
+    }
+
+    /// Sleeps on `cond` until notified or `until`, then relocks.
+    fn sleep<'a>(&'a self, mut g: MutexGuard<'a, Inner>, until: Instant) -> MutexGuard<'a, Inner> {
+        g.sleepers += 1;
+        let timeout = until.saturating_duration_since(Instant::now());
+        let (mut g, _) = self.cond.wait_timeout(g, timeout).unwrap_or_else(|p| p.into_inner());
+        g.sleepers -= 1;
+        drop(g);
+        self.lock()
     }
 
     pub(crate) fn status(&self) -> Status {
@@ -113,7 +130,7 @@ impl Shared {
         let mut g = self.lock();
         if g.status == Status::Held {
             g.status = Status::Lost(reason);
-            self.wake();
+            self.wake(&g);
         }
     }
 
@@ -121,7 +138,7 @@ impl Shared {
         let mut g = self.lock();
         if g.status != Status::Released {
             g.status = Status::Released;
-            self.wake();
+            self.wake(&g);
         }
     }
 
@@ -129,7 +146,7 @@ impl Shared {
         let mut g = self.lock();
         if !g.stop {
             g.stop = true;
-            self.wake();
+            self.wake(&g);
         }
     }
 
@@ -150,9 +167,7 @@ impl Shared {
                 return true;
             }
             let wake = until.min(g.valid_until);
-            let (g2, _) = self.cond.wait_timeout(g, wake.saturating_duration_since(now)).unwrap_or_else(|p| p.into_inner());
-            drop(g2);
-            g = self.lock();
+            g = self.sleep(g, wake);
         }
     }
 
@@ -196,9 +211,7 @@ impl Shared {
                 return g.status;
             }
             let wake = deadline.map_or(g.valid_until, |d| d.min(g.valid_until));
-            let (g2, _) = self.cond.wait_timeout(g, wake.saturating_duration_since(now)).unwrap_or_else(|p| p.into_inner());
-            drop(g2);
-            g = self.lock();
+            g = self.sleep(g, wake);
         }
     }
 
