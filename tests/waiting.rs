@@ -40,11 +40,17 @@ fn until_waiting(c: &mut redis::Connection, n: u64) {
 /// Starts a client that waits for `key` as `token`; its reply arrives on
 /// the channel together with the instant it arrived.
 fn waiter(server: &Server, key: &str, token: &str, timeout_ms: u64, tx: mpsc::Sender<(String, Value, Instant)>) -> thread::JoinHandle<()> {
-    let mut c = server.conn();
+    waiter_on(server.conn(), key, token, &["WAIT", &timeout_ms.to_string()], tx)
+}
+
+/// `LOCK.ACQUIRE key token 60000 options...` on `c` from a new thread; an
+/// error reply arrives as a `SimpleString` holding its text.
+fn waiter_on(mut c: redis::Connection, key: &str, token: &str, options: &[&str], tx: mpsc::Sender<(String, Value, Instant)>) -> thread::JoinHandle<()> {
     let (key, token) = (key.to_string(), token.to_string());
+    let options: Vec<String> = options.iter().map(|o| o.to_string()).collect();
     thread::spawn(move || {
-        let reply: Value = redis::cmd("LOCK.ACQUIRE").arg(&key).arg(&token).arg(60_000).arg("WAIT").arg(timeout_ms).query(&mut c).expect("wait");
-        let _ = tx.send((token, reply, Instant::now()));
+        let reply = redis::cmd("LOCK.ACQUIRE").arg(&key).arg(&token).arg(60_000).arg(&options).query::<Value>(&mut c);
+        let _ = tx.send((token, reply.unwrap_or_else(|e| Value::SimpleString(e.to_string())), Instant::now()));
     })
 }
 
@@ -141,13 +147,7 @@ fn waiters_that_disconnect_or_are_unblocked_are_never_granted() {
     let mut unblocked = server.conn();
     let id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut unblocked).unwrap();
     let (tx, rx) = mpsc::channel();
-    let h1 = {
-        let tx = tx.clone();
-        thread::spawn(move || {
-            let r: Value = redis::cmd("LOCK.ACQUIRE").arg("k").arg("unblocked").arg(60_000).arg("WAIT").arg(0).query(&mut unblocked).unwrap();
-            let _ = tx.send(("unblocked".to_string(), r, Instant::now()));
-        })
-    };
+    let h1 = waiter_on(unblocked, "k", "unblocked", &["WAIT", "0"], tx.clone());
     until_waiting(&mut c, 1);
     // A raw socket so the test can drop the connection mid-wait.
     let mut gone = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
@@ -183,14 +183,7 @@ fn a_fenced_waiter_is_refused_with_an_error_when_fences_run_out_and_the_next_wai
     let mut c = server.conn();
     assert_eq!(acquire(&mut c, "k", "holder"), 1);
     let (tx, rx) = mpsc::channel();
-    let mut fenced = server.conn();
-    let h1 = {
-        let tx = tx.clone();
-        thread::spawn(move || {
-            let r: redis::RedisResult<Value> = redis::cmd("LOCK.ACQUIRE").arg("k").arg("fenced").arg(60_000).arg("FENCE").arg("WAIT").arg(0).query(&mut fenced);
-            let _ = tx.send(("fenced".to_string(), r.map_err(|e| e.to_string()).unwrap_or_else(|e| Value::SimpleString(e)), Instant::now()));
-        })
-    };
+    let h1 = waiter_on(server.conn(), "k", "fenced", &["FENCE", "WAIT", "0"], tx.clone());
     until_waiting(&mut c, 1);
     let h2 = waiter(&server, "k", "plain", 0, tx);
     until_waiting(&mut c, 2);
