@@ -138,11 +138,7 @@ pub fn decode(value: &[u8]) -> Decoded<'_> {
 
 /// [`decode`] by replaying cjson's tokenizer, for any input.
 fn tokenized(value: &[u8]) -> Decoded<'_> {
-    if value.len() >= 2 && (value[0] == 0 || value[1] == 0) {
-        return Decoded::NotTable;
-    }
-    let end = memchr::memchr(0, value).unwrap_or(value.len());
-    let data = &value[..end];
+    let Some(data) = input(value) else { return Decoded::NotTable };
     // The top level only becomes a table if it opens with a bracket; anything
     // else decodes (or fails) to a non-table, which the scripts treat alike.
     // Deciding that from the first byte keeps bare tokens allocation- and
@@ -176,12 +172,17 @@ fn canonical(value: &[u8]) -> Option<Decoded<'_>> {
 
 /// Whether cjson decodes `value` at all (to anything).
 pub fn is_valid(value: &[u8]) -> bool {
+    input(value).is_some_and(|data| Parser { data, pos: 0 }.parse_document().is_some())
+}
+
+/// What cjson reads of `value`: nothing when its UTF-16/32 sniffing refuses
+/// it (a NUL in either of the first two bytes of a longer value), else the
+/// bytes before the first NUL.
+fn input(value: &[u8]) -> Option<&[u8]> {
     if value.len() >= 2 && (value[0] == 0 || value[1] == 0) {
-        return false;
+        return None;
     }
-    let end = memchr::memchr(0, value).unwrap_or(value.len());
-    let mut p = Parser { data: &value[..end], pos: 0 };
-    p.parse_document().is_some()
+    Some(&value[..memchr::memchr(0, value).unwrap_or(value.len())])
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
