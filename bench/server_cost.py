@@ -666,7 +666,8 @@ def machine(redis_server: str) -> str:
 
 def build_module(args) -> str:
     if args.module:
-        return args.module
+        # redis-server resolves a relative path from its own working directory.
+        return str(Path(args.module).resolve())
     if not args.no_build:
         subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "redis-lock", "--lib"], cwd=ROOT, check=True)
     target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))

@@ -26,6 +26,8 @@ required!(
     RedisModule_KeyType,
     RedisModule_StringDMA,
     RedisModule_StringSet,
+    RedisModule_StringTruncate,
+    RedisModule_ValueLength,
     RedisModule_GetExpire,
     RedisModule_SetAbsExpire,
     RedisModule_DeleteKey,

@@ -11,7 +11,7 @@ use redis_lock_rules::{ArgError, Entry, Remaining, WrongType};
 use redis_module::raw::RedisModuleString;
 
 use crate::fence;
-use crate::key::{bytes, Ctx, LockKey};
+use crate::key::{bytes, Ctx, LockKey, NewValue};
 use crate::stats::{self, Counter};
 use crate::wait;
 
@@ -113,9 +113,7 @@ fn acquire_with(ctx: Ctx, key: *mut RedisModuleString, token: *mut RedisModuleSt
     let mut k = open_behind_waiters(ctx, key);
     let granted = lock::may_acquire(k.entry());
     if granted {
-        // The argument itself becomes the value (shared, as SET does), so a
-        // lock costs the same memory as a plain key.
-        k.set(token, at);
+        k.set(NewValue::Arg(token), at);
     } else if let Some(timeout) = opts.wait.filter(|_| wait::may_block(ctx)) {
         let deadline = k.expires_at();
         drop(k);
@@ -187,10 +185,7 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
         Takeover::StaleLegacy => stats::TAKEOVERS_STALE_LEGACY.add(),
         Takeover::Free => {}
     }
-    let value = ctx.string(&structured_value(token_str, run_str));
-    k.set(value, at);
-    // The key now holds its own reference; drop ours.
-    ctx.free(value);
+    k.set(NewValue::Composed(&structured_value(token_str, run_str)), at);
     grant_reply(ctx, true, opts)
 }
 

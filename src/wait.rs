@@ -32,7 +32,7 @@ use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisMod
 
 use crate::api::rm;
 use crate::fence;
-use crate::key::{bytes, Ctx, LockKey};
+use crate::key::{bytes, Ctx, LockKey, NewValue};
 use crate::stats;
 
 struct Waiter {
@@ -159,7 +159,7 @@ pub fn grant_next(ctx: Ctx, name: *mut RedisModuleString) {
             Some(Some(f)) => Some(f),
             None => None,
         };
-        k.set(w.token, at);
+        k.set(NewValue::Arg(w.token), at);
         drop(k);
         let reply = match fence {
             Some(f) => {

@@ -456,6 +456,33 @@ fn over_maxmemory_acquire_and_takeover_are_refused_but_renew_and_release_still_r
     assert!(!exists(&mut con, "oom:new"));
 }
 
+fn memory_usage(con: &mut Connection, key: &str) -> i64 {
+    redis::cmd("MEMORY").arg("USAGE").arg(key).query(con).unwrap()
+}
+
+#[test]
+fn a_lock_written_over_another_value_holds_exactly_its_bytes_in_as_much_memory_as_set() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let structured = |owner: &str| format!(r#"{{"owner":"{owner}","runId":"run-0123456789"}}"#);
+    let (t40, t90, u90) = ("t".repeat(40), "t".repeat(90), "u".repeat(90));
+    // Same run with a longer, an equal and a shorter token (resized or
+    // written in place), and a stale legacy token (a shorter bare value).
+    // Every new value exceeds 44 bytes, so SET stores it unembedded too and
+    // MEMORY USAGE (which counts the value's allocation) compares like for like.
+    let cases = [(structured(&t40), &t90, "60000"), (structured(&t90), &u90, "60000"), (structured(&t90), &t40, "60000"), ("legacy-token".into(), &t40, "9000000")];
+    for (i, (before, token, ttl)) in cases.iter().enumerate() {
+        let (lock, plain) = (format!("mem:lock:{i}"), format!("mem:plain:{i}"));
+        let after = structured(token);
+        run(&mut con, &["SET", &lock, before, "PX", "600000"]);
+        run(&mut con, &["SET", &plain, before, "PX", "600000"]);
+        run(&mut con, &["SET", &plain, &after, "PX", "600000"]);
+        assert_eq!(ok(&mut con, &["LOCK.TAKEOVER", &lock, token, "run-0123456789", ttl]), 1, "case {i}");
+        assert_eq!(get(&mut con, &lock).as_deref(), Some(after.as_str()), "case {i}");
+        assert_eq!(memory_usage(&mut con, &lock), memory_usage(&mut con, &plain), "case {i}: {before} -> {after}");
+    }
+}
+
 #[test]
 fn a_replica_refuses_lock_commands_as_writes() {
     let master = Server::start();

@@ -22,6 +22,10 @@ pub fn structured_value(token: &str, run_id: &str) -> Vec<u8> {
 /// invalid-UTF-8 replacement Go would make cannot arise.
 fn push_go_string(out: &mut Vec<u8>, s: &str) {
     let b = s.as_bytes();
+    if plain(b) {
+        out.extend_from_slice(b);
+        return;
+    }
     // Copy maximal runs that need no escape in one go: tokens and run ids
     // are nearly always plain, and a per-char push costs ~20x more.
     let mut run = 0;
@@ -55,6 +59,14 @@ fn push_go_string(out: &mut Vec<u8>, s: &str) {
         run = i;
     }
     out.extend_from_slice(&b[run..]);
+}
+
+/// Whether Go writes `b` unchanged: no byte it escapes and no 0xE2 that
+/// could start U+2028/U+2029. Without an early exit the compiler tests 16
+/// bytes per step, several times faster than the escaping loop on the
+/// tokens and run ids seen in practice.
+fn plain(b: &[u8]) -> bool {
+    b.iter().fold(true, |ok, &c| ok & (c >= 0x20 && c != b'"' && c != b'\\' && c != b'<' && c != b'>' && c != b'&' && c != 0xe2))
 }
 
 /// `n` in decimal, as Redis's `ll2string` writes it, in the tail of `buf`
