@@ -69,18 +69,26 @@ fn plain(b: &[u8]) -> bool {
     b.iter().fold(true, |ok, &c| ok & (c >= 0x20 && c != b'"' && c != b'\\' && c != b'<' && c != b'>' && c != b'&' && c != 0xe2))
 }
 
+/// "00" to "99": two digits per division, on every replicated write.
+const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849\
+5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
+
 /// `n` in decimal, as Redis's `ll2string` writes it, in the tail of `buf`
 /// (20 bytes hold every i64, `i64::MIN` included).
 pub fn decimal(n: i64, buf: &mut [u8; 20]) -> &[u8] {
     let mut v = n.unsigned_abs();
     let mut i = buf.len();
-    loop {
+    while v >= 10 {
+        let pair = (v % 100) as usize * 2;
+        v /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    }
+    // A last single digit (the loop leaves no leading zero: it stops
+    // before a pair of 00..09), or the 0 of n = 0.
+    if v > 0 || i == buf.len() {
         i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
+        buf[i] = b'0' + v as u8;
     }
     if n < 0 {
         i -= 1;
@@ -96,7 +104,7 @@ mod tests {
 
     #[test]
     fn decimal_matches_display() {
-        for n in [0, 7, -7, 10, 1_764_000_000_000, i64::MAX, i64::MIN, i64::MIN + 1] {
+        for n in [0, 7, -7, 9, 10, 99, 100, 101, -100, 1_000, 1_764_000_000_000, 1_764_000_000_001, i64::MAX, i64::MIN, i64::MIN + 1].into_iter().chain((-1100..1100).map(|n| n * 7)) {
             assert_eq!(decimal(n, &mut [0; 20]), n.to_string().as_bytes());
         }
     }
