@@ -39,8 +39,11 @@ impl Ctx {
 
     /// `LOCK.FENCEFLOOR fence` to replicas and the AOF.
     pub fn replicate_fence_floor(self, fence: u64) {
+        let mut digits = [0u8; 20];
+        // Fences stay below 2^63 (redis_lock_rules::fence), so the cast is exact.
+        let fence = decimal(fence as i64, &mut digits);
         unsafe {
-            rm!(RedisModule_Replicate)(self.0, c"LOCK.FENCEFLOOR".as_ptr(), c"l".as_ptr(), fence as std::ffi::c_longlong);
+            rm!(RedisModule_Replicate)(self.0, c"LOCK.FENCEFLOOR".as_ptr(), c"b".as_ptr(), fence.as_ptr(), fence.len());
         }
     }
 
@@ -162,16 +165,17 @@ impl LockKey {
     pub fn set(&mut self, value: NewValue, at_ms: i64) {
         let mut digits = [0u8; 20];
         let at = decimal(at_ms, &mut digits);
+        self.write(match value {
+            NewValue::Arg(arg) => bytes(arg),
+            NewValue::Composed(v) => v,
+        });
         unsafe {
+            rm!(RedisModule_SetAbsExpire)(self.key, at_ms);
             match value {
                 NewValue::Arg(arg) => {
-                    self.write(bytes(arg));
-                    rm!(RedisModule_SetAbsExpire)(self.key, at_ms);
                     rm!(RedisModule_Replicate)(self.ctx.0, c"SET".as_ptr(), c"sssb".as_ptr(), self.name, arg, pxat(), at.as_ptr(), at.len());
                 }
                 NewValue::Composed(v) => {
-                    self.write(v);
-                    rm!(RedisModule_SetAbsExpire)(self.key, at_ms);
                     rm!(RedisModule_Replicate)(self.ctx.0, c"SET".as_ptr(), c"sbsb".as_ptr(), self.name, v.as_ptr(), v.len(), pxat(), at.as_ptr(), at.len());
                 }
             }
