@@ -278,6 +278,18 @@ class Server:
             self._kill()
             shutil.rmtree(self.dir, ignore_errors=True)
 
+    def attach_replica(self, redis_server: str, module: Optional[str]) -> "Server":
+        """Starts a replica of this server and waits until it streams."""
+        replica = Server(redis_server, module, extra=("--replicaof", "127.0.0.1", str(self.port)))
+        deadline = time.time() + 300  # a master under callgrind forks and syncs slowly
+        while time.time() < deadline:
+            info = self.conn.call("INFO", "replication").decode()
+            if "state=online" in info:
+                return replica
+            time.sleep(0.5)
+        replica.stop()
+        raise RuntimeError("the replica did not come online")
+
     # -- callgrind control ------------------------------------------------
     def _cg(self, *args):
         r = subprocess.run(["callgrind_control", *args, str(self.proc.pid)], capture_output=True, text=True)
@@ -589,7 +601,7 @@ def print_tables(results: dict, cases: list, args, out) -> list:
     def w(s=""):
         print(s, file=out)
     if "wall" in results:
-        w(f"### Wall clock: redis-benchmark -c {args.clients} -n {args.requests} (ops/s; usec_per_call from INFO commandstats)")
+        w(f"### Wall clock: redis-benchmark -c {args.clients} -n {args.requests} (ops/s; usec_per_call from INFO commandstats){', one replica attached' if args.replica else ''}")
         w()
         w("| operation | path | value | P | native | ops/s module | ops/s script | ops/s native | µs/call module | µs/call script | µs/call native | module/native | module/script |")
         w("|---|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|")
@@ -609,7 +621,7 @@ def print_tables(results: dict, cases: list, args, out) -> list:
                   + f"{fmt_ratio(g('module', 'usec_per_call'), g('native', 'usec_per_call'))} | {fmt_ratio(g('module', 'usec_per_call'), g('script', 'usec_per_call'))} |")
         w()
     if "callgrind" in results:
-        w(f"### Instructions per operation, whole server process (valgrind --tool=callgrind; {args.cg_requests} requests per case, {args.cg_clients} connection(s))")
+        w(f"### Instructions per operation, whole server process (valgrind --tool=callgrind; {args.cg_requests} requests per case, {args.cg_clients} connection(s){', one replica attached' if args.replica else ''})")
         w()
         w("| operation | path | value | P | native | Ir/op module | Ir/op script | Ir/op native | module/native (target) | module/script (≤ 0.30) |")
         w("|---|---|---|---|---|--:|--:|--:|--:|--:|")
@@ -694,6 +706,7 @@ def main() -> int:
     ap.add_argument("--cg-clients", type=int, default=1, help="connections under callgrind (default 1)")
     ap.add_argument("--cg-keep", metavar="DIR", help="keep each case's callgrind profile in DIR (for callgrind_annotate)")
     ap.add_argument("--memory-keys", type=int, help="keys for --memory (default 1000000; quick 20000)")
+    ap.add_argument("--replica", action="store_true", help="attach one replica (with the module) to the measured server, so that every implementation pays its real propagation, as in production")
     ap.add_argument("--cases", help="only cases whose name contains this (case-insensitive), e.g. 'renew'")
     ap.add_argument("--check-targets", action="store_true", help="exit 1 when a callgrind or memory target is missed")
     ap.add_argument("--redis-server", default=os.environ.get("REDIS_SERVER", "redis-server"))
@@ -720,7 +733,10 @@ def main() -> int:
     if args.wall:
         results["wall"] = {}
         srv = Server(args.redis_server, module_path)
+        replica = None
         try:
+            if args.replica:
+                replica = srv.attach_replica(args.redis_server, module_path)
             for name, body in SCRIPTS.items():
                 assert srv.conn.call("SCRIPT", "LOAD", body).decode() == SHA[name]
             for p in args.pipelines:
@@ -731,10 +747,15 @@ def main() -> int:
                     print(f"wall  P{p:<2} {case.name:45} " + "  ".join(f"{k} {v['usec_per_call']:.2f}us" for k, v in row.items()), file=sys.stderr)
         finally:
             srv.stop()
+            if replica:
+                replica.stop()
     if args.callgrind:
         results["callgrind"] = {}
         srv = Server(args.redis_server, module_path, callgrind=True)
+        replica = None
         try:
+            if args.replica:
+                replica = srv.attach_replica(args.redis_server, module_path)
             for name, body in SCRIPTS.items():
                 assert srv.conn.call("SCRIPT", "LOAD", body).decode() == SHA[name]
             for p in args.cg_pipelines:
@@ -749,6 +770,8 @@ def main() -> int:
                     print(f"cg    P{p:<2} {case.name:45} " + "  ".join(f"{k} {v['ir_per_op']:,.0f}" for k, v in row.items()), file=sys.stderr)
         finally:
             srv.stop()
+            if replica:
+                replica.stop()
     if args.memory:
         results["memory"] = run_memory(args.redis_server, module_path, args.memory_keys)
 

