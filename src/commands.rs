@@ -166,19 +166,20 @@ pub fn release(ctx: Ctx, argv: Argv) -> Outcome {
 /// LOCK.TAKEOVER key token run-id ttl-ms [FENCE]
 pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, run_id, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
-    check_key_and_token(bytes(key), bytes(token))?;
+    let (token_bytes, run_bytes) = (bytes(token), bytes(run_id));
+    check_key_and_token(bytes(key), token_bytes)?;
     let ttl = parse_ttl(bytes(ttl))?;
     let opts = parse_grant_options(Grammar::Takeover, options.iter().map(|&o| bytes(o)))?;
-    if bytes(run_id).is_empty() {
+    if run_bytes.is_empty() {
         // The Go wrapper's AcquireLockOrTakeover degrades to AcquireLock
         // before encoding anything, so any token bytes are fine here.
         return acquire_with(ctx, key, token, ttl, opts);
     }
-    let (token_str, run_str) = (check_utf8(bytes(token))?, check_utf8(bytes(run_id))?);
+    let (token_str, run_str) = (check_utf8(token_bytes)?, check_utf8(run_bytes)?);
     let at = expiry_at(ctx.now_ms(), ttl)?;
     check_fence_space(ctx, opts)?;
     let mut k = open_behind_waiters(ctx, key);
-    let takeover = lock::take_over(k.entry(), bytes(run_id), ttl, || k.remaining())?;
+    let takeover = lock::take_over(k.entry(), run_bytes, ttl, || k.remaining())?;
     match takeover {
         Takeover::Refused => return grant_reply(ctx, false, opts),
         Takeover::SameRun => stats::TAKEOVERS_SAME_RUN.add(),
