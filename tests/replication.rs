@@ -2,7 +2,9 @@
 //! absolute expiry times (`SET key value PXAT ms`, `PEXPIREAT key ms`,
 //! `DEL key`), never the LOCK.* commands themselves and never a relative
 //! expiry, so a replica, a restart or a server without the module ends up
-//! with exactly the master's keys, values and expiry times.
+//! with exactly the master's keys, values and expiry times. The one
+//! exception is a fenced grant's `LOCK.FENCEFLOOR`, which carries the fence
+//! mark rather than a key.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -321,24 +323,61 @@ fn attach_fake_replica(port: u16) -> (TcpStream, Vec<u8>) {
 #[test]
 fn the_replication_stream_carries_effects_with_absolute_expiry_and_no_lock_commands() {
     let master = Server::builder().arg("repl-diskless-sync", "no").start();
-    let (mut link, mut buf) = attach_fake_replica(master.port());
+    let (mut link, buf) = attach_fake_replica(master.port());
     let mut m = master.conn();
     scenario(&mut m);
     let on_master = master_after_scenario(&mut m);
-    let _: () = redis::cmd("SET").arg("r:end").arg("1").query(&mut m).unwrap();
+    let commands = read_stream_to_marker(&mut m, &mut link, buf);
+    check_stream(&commands, &on_master);
+}
 
-    // Read until the end marker arrives.
+/// Sets an end marker on the master and reads the stream up to it.
+fn read_stream_to_marker(m: &mut Connection, link: &mut TcpStream, mut buf: Vec<u8>) -> Vec<Command> {
+    let _: () = redis::cmd("SET").arg("r:end").arg("1").query(m).unwrap();
     let mut chunk = [0u8; 65536];
-    let commands = loop {
+    loop {
         let (commands, _) = parse_commands(&buf);
         if commands.iter().any(|c| name(c) == "SET" && c[1] == b"r:end") {
-            break commands;
+            return commands;
         }
         let n = link.read(&mut chunk).expect("read the replication stream");
         assert!(n > 0, "master closed the replication link");
         buf.extend_from_slice(&chunk[..n]);
-    };
-    check_stream(&commands, &on_master);
+    }
+}
+
+/// The one LOCK.* command replicas and the AOF see: `LOCK.FENCEFLOOR` with
+/// the fence just issued, in the same MULTI/EXEC as the grant's effect, so
+/// a promoted replica or a restarted server never issues it again.
+#[test]
+fn a_fenced_grant_propagates_its_fence_as_a_floor_with_its_effect() {
+    let master = Server::builder().arg("repl-diskless-sync", "no").start();
+    let (mut link, buf) = attach_fake_replica(master.port());
+    let mut m = master.conn();
+    let acquired = lock(&mut m, &["LOCK.ACQUIRE", "r:f", "tok", "60000", "FENCE"]);
+    assert_eq!(lock(&mut m, &["LOCK.RELEASE", "r:f", "tok"]), 1);
+    let taken = lock(&mut m, &["LOCK.TAKEOVER", "r:f", "tok2", "run", "60000", "FENCE"]);
+    assert!(acquired > 0 && taken > acquired, "fences {acquired}, {taken}");
+    let commands = read_stream_to_marker(&mut m, &mut link, buf);
+    let shown: Vec<String> = commands
+        .iter()
+        .filter(|c| !matches!(name(c).as_str(), "SELECT" | "PING" | "REPLCONF"))
+        // The expiry times are checked by the other stream tests.
+        .map(|c| if name(c) == "SET" && c.len() == 5 { show(&c[..4].to_vec()) } else { show(c) })
+        .collect();
+    let expected = [
+        "MULTI".to_string(),
+        "SET r:f tok PXAT".into(),
+        format!("LOCK.FENCEFLOOR {acquired}"),
+        "EXEC".into(),
+        "DEL r:f".into(),
+        "MULTI".into(),
+        r#"SET r:f {"owner":"tok2","runId":"run"} PXAT"#.into(),
+        format!("LOCK.FENCEFLOOR {taken}"),
+        "EXEC".into(),
+        "SET r:end 1".into(),
+    ];
+    assert_eq!(shown, expected);
 }
 
 // --- The AOF -----------------------------------------------------------------
