@@ -58,6 +58,7 @@ required!(
     RedisModule_GetBlockedClientPrivateData,
     RedisModule_GetClientId,
     RedisModule_CreateTimer,
+    RedisModule_StopTimer,
     RedisModule_SubscribeToKeyspaceEvents,
     RedisModule_SubscribeToServerEvent,
     RedisModule_GetContextFlags,

@@ -37,11 +37,32 @@ use crate::stats;
 
 struct Waiter {
     client: u64,
+    /// Tells this wait from the same client's later ones.
+    seq: u64,
     bc: *mut RedisModuleBlockedClient,
     /// The waiter's token, retained until it is stored or the wait ends.
     token: *mut RedisModuleString,
     ttl: i64,
     fence: bool,
+    /// The timer that ends the wait at its timeout (none: wait forever).
+    timeout: Option<raw::RedisModuleTimerID>,
+}
+
+impl Waiter {
+    /// Lets go of what the wait holds: its token and its timeout timer.
+    /// Not from the timeout timer's own callback (Redis frees that timer
+    /// after the callback returns).
+    fn let_go(&self, ctx: Ctx) {
+        unsafe {
+            rm!(RedisModule_FreeString)(std::ptr::null_mut(), self.token);
+            if let Some(id) = self.timeout {
+                let mut data: *mut c_void = std::ptr::null_mut();
+                if rm!(RedisModule_StopTimer)(ctx.0, id, &mut data) == raw::REDISMODULE_OK as c_int && !data.is_null() {
+                    drop(Box::from_raw(data.cast::<WaitTimeout>()));
+                }
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -66,6 +87,8 @@ unsafe impl Send for Shared {}
 static STATE: LazyLock<Mutex<Shared>> = LazyLock::new(|| Mutex::new(Shared(State::default())));
 /// Clients waiting now; lets every command skip the state when it is 0.
 static WAITING: AtomicU64 = AtomicU64::new(0);
+/// Numbers the waits (see [`Waiter::seq`]).
+static NEXT_WAIT: AtomicU64 = AtomicU64::new(0);
 
 fn state() -> MutexGuard<'static, Shared> {
     // A poisoned lock only means a panic was caught mid-update; the queues
@@ -102,17 +125,28 @@ pub fn may_block(ctx: Ctx) -> bool {
 pub fn block(ctx: Ctx, name: *mut RedisModuleString, token: *mut RedisModuleString, ttl: i64, fence: bool, timeout_ms: i64, expires_at: Option<i64>) {
     ensure_subscribed(ctx);
     let client = unsafe { rm!(RedisModule_GetClientId)(ctx.0) };
+    let seq = NEXT_WAIT.fetch_add(1, Ordering::Relaxed);
+    // The timeout is a timer of ours, not Redis's: on 7.0, a client whose
+    // Redis-managed timeout passes after a grant has unblocked it, but
+    // before the grant's reply is sent, is unblocked with no reply at all,
+    // and then reads its next command's reply as this one's. Our timer and
+    // our grants both take the waiter out of the queue first, so exactly one
+    // of them answers. (`on_timeout` still serves CLIENT UNBLOCK.)
     let bc = unsafe {
         rm!(RedisModule_RetainString)(std::ptr::null_mut(), token);
-        let bc = rm!(RedisModule_BlockClient)(ctx.0, Some(on_reply), Some(on_timeout), Some(free_reply), timeout_ms);
+        let bc = rm!(RedisModule_BlockClient)(ctx.0, Some(on_reply), Some(on_timeout), Some(free_reply), 0);
         rm!(RedisModule_SetDisconnectCallback)(bc, Some(on_disconnect));
         bc
     };
+    let timeout = (timeout_ms > 0).then(|| {
+        let data = Box::into_raw(Box::new(WaitTimeout { client, seq }));
+        unsafe { rm!(RedisModule_CreateTimer)(ctx.0, timeout_ms, Some(on_wait_timeout), data.cast()) }
+    });
     let key = (db(ctx), bytes(name).to_vec());
     {
         let mut s = state();
         s.0.by_client.insert(client, key.clone());
-        s.0.queues.entry(key).or_default().waiters.push_back(Waiter { client, bc, token, ttl, fence });
+        s.0.queues.entry(key).or_default().waiters.push_back(Waiter { client, seq, bc, token, ttl, fence, timeout });
     }
     WAITING.fetch_add(1, Ordering::Relaxed);
     stats::WAITS_STARTED.add();
@@ -146,14 +180,14 @@ pub fn grant_next(ctx: Ctx, name: *mut RedisModuleString) {
         let Some(at) = now.checked_add(w.ttl) else {
             // now + ttl no longer fits: the wait cannot be served.
             let refusal = if w.fence { Answer::Nil } else { Answer::Int(0) };
-            finish(w, refusal, &stats::WAITS_CANCELLED);
+            finish(ctx, w, refusal, &stats::WAITS_CANCELLED);
             continue;
         };
         // Issued before the key changes, so that an exhausted fence space
         // refuses the grant instead of granting with a nil reply.
         let fence = match w.fence.then(|| fence::issue(now)) {
             Some(None) => {
-                finish(w, Answer::FencesExhausted, &stats::WAITS_CANCELLED);
+                finish(ctx, w, Answer::FencesExhausted, &stats::WAITS_CANCELLED);
                 continue;
             }
             Some(Some(f)) => Some(f),
@@ -169,7 +203,7 @@ pub fn grant_next(ctx: Ctx, name: *mut RedisModuleString) {
             None => Answer::Int(1),
         };
         stats::GRANTS.add();
-        finish(w, reply, &stats::WAITS_GRANTED);
+        finish(ctx, w, reply, &stats::WAITS_GRANTED);
         if waiters_on(ctx, &key.1) > 0 {
             arm(ctx, &key.1, at);
         }
@@ -192,16 +226,18 @@ fn pop_head(key: &(c_int, Vec<u8>)) -> Option<Waiter> {
     w
 }
 
-/// Removes the waiter of `client` wherever it waits.
-fn remove_client(client: u64) -> Option<Waiter> {
+/// Removes the waiter of `client` wherever it waits; with `seq`, only if
+/// it is still that wait.
+fn remove_client(client: u64, seq: Option<u64>) -> Option<Waiter> {
     let mut s = state();
-    let key = s.0.by_client.remove(&client)?;
+    let key = s.0.by_client.get(&client)?.clone();
     let q = s.0.queues.get_mut(&key)?;
-    let i = q.waiters.iter().position(|w| w.client == client)?;
+    let i = q.waiters.iter().position(|w| w.client == client && seq.is_none_or(|n| w.seq == n))?;
     let w = q.waiters.remove(i);
     if q.waiters.is_empty() {
         s.0.queues.remove(&key);
     }
+    s.0.by_client.remove(&client);
     WAITING.fetch_sub(1, Ordering::Relaxed);
     w
 }
@@ -213,13 +249,33 @@ enum Answer {
     FencesExhausted,
 }
 
-/// Ends a wait: unblocks the client with `reply` and drops our token.
-fn finish(w: Waiter, reply: Answer, counter: &stats::Counter) {
+/// Ends a wait: unblocks the client with `reply` (sent by `on_reply`).
+fn finish(ctx: Ctx, w: Waiter, reply: Answer, counter: &stats::Counter) {
     counter.add();
+    w.let_go(ctx);
     unsafe {
-        rm!(RedisModule_FreeString)(std::ptr::null_mut(), w.token);
         rm!(RedisModule_UnblockClient)(w.bc, Box::into_raw(Box::new(reply)).cast());
     }
+}
+
+/// Which wait a timeout timer ends.
+struct WaitTimeout {
+    client: u64,
+    seq: u64,
+}
+
+/// A wait's timeout: if it still waits, it is refused (0, or nil with FENCE).
+unsafe extern "C" fn on_wait_timeout(ctx: *mut RedisModuleCtx, data: *mut c_void) {
+    let WaitTimeout { client, seq } = *Box::from_raw(data.cast::<WaitTimeout>());
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if let Some(mut w) = remove_client(client, Some(seq)) {
+            // This timer is the one firing: Redis frees it itself.
+            w.timeout = None;
+            stats::REFUSALS.add();
+            let refusal = if w.fence { Answer::Nil } else { Answer::Int(0) };
+            finish(Ctx(ctx), w, refusal, &stats::WAITS_TIMED_OUT);
+        }
+    }));
 }
 
 /// Arms a check of `key` at `at_ms` (its holder's deadline), unless an
@@ -362,13 +418,14 @@ unsafe extern "C" fn on_reply(ctx: *mut RedisModuleCtx, _argv: *mut *mut RedisMo
     }
 }
 
-/// The wait timed out (or `CLIENT UNBLOCK`): leave the queue, reply 0 / nil.
+/// `CLIENT UNBLOCK ... TIMEOUT` (the waits' own timeouts are timers): leave
+/// the queue, reply 0 / nil.
 unsafe extern "C" fn on_timeout(ctx: *mut RedisModuleCtx, _argv: *mut *mut RedisModuleString, _argc: c_int) -> c_int {
     let client = rm!(RedisModule_GetClientId)(ctx);
-    let fenced = match remove_client(client) {
+    let fenced = match remove_client(client, None) {
         Some(w) => {
             stats::WAITS_TIMED_OUT.add();
-            rm!(RedisModule_FreeString)(std::ptr::null_mut(), w.token);
+            w.let_go(Ctx(ctx));
             // Redis frees a handle blocked this way only once it is unblocked.
             rm!(RedisModule_UnblockClient)(w.bc, std::ptr::null_mut());
             w.fence
@@ -386,9 +443,9 @@ unsafe extern "C" fn on_timeout(ctx: *mut RedisModuleCtx, _argv: *mut *mut Redis
 /// The waiting client went away: leave the queue; it is never granted.
 unsafe extern "C" fn on_disconnect(ctx: *mut RedisModuleCtx, bc: *mut RedisModuleBlockedClient) {
     let client = rm!(RedisModule_GetClientId)(ctx);
-    if let Some(w) = remove_client(client) {
+    if let Some(w) = remove_client(client, None) {
         stats::WAITS_CANCELLED.add();
-        rm!(RedisModule_FreeString)(std::ptr::null_mut(), w.token);
+        w.let_go(Ctx(ctx));
         rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut());
     }
 }

@@ -129,6 +129,43 @@ fn a_wait_times_out_with_zero_or_nil_and_leaves_the_queue() {
     assert_eq!(get(&mut c, "k"), None, "a timed-out waiter is never granted");
 }
 
+/// The server is busy past a waiter's timeout and releases the lock before
+/// it gets to the timeout: the waiter is answered once, with the grant.
+/// (With Redis's own timeout for the blocked client it got no reply at all,
+/// and then read its next command's reply as this one's.)
+#[test]
+fn a_grant_made_after_the_timeout_passed_but_before_it_was_handled_is_answered_once() {
+    let server = Server::start();
+    let mut c = server.conn();
+    for round in 0..5 {
+        let key = format!("late{round}");
+        assert_eq!(acquire(&mut c, &key, "holder"), 1);
+        let mut w = server.conn();
+        let (tx, rx) = mpsc::channel();
+        let k = key.clone();
+        let t = thread::spawn(move || {
+            let reply: Value = redis::cmd("LOCK.ACQUIRE").arg(&k).arg("late").arg(60_000).arg("WAIT").arg(20).query(&mut w).unwrap();
+            let pong: String = redis::cmd("PING").arg("after").query(&mut w).unwrap();
+            tx.send((reply, pong)).unwrap();
+        });
+        until_waiting(&mut c, 1);
+        // Busy for 100 ms (past the 20 ms timeout), then release.
+        let script = "local t = redis.call('TIME') local start = t[1] * 1000000 + t[2] \
+                      repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start > 100000 \
+                      return redis.call('LOCK.RELEASE', KEYS[1], ARGV[1])";
+        let released: i64 = redis::cmd("EVAL").arg(script).arg(1).arg(&key).arg("holder").query(&mut c).unwrap();
+        assert_eq!(released, 1);
+        let (reply, pong) = rx.recv_timeout(Duration::from_secs(5)).expect("the waiter is answered");
+        assert_eq!(reply, Value::Int(1), "round {round}: the grant is the answer");
+        assert_eq!(pong, "after", "round {round}: the waiter's connection stays in step");
+        assert_eq!(get(&mut c, &key).as_deref(), Some("late"));
+        t.join().unwrap();
+    }
+    assert_eq!(info_field(&mut c, "waiting"), 0);
+    assert_eq!(info_field(&mut c, "waits_granted"), 5);
+    assert_eq!(info_field(&mut c, "waits_timed_out"), 0);
+}
+
 #[test]
 fn a_free_lock_is_granted_without_waiting() {
     let server = Server::start();
