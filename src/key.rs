@@ -189,7 +189,7 @@ impl LockKey {
     /// size. Not RM_StringSet, for two measured reasons: it deletes and
     /// re-adds the key even when only the bytes change (~2 000 Ir per
     /// takeover), and a short value it stores is embedded, which Redis 7.0's
-    /// RM_StringDMA converts on the next read (~840 Ir in that RENEW or
+    /// RM_StringDMA converts on the next read (~890 Ir in that RENEW or
     /// RELEASE). The key holds a string or nothing here (callers checked).
     fn write(&mut self, value: &[u8]) {
         unsafe {
@@ -213,7 +213,9 @@ impl LockKey {
                 self.ctx.free(s);
                 return;
             }
-            // SAFETY: DMA gave `len` writable bytes, the key's own buffer.
+            // SAFETY: DMA in write mode gave `len` writable bytes of an
+            // object only the key holds (it unshares one with refcount > 1),
+            // so they cannot overlap `value`, which the caller still holds.
             std::ptr::copy_nonoverlapping(value.as_ptr(), ptr.cast::<u8>(), len);
         }
     }
