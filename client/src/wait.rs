@@ -77,9 +77,10 @@ pub(crate) enum Waited {
 }
 
 /// The `WAIT timeout-ms` for what is left of the wait: whole milliseconds,
-/// at least 1 (0 would mean forever).
+/// rounded up so the server never gives up before the caller's deadline,
+/// and at least 1 (0 would mean forever).
 fn wait_ms(left: Duration) -> u64 {
-    u64::try_from(left.as_millis()).unwrap_or(u64::MAX).clamp(1, i64::MAX.unsigned_abs())
+    u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX).clamp(1, i64::MAX.unsigned_abs())
 }
 
 /// The grant came at some unknown moment during the wait, and the client
@@ -298,9 +299,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn wait_is_whole_ms_never_zero() {
-        assert_eq!(wait_ms(Duration::from_micros(1500)), 1);
+    fn wait_is_whole_ms_rounded_up_never_zero() {
+        assert_eq!(wait_ms(Duration::from_micros(1500)), 2);
+        assert_eq!(wait_ms(Duration::from_micros(149_680)), 150);
+        assert_eq!(wait_ms(Duration::from_millis(150)), 150);
         assert_eq!(wait_ms(Duration::from_micros(10)), 1);
+        assert_eq!(wait_ms(Duration::ZERO), 1);
         assert_eq!(wait_ms(Duration::from_secs(10)), 10_000);
         assert_eq!(wait_ms(Duration::MAX), i64::MAX.unsigned_abs());
     }
