@@ -42,6 +42,8 @@ required!(
     RedisModule_ReplyWithError,
     RedisModule_WrongArity,
     RedisModule_CreateCommand,
+    RedisModule_GetCommand,
+    RedisModule_SetCommandInfo,
     RedisModule_SetModuleOptions,
     RedisModule_RegisterInfoFunc,
     RedisModule_InfoAddSection,

@@ -350,7 +350,7 @@ fn acl_key_patterns_apply_to_the_lock_key() {
 }
 
 #[test]
-fn acl_read_only_key_permissions_refuse_lock_commands() {
+fn acl_read_only_key_permissions_refuse_lock_writes_but_allow_lock_info() {
     let server = Server::start();
     let mut admin = server.conn();
     run(&mut admin, &["SET", "ro:x", "tok", "PX", "60000"]);
@@ -369,6 +369,11 @@ fn acl_read_only_key_permissions_refuse_lock_commands() {
     assert_eq!(get(&mut admin, "ro:x").as_deref(), Some("tok"));
     assert!(pttl(&mut admin, "ro:x") <= 60_000);
     assert!(!exists(&mut admin, "ro:y"));
+    // LOCK.INFO only reads its key (an RO key spec), so `%R~` suffices.
+    let info: Value = redis::cmd("LOCK.INFO").arg("ro:x").query(&mut reader).expect("LOCK.INFO with read-only key permission");
+    assert!(matches!(&info, Value::Array(f) if f.len() == 12), "{info:?}");
+    let e = redis::cmd("LOCK.INFO").arg("other:x").query::<Value>(&mut reader).expect_err("outside the key pattern");
+    assert_eq!(e.code(), Some("NOPERM"), "{e}");
 }
 
 // --- Command metadata --------------------------------------------------------
@@ -391,14 +396,15 @@ fn strings(v: &Value) -> Vec<String> {
 fn command_info_shows_the_flags_and_the_key_position() {
     let server = Server::start();
     let mut con = server.conn();
-    for (name, must, must_not) in [
+    // The key specs: what each command does to its key (all read it first).
+    for (name, must, must_not, access) in [
         // WAIT can block it, so it is `blocking` (and not `fast`), as BLPOP.
-        ("lock.acquire", &["write", "denyoom", "blocking"][..], &["fast"][..]),
+        ("lock.acquire", &["write", "denyoom", "blocking"][..], &["fast"][..], "insert"),
         // Renew is not deny-oom, like the PEXPIRE its script runs: a
         // server at its memory limit must still let holders renew.
-        ("lock.renew", &["write", "fast"], &["denyoom"]),
-        ("lock.takeover", &["write", "denyoom", "fast"], &[]),
-        ("lock.release", &["write", "fast"], &["denyoom"]),
+        ("lock.renew", &["write", "fast"], &["denyoom"], "update"),
+        ("lock.takeover", &["write", "denyoom", "fast"], &[], "update"),
+        ("lock.release", &["write", "fast"], &["denyoom"], "delete"),
     ] {
         let info: Value = redis::cmd("COMMAND").arg("INFO").arg(name).query(&mut con).unwrap();
         let Value::Array(outer) = info else { panic!("{info:?}") };
@@ -413,7 +419,22 @@ fn command_info_shows_the_flags_and_the_key_position() {
         }
         assert!(!flags.contains(&"readonly".to_string()), "{name}: {flags:?}");
         assert_eq!(&fields[3..6], &[Value::Int(1), Value::Int(1), Value::Int(1)], "{name} key positions");
+        assert_eq!(key_spec_flags(&fields[8]), ["RW".to_string(), access.to_string()], "{name} key spec");
     }
+    let info: Value = redis::cmd("COMMAND").arg("INFO").arg("lock.info").query(&mut con).unwrap();
+    let Value::Array(outer) = info else { panic!("{info:?}") };
+    let Some(Value::Array(fields)) = outer.first() else { panic!("{outer:?}") };
+    assert!(strings(&fields[2]).contains(&"readonly".to_string()));
+    assert_eq!(key_spec_flags(&fields[8]), ["RO", "access"]);
+}
+
+/// The flags of a command's single key spec (COMMAND INFO's 9th field).
+fn key_spec_flags(specs: &Value) -> Vec<String> {
+    let Value::Array(specs) = specs else { panic!("{specs:?}") };
+    assert_eq!(specs.len(), 1, "one key spec: {specs:?}");
+    let Value::Array(spec) = &specs[0] else { panic!("{specs:?}") };
+    let at = spec.iter().position(|v| strings(&Value::Array(vec![v.clone()])) == ["flags"]).expect("flags");
+    strings(&spec[at + 1])
 }
 
 #[test]
