@@ -49,6 +49,15 @@ struct Waiter {
 }
 
 impl Waiter {
+    /// The reply of a wait that ends without the lock: 0, or nil with FENCE.
+    fn refusal(&self) -> Answer {
+        if self.fence {
+            Answer::Nil
+        } else {
+            Answer::Int(0)
+        }
+    }
+
     /// Lets go of what the wait holds: its token and its timeout timer.
     /// Not from the timeout timer's own callback (Redis frees that timer
     /// after the callback returns).
@@ -179,15 +188,14 @@ pub fn grant_next(ctx: Ctx, name: *mut RedisModuleString) {
         let now = ctx.now_ms();
         let Some(at) = now.checked_add(w.ttl) else {
             // now + ttl no longer fits: the wait cannot be served.
-            let refusal = if w.fence { Answer::Nil } else { Answer::Int(0) };
-            finish(ctx, w, refusal, &stats::WAITS_CANCELLED);
+            finish(ctx, w.refusal(), w, &stats::WAITS_CANCELLED);
             continue;
         };
         // Issued before the key changes, so that an exhausted fence space
         // refuses the grant instead of granting with a nil reply.
         let fence = match w.fence.then(|| fence::issue(now)) {
             Some(None) => {
-                finish(ctx, w, Answer::FencesExhausted, &stats::WAITS_CANCELLED);
+                finish(ctx, Answer::FencesExhausted, w, &stats::WAITS_CANCELLED);
                 continue;
             }
             Some(Some(f)) => Some(f),
@@ -203,7 +211,7 @@ pub fn grant_next(ctx: Ctx, name: *mut RedisModuleString) {
             None => Answer::Int(1),
         };
         stats::GRANTS.add();
-        finish(ctx, w, reply, &stats::WAITS_GRANTED);
+        finish(ctx, reply, w, &stats::WAITS_GRANTED);
         if waiters_on(ctx, &key.1) > 0 {
             arm(ctx, &key.1, at);
         }
@@ -250,7 +258,7 @@ enum Answer {
 }
 
 /// Ends a wait: unblocks the client with `reply` (sent by `on_reply`).
-fn finish(ctx: Ctx, w: Waiter, reply: Answer, counter: &stats::Counter) {
+fn finish(ctx: Ctx, reply: Answer, w: Waiter, counter: &stats::Counter) {
     counter.add();
     w.let_go(ctx);
     unsafe {
@@ -272,8 +280,7 @@ unsafe extern "C" fn on_wait_timeout(ctx: *mut RedisModuleCtx, data: *mut c_void
             // This timer is the one firing: Redis frees it itself.
             w.timeout = None;
             stats::REFUSALS.add();
-            let refusal = if w.fence { Answer::Nil } else { Answer::Int(0) };
-            finish(Ctx(ctx), w, refusal, &stats::WAITS_TIMED_OUT);
+            finish(Ctx(ctx), w.refusal(), w, &stats::WAITS_TIMED_OUT);
         }
     }));
 }
@@ -408,36 +415,36 @@ unsafe extern "C" fn on_db_event(ctx: *mut RedisModuleCtx, event: raw::RedisModu
     }));
 }
 
-/// Replies to a client unblocked by a grant.
-unsafe extern "C" fn on_reply(ctx: *mut RedisModuleCtx, _argv: *mut *mut RedisModuleString, _argc: c_int) -> c_int {
-    let reply = rm!(RedisModule_GetBlockedClientPrivateData)(ctx).cast::<Answer>();
-    match reply.as_ref() {
+/// Sends `answer` as the waiting command's reply.
+unsafe fn reply(ctx: *mut RedisModuleCtx, answer: Option<&Answer>) -> c_int {
+    match answer {
         Some(Answer::Int(n)) => rm!(RedisModule_ReplyWithLongLong)(ctx, *n),
         Some(Answer::FencesExhausted) => rm!(RedisModule_ReplyWithError)(ctx, crate::entry::EXHAUSTED.as_ptr()),
         Some(Answer::Nil) | None => rm!(RedisModule_ReplyWithNull)(ctx),
     }
 }
 
+/// Replies to a client unblocked by `finish`.
+unsafe extern "C" fn on_reply(ctx: *mut RedisModuleCtx, _argv: *mut *mut RedisModuleString, _argc: c_int) -> c_int {
+    reply(ctx, rm!(RedisModule_GetBlockedClientPrivateData)(ctx).cast::<Answer>().as_ref())
+}
+
 /// `CLIENT UNBLOCK ... TIMEOUT` (the waits' own timeouts are timers): leave
 /// the queue, reply 0 / nil.
 unsafe extern "C" fn on_timeout(ctx: *mut RedisModuleCtx, _argv: *mut *mut RedisModuleString, _argc: c_int) -> c_int {
     let client = rm!(RedisModule_GetClientId)(ctx);
-    let fenced = match remove_client(client, None) {
+    let refusal = match remove_client(client, None) {
         Some(w) => {
             stats::WAITS_TIMED_OUT.add();
             w.let_go(Ctx(ctx));
             // Redis frees a handle blocked this way only once it is unblocked.
             rm!(RedisModule_UnblockClient)(w.bc, std::ptr::null_mut());
-            w.fence
+            w.refusal()
         }
-        None => false,
+        None => Answer::Int(0),
     };
     stats::REFUSALS.add();
-    if fenced {
-        rm!(RedisModule_ReplyWithNull)(ctx)
-    } else {
-        rm!(RedisModule_ReplyWithLongLong)(ctx, 0)
-    }
+    reply(ctx, Some(&refusal))
 }
 
 /// The waiting client went away: leave the queue; it is never granted.
