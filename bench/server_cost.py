@@ -45,6 +45,7 @@ Reproduce the README table:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import glob
 import hashlib
@@ -689,6 +690,24 @@ def build_module(args) -> str:
     return str(so)
 
 
+@contextlib.contextmanager
+def measured_server(args, module_path: str, callgrind: bool):
+    """The server a measurement runs on, with the reference scripts loaded
+    and (--replica) a replica attached; both stopped afterwards."""
+    srv = Server(args.redis_server, module_path, callgrind=callgrind)
+    replica = None
+    try:
+        if args.replica:
+            replica = srv.attach_replica(args.redis_server, module_path)
+        for name, body in SCRIPTS.items():
+            assert srv.conn.call("SCRIPT", "LOAD", body).decode() == SHA[name]
+        yield srv
+    finally:
+        srv.stop()
+        if replica:
+            replica.stop()
+
+
 def main() -> int:
     # SIGTERM/SIGHUP unwind like Ctrl-C, so the servers' finally blocks run.
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -732,32 +751,16 @@ def main() -> int:
     started = time.time()
     if args.wall:
         results["wall"] = {}
-        srv = Server(args.redis_server, module_path)
-        replica = None
-        try:
-            if args.replica:
-                replica = srv.attach_replica(args.redis_server, module_path)
-            for name, body in SCRIPTS.items():
-                assert srv.conn.call("SCRIPT", "LOAD", body).decode() == SHA[name]
+        with measured_server(args, module_path, callgrind=False) as srv:
             for p in args.pipelines:
                 for case in cases:
                     row = results["wall"].setdefault((case.name, p), {})
                     for impl in case.impls:
                         row[impl.kind] = run_wall(srv, args.redis_benchmark, case, impl, args.requests, p, args.clients)
                     print(f"wall  P{p:<2} {case.name:45} " + "  ".join(f"{k} {v['usec_per_call']:.2f}us" for k, v in row.items()), file=sys.stderr)
-        finally:
-            srv.stop()
-            if replica:
-                replica.stop()
     if args.callgrind:
         results["callgrind"] = {}
-        srv = Server(args.redis_server, module_path, callgrind=True)
-        replica = None
-        try:
-            if args.replica:
-                replica = srv.attach_replica(args.redis_server, module_path)
-            for name, body in SCRIPTS.items():
-                assert srv.conn.call("SCRIPT", "LOAD", body).decode() == SHA[name]
+        with measured_server(args, module_path, callgrind=True) as srv:
             for p in args.cg_pipelines:
                 for case in cases:
                     row = results["callgrind"].setdefault((case.name, p), {})
@@ -768,10 +771,6 @@ def main() -> int:
                             keep = os.path.join(args.cg_keep, f"{slug}.callgrind")
                         row[impl.kind] = run_callgrind(srv, case, impl, args.cg_requests, p, args.cg_clients, keep)
                     print(f"cg    P{p:<2} {case.name:45} " + "  ".join(f"{k} {v['ir_per_op']:,.0f}" for k, v in row.items()), file=sys.stderr)
-        finally:
-            srv.stop()
-            if replica:
-                replica.stop()
     if args.memory:
         results["memory"] = run_memory(args.redis_server, module_path, args.memory_keys)
 
