@@ -5,11 +5,16 @@
 //! waits until it answers. Dropping the [`Server`] kills the process and
 //! removes the directory, also when a test panics. [`Server::builder`] adds
 //! server options, leaves the module out, or keeps the data directory for a
-//! restart.
+//! restart. [`Cluster::start`] starts a Redis Cluster of such servers
+//! (see the `cluster` module).
 //!
 //! Environment: `REDIS_SERVER` names the server binary (default
 //! `redis-server` on `PATH`); `REDIS_LOCK_MODULE` names a prebuilt module to
 //! load instead of building `target/release/libredis_lock.so`.
+
+mod cluster;
+
+pub use cluster::{key_in_slot, key_slot, Cluster, NodeView, SLOTS};
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -226,6 +231,6 @@ impl Drop for Server {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("bind a loopback port")
 }
