@@ -9,6 +9,7 @@ use rand::Rng;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{ConnectionLike as _, RedisResult};
 
+use crate::cluster::{self, Cluster};
 use crate::cmd::{random_token, Backend, BackendCell, Grant, LockCmd};
 use crate::error::{Error, Result};
 use crate::info::{self, LockInfo};
@@ -51,6 +52,9 @@ pub(crate) struct Inner {
     pub(crate) aio_backend: BackendCell,
     /// Dedicated connections for blocking waits (see the `wait` module).
     pub(crate) waits: wait::Pool,
+    /// Set for a Redis Cluster client: then every command goes through it
+    /// (`client`, `sync` and `aio` stay unused).
+    pub(crate) cluster: Option<Cluster>,
 }
 
 impl std::fmt::Debug for LockClient {
@@ -66,8 +70,13 @@ impl LockClient {
         Self::open_with(url, ClientOptions::default())
     }
 
-    /// A client for `url` with `opts`. Does not connect yet.
+    /// A client for `url` with `opts`. Does not connect yet. A
+    /// `redis+cluster://` URL opens a cluster client
+    /// ([`LockClient::open_cluster`]).
     pub fn open_with(url: &str, opts: ClientOptions) -> Result<Self> {
+        if cluster::is_cluster_url(url) {
+            return Self::open_cluster_with(&[url], opts);
+        }
         Ok(Self::from_client(redis::Client::open(url)?, opts))
     }
 
@@ -96,6 +105,14 @@ impl LockClient {
         Self::build(None, None, Some(AsyncConn::Multiplexed(con)), opts)
     }
 
+    pub(crate) fn build_cluster(cluster: Cluster, opts: ClientOptions) -> Self {
+        let mut lc = Self::build(None, None, None, opts);
+        if let Some(inner) = Arc::get_mut(&mut lc.inner) {
+            inner.cluster = Some(cluster);
+        }
+        lc
+    }
+
     fn build(client: Option<redis::Client>, sync: Option<redis::Connection>, aio: Option<AsyncConn>, opts: ClientOptions) -> Self {
         let sync_given = sync.is_some();
         LockClient {
@@ -108,6 +125,7 @@ impl LockClient {
                 aio: tokio::sync::OnceCell::new_with(aio),
                 aio_backend: BackendCell::default(),
                 waits: wait::Pool::default(),
+                cluster: None,
             }),
         }
     }
@@ -202,12 +220,18 @@ impl LockClient {
     /// [`Error::Redis`] (`WRONGTYPE`).
     pub fn info(&self, key: &str) -> Result<Option<LockInfo>> {
         check_key(key)?;
+        if let Some(c) = &self.inner.cluster {
+            return c.info(&self.inner, key);
+        }
         self.inner.with_sync(|con, backend| info::query(key, con, backend))
     }
 
     /// The async twin of [`LockClient::info`].
     pub async fn info_async(&self, key: &str) -> Result<Option<LockInfo>> {
         check_key(key)?;
+        if let Some(c) = &self.inner.cluster {
+            return c.info_async(&self.inner, key).await;
+        }
         let backend = &self.inner.aio_backend;
         self.inner
             .with_async(|mut con| async move {
@@ -356,7 +380,7 @@ impl Inner {
     /// server: the module has (or may have) WAIT, a dedicated connection can
     /// be opened, and at least a millisecond is left.
     pub(crate) fn may_block(&self, backend: &BackendCell, left: Duration) -> Option<Duration> {
-        (self.client.is_some() && backend.may_wait() && left >= Duration::from_millis(1)).then_some(left)
+        ((self.client.is_some() || self.cluster.is_some()) && backend.may_wait() && left >= Duration::from_millis(1)).then_some(left)
     }
 
     /// Runs `cmd` on the sync connection: true when it took effect.
@@ -365,6 +389,9 @@ impl Inner {
     }
 
     pub(crate) fn run_grant(&self, cmd: &LockCmd) -> Result<Grant> {
+        if let Some(c) = &self.cluster {
+            return c.run_grant(self, cmd);
+        }
         self.with_sync(|con, backend| cmd.query(con, backend))
     }
 
@@ -423,6 +450,9 @@ impl Inner {
     }
 
     pub(crate) async fn run_grant_async(&self, cmd: &LockCmd) -> Result<Grant> {
+        if let Some(c) = &self.cluster {
+            return c.run_grant_async(self, cmd).await;
+        }
         let backend = &self.aio_backend;
         self.with_async(|mut con| async move {
             match &mut con {

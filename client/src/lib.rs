@@ -94,6 +94,7 @@
 //! from the start of the wait.
 
 mod client;
+mod cluster;
 mod cmd;
 mod error;
 mod info;
@@ -104,6 +105,7 @@ mod wait;
 mod watchdog;
 
 pub use client::LockClient;
+pub use cluster::SCRIPTS_RECHECK;
 pub use cmd::Backend;
 pub use error::{Error, Result};
 pub use info::{LockFormat, LockInfo};

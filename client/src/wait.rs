@@ -79,7 +79,7 @@ pub(crate) enum Waited {
 /// The `WAIT timeout-ms` for what is left of the wait: whole milliseconds,
 /// rounded up so the server never gives up before the caller's deadline,
 /// and at least 1 (0 would mean forever).
-fn wait_ms(left: Duration) -> u64 {
+pub(crate) fn wait_ms(left: Duration) -> u64 {
     u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX).clamp(1, i64::MAX.unsigned_abs())
 }
 
@@ -89,14 +89,14 @@ fn wait_ms(left: Duration) -> u64 {
 /// tenth of the TTL that would leave the lock too little (or no) validity,
 /// so the grant is confirmed by a renewal, whose sending time is a safe
 /// start again.
-fn needs_confirming(sent: Instant, ttl: Duration) -> bool {
+pub(crate) fn needs_confirming(sent: Instant, ttl: Duration) -> bool {
     sent.elapsed() > ttl / 10
 }
 
 /// A refused WAIT ends the wait, unless the server turned out to have no
 /// module (it was replaced since the backend was detected): then the one
 /// `SET NX` attempt made instead does not, and the caller polls.
-fn refused(backend: &BackendCell) -> Waited {
+pub(crate) fn refused(backend: &BackendCell) -> Waited {
     if backend.get() == Backend::Scripts {
         return Waited::Unsupported;
     }
@@ -106,19 +106,22 @@ fn refused(backend: &BackendCell) -> Waited {
 
 /// An I/O failure or timeout leaves unknown whether the server granted the
 /// lock just before; such a wait ends with a best-effort release.
-fn outcome_unknown(e: &RedisError) -> bool {
+pub(crate) fn outcome_unknown(e: &RedisError) -> bool {
     e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error()
 }
 
 /// A reused idle connection that the server or a proxy closed meanwhile
 /// (an idle `timeout`) fails at once; that is worth one more try on a fresh
 /// connection, with what is left of the wait.
-fn stale(e: &RedisError, reused: bool) -> bool {
+pub(crate) fn stale(e: &RedisError, reused: bool) -> bool {
     reused && (e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error()) && !e.is_timeout()
 }
 
 /// Blocks in the server for up to `left` on a dedicated sync connection.
 pub(crate) fn acquire(inner: &Inner, cmd: &LockCmd, ttl: Duration, left: Duration) -> Result<Waited> {
+    if let Some(cl) = &inner.cluster {
+        return crate::cluster::wait_acquire(inner, cl, cmd, ttl, left);
+    }
     let Some(client) = &inner.client else { return Ok(Waited::Unsupported) };
     let backend = &inner.sync_backend;
     let start = Instant::now();
@@ -185,7 +188,7 @@ pub(crate) fn acquire(inner: &Inner, cmd: &LockCmd, ttl: Duration, left: Duratio
     }
 }
 
-fn release_quietly(inner: &Inner, cmd: &LockCmd) {
+pub(crate) fn release_quietly(inner: &Inner, cmd: &LockCmd) {
     if let Ok(release) = LockCmd::release(cmd.key(), cmd.token()) {
         let _ = inner.run(&release);
     }
@@ -194,12 +197,16 @@ fn release_quietly(inner: &Inner, cmd: &LockCmd) {
 /// Releases the token if the acquire future is dropped mid-wait (a
 /// `select!` or timeout around it): closing the connection takes the waiter
 /// out of the server's queue, but a grant may already be on its way.
-struct ReleaseOnCancel {
+pub(crate) struct ReleaseOnCancel {
     armed: Option<(LockClient, LockCmd)>,
 }
 
 impl ReleaseOnCancel {
-    fn disarm(mut self) {
+    pub(crate) fn new(lc: &LockClient, cmd: &LockCmd) -> Self {
+        ReleaseOnCancel { armed: Some((lc.clone(), cmd.clone())) }
+    }
+
+    pub(crate) fn disarm(mut self) {
         self.armed = None;
     }
 }
@@ -219,6 +226,9 @@ impl Drop for ReleaseOnCancel {
 /// The async twin of [`acquire`], on a dedicated multiplexed connection.
 pub(crate) async fn acquire_async(lc: &LockClient, cmd: &LockCmd, ttl: Duration, left: Duration) -> Result<Waited> {
     let inner = &lc.inner;
+    if let Some(cl) = &inner.cluster {
+        return crate::cluster::wait_acquire_async(lc, cl, cmd, ttl, left).await;
+    }
     let Some(client) = &inner.client else { return Ok(Waited::Unsupported) };
     let backend = &inner.aio_backend;
     let start = Instant::now();

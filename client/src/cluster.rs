@@ -1,0 +1,707 @@
+//! Redis Cluster: the same [`LockClient`] and [`Lock`](crate::Lock) API on
+//! redis-rs's own cluster clients.
+//!
+//! - Every command except a blocking wait goes through redis-rs's
+//!   [`ClusterConnection`](redis::cluster::ClusterConnection) (sync) or
+//!   [`cluster_async::ClusterConnection`] (tokio), which route by the key's
+//!   slot and follow `MOVED`/`ASK`, retrying on `TRYAGAIN`/`CLUSTERDOWN`.
+//!   The `LOCK.*` commands are unknown to redis-rs, which routes them by
+//!   their first argument: the key. The scripts go as `EVALSHA sha 1 key`,
+//!   routed by the key too. `LOCK.FENCEFLOOR`, whose argument is a number and
+//!   not a key, is never sent by this client.
+//! - **Backend per node**: the module may be loaded on some nodes and not on
+//!   others (a rolling deploy). A slot whose node answered "unknown command"
+//!   uses the scripts for [`SCRIPTS_RECHECK`], then the module is tried again,
+//!   so a slot that moved to a node with the module gets fences back. Waits
+//!   run on connections to one node and keep what they learn per node.
+//! - **Waits** (`LOCK.ACQUIRE … WAIT`) block a connection for as long as the
+//!   wait lasts, so they cannot share the cluster connection: each runs on a
+//!   dedicated plain connection to the slot's owner (last known per slot,
+//!   else a seed, which redirects). It is re-issued with what is left of the
+//!   wait when the node answers `MOVED` (to the new owner), `ASK` (to the
+//!   importing node, after `ASKING`), `TRYAGAIN`, `CLUSTERDOWN` or
+//!   `UNBLOCKED` (after a short pause), or drops the connection (a failover:
+//!   after a best-effort release, from the seeds again).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::cluster::{ClusterClient, ClusterConfig, ClusterConnection};
+use redis::cluster_async;
+use redis::cluster_routing::Slot;
+use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, RedisResult, ServerErrorKind};
+
+use crate::client::{Inner, LockClient};
+use crate::cmd::{is_wait_unsupported, Backend, BackendCell, Grant, LockCmd};
+use crate::error::{Error, Result};
+use crate::info::{self, LockInfo};
+use crate::options::ClientOptions;
+use crate::wait::{self, ReleaseOnCancel, Waited};
+
+/// How long a slot whose node lacked the module keeps using the scripts
+/// before the module is tried again (one extra round trip per slot then).
+pub const SCRIPTS_RECHECK: Duration = Duration::from_secs(5);
+
+/// Redirects one wait may follow before giving up: a slot moving back and
+/// forth faster than this is not a cluster to wait in.
+const MAX_REDIRECTS: usize = 16;
+
+/// Pause before re-issuing a wait the node could not serve just now
+/// (`TRYAGAIN`, `CLUSTERDOWN`, `UNBLOCKED`, a dropped connection).
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// Idle wait connections kept per node.
+const MAX_IDLE: usize = 4;
+
+/// `host:port` of a node.
+type Addr = (String, u16);
+
+/// The cluster side of a [`LockClient`] built with
+/// [`LockClient::open_cluster`].
+pub(crate) struct Cluster {
+    client: ClusterClient,
+    /// Seed nodes, in the order given: where a wait starts when the slot's
+    /// owner is not known (or no longer answers).
+    seeds: Vec<Addr>,
+    /// Connection settings (credentials, TLS, database) of the first seed,
+    /// used for the dedicated wait connections to any node.
+    template: ConnectionInfo,
+    sync: Mutex<Option<ClusterConnection>>,
+    aio: tokio::sync::OnceCell<cluster_async::ClusterConnection>,
+    /// Slots whose node answered "unknown command", until when to use the
+    /// scripts there. Absent: try the module.
+    scripts: Mutex<HashMap<Slot, Instant>>,
+    /// The owner a wait last reached, per slot.
+    owners: Mutex<HashMap<Slot, Addr>>,
+    /// What each node's wait connections found it to speak.
+    nodes: Mutex<HashMap<Addr, Arc<BackendCell>>>,
+    idle_sync: Mutex<HashMap<Addr, Vec<redis::Connection>>>,
+    idle_aio: Mutex<HashMap<Addr, Vec<MultiplexedConnection>>>,
+}
+
+/// True for `redis+cluster://` and `rediss+cluster://` URLs.
+pub(crate) fn is_cluster_url(url: &str) -> bool {
+    url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://")
+}
+
+/// `redis+cluster://h1:p1,h2:p2/` (or one URL per seed) as plain
+/// `redis://` seed URLs, the form redis-rs understands.
+fn seed_urls<S: AsRef<str>>(urls: &[S]) -> Vec<String> {
+    let mut out = Vec::new();
+    for u in urls {
+        let u = u.as_ref();
+        let (scheme, rest) = match u.split_once("://") {
+            Some((s, r)) => (s.trim_end_matches("+cluster"), r),
+            None => ("redis", u),
+        };
+        // A comma-separated host list: credentials before the first host and
+        // the path after the last apply to every seed.
+        let (auth, hosts) = match rest.rsplit_once('@') {
+            Some((a, h)) => (format!("{a}@"), h),
+            None => (String::new(), rest),
+        };
+        let (hosts, path) = match hosts.find(['/', '?']) {
+            Some(i) => hosts.split_at(i),
+            None => (hosts, ""),
+        };
+        for h in hosts.split(',').filter(|h| !h.is_empty()) {
+            out.push(format!("{scheme}://{auth}{h}{path}"));
+        }
+    }
+    out
+}
+
+fn parse_addr(s: &str) -> Option<Addr> {
+    let (h, p) = s.rsplit_once(':')?;
+    Some((h.trim_start_matches('[').trim_end_matches(']').to_string(), p.parse().ok()?))
+}
+
+fn addr_of(info: &ConnectionInfo) -> Option<Addr> {
+    match info.addr() {
+        ConnectionAddr::Tcp(h, p) => Some((h.clone(), *p)),
+        ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
+        _ => None,
+    }
+}
+
+impl LockClient {
+    /// A client for a Redis Cluster, given one or more seed nodes
+    /// (`redis://host:port/` each, or `redis+cluster://h1:p1,h2:p2/`). Does
+    /// not connect yet. Same API as a single-server client: locks on keys of
+    /// every master, with fences, waits and watchdogs; see the `cluster`
+    /// section of the crate docs for what differs.
+    pub fn open_cluster<S: AsRef<str>>(urls: &[S]) -> Result<Self> {
+        Self::open_cluster_with(urls, ClientOptions::default())
+    }
+
+    /// [`LockClient::open_cluster`] with options.
+    pub fn open_cluster_with<S: AsRef<str>>(urls: &[S], opts: ClientOptions) -> Result<Self> {
+        let urls = seed_urls(urls);
+        let infos = urls.iter().map(|u| u.as_str().into_connection_info()).collect::<RedisResult<Vec<_>>>()?;
+        let Some(template) = infos.first().cloned() else {
+            return Err(Error::InvalidArgument("a cluster client needs at least one seed node".into()));
+        };
+        let seeds = infos.iter().filter_map(addr_of).collect::<Vec<_>>();
+        if seeds.len() != infos.len() {
+            return Err(Error::InvalidArgument("cluster seed nodes must be TCP addresses".into()));
+        }
+        let client = ClusterClient::builder(infos)
+            .connection_timeout(opts.connect_timeout)
+            .response_timeout(opts.response_timeout)
+            // redis-rs waits 1.28 s and more between retries by default;
+            // a lock's renewals cannot sit that long, and the watchdog
+            // retries by itself (every TTL/10).
+            .retries(6)
+            .min_retry_wait(10)
+            .max_retry_wait(250)
+            .build()?;
+        let cluster = Cluster {
+            client,
+            seeds,
+            template,
+            sync: Mutex::new(None),
+            aio: tokio::sync::OnceCell::new(),
+            scripts: Mutex::default(),
+            owners: Mutex::default(),
+            nodes: Mutex::default(),
+            idle_sync: Mutex::default(),
+            idle_aio: Mutex::default(),
+        };
+        Ok(Self::build_cluster(cluster, opts))
+    }
+
+    /// Whether this client talks to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.inner.cluster.is_some()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Cluster {
+    /// A backend cell for one command on `slot`: Scripts while the slot's
+    /// node is known to lack the module, else Unknown (the module is tried).
+    fn slot_cell(&self, slot: Slot) -> BackendCell {
+        let cell = BackendCell::default();
+        let mut scripts = lock(&self.scripts);
+        match scripts.get(&slot) {
+            Some(until) if *until > Instant::now() => cell.set(Backend::Scripts),
+            Some(_) => {
+                scripts.remove(&slot);
+            }
+            None => {}
+        }
+        cell
+    }
+
+    /// Records what the command on `slot` found, for the slot and for the
+    /// client's [`backend`](LockClient::backend) getters.
+    fn learn(&self, slot: Slot, cell: &BackendCell, client_cell: &BackendCell) {
+        match cell.get() {
+            Backend::Scripts => {
+                lock(&self.scripts).entry(slot).or_insert_with(|| Instant::now() + SCRIPTS_RECHECK);
+            }
+            Backend::Module => {}
+            Backend::Unknown => return,
+        }
+        client_cell.set(cell.get());
+    }
+
+    /// Runs `f` on the sync cluster connection, connecting first if needed.
+    fn with_sync<T>(&self, inner: &Inner, f: impl FnOnce(&mut ClusterConnection) -> RedisResult<T>) -> Result<T> {
+        let mut slot = lock(&self.sync);
+        let con = match slot.as_mut() {
+            Some(con) => con,
+            None => {
+                let cfg = ClusterConfig::new().set_connection_timeout(inner.opts.connect_timeout).set_response_timeout(inner.opts.response_timeout);
+                slot.insert(self.client.get_connection_with_config(cfg)?)
+            }
+        };
+        let r = f(con);
+        // As for one server: a reply that timed out may still arrive and be
+        // taken for the next command's.
+        if let Err(e) = &r {
+            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                *slot = None;
+            }
+        }
+        Ok(r?)
+    }
+
+    async fn conn_async(&self, inner: &Inner) -> Result<cluster_async::ClusterConnection> {
+        let con = self
+            .aio
+            .get_or_try_init(|| async {
+                let cfg = ClusterConfig::new().set_connection_timeout(inner.opts.connect_timeout).set_response_timeout(inner.opts.response_timeout);
+                self.client.get_async_connection_with_config(cfg).await
+            })
+            .await?;
+        Ok(con.clone())
+    }
+
+    /// A lock command, routed by redis-rs.
+    pub(crate) fn run_grant(&self, inner: &Inner, cmd: &LockCmd) -> Result<Grant> {
+        let slot = Slot::for_key(cmd.key());
+        let cell = self.slot_cell(slot);
+        let r = self.with_sync(inner, |con| cmd.query(con, &cell));
+        self.learn(slot, &cell, &inner.sync_backend);
+        r
+    }
+
+    /// The async twin of [`Cluster::run_grant`].
+    pub(crate) async fn run_grant_async(&self, inner: &Inner, cmd: &LockCmd) -> Result<Grant> {
+        let slot = Slot::for_key(cmd.key());
+        let cell = self.slot_cell(slot);
+        let fut = async {
+            let mut con = self.conn_async(inner).await?;
+            Ok::<_, Error>(cmd.query_async(&mut con, &cell).await?)
+        };
+        let r = bounded(inner, fut).await;
+        self.learn(slot, &cell, &inner.aio_backend);
+        r
+    }
+
+    /// `LOCK.INFO` (or its script twin) on the key's node.
+    pub(crate) fn info(&self, inner: &Inner, key: &str) -> Result<Option<LockInfo>> {
+        let slot = Slot::for_key(key);
+        let cell = self.slot_cell(slot);
+        let r = self.with_sync(inner, |con| info::query(key, con, &cell));
+        self.learn(slot, &cell, &inner.sync_backend);
+        r
+    }
+
+    /// The async twin of [`Cluster::info`].
+    pub(crate) async fn info_async(&self, inner: &Inner, key: &str) -> Result<Option<LockInfo>> {
+        let slot = Slot::for_key(key);
+        let cell = self.slot_cell(slot);
+        let fut = async {
+            let mut con = self.conn_async(inner).await?;
+            Ok::<_, Error>(info::query_async(key, &mut con, &cell).await?)
+        };
+        let r = bounded(inner, fut).await;
+        self.learn(slot, &cell, &inner.aio_backend);
+        r
+    }
+
+    fn node_cell(&self, addr: &Addr) -> Arc<BackendCell> {
+        lock(&self.nodes).entry(addr.clone()).or_default().clone()
+    }
+
+    /// Where a wait on `slot` starts: its last known owner, else the first
+    /// seed not known to be down.
+    fn first_target(&self, slot: Slot, down: &[Addr]) -> Option<Addr> {
+        if let Some(a) = lock(&self.owners).get(&slot) {
+            if !down.contains(a) {
+                return Some(a.clone());
+            }
+        }
+        self.seeds.iter().find(|s| !down.contains(s)).cloned()
+    }
+
+    fn info_for(&self, addr: &Addr) -> ConnectionInfo {
+        let a = match self.template.addr() {
+            ConnectionAddr::TcpTls { insecure, tls_params, .. } => {
+                ConnectionAddr::TcpTls { host: addr.0.clone(), port: addr.1, insecure: *insecure, tls_params: tls_params.clone() }
+            }
+            _ => ConnectionAddr::Tcp(addr.0.clone(), addr.1),
+        };
+        self.template.clone().set_addr(a)
+    }
+
+    fn take_sync(&self, addr: &Addr) -> Option<redis::Connection> {
+        lock(&self.idle_sync).get_mut(addr).and_then(Vec::pop)
+    }
+
+    fn put_sync(&self, addr: &Addr, con: redis::Connection) {
+        let mut idle = lock(&self.idle_sync);
+        let v = idle.entry(addr.clone()).or_default();
+        if v.len() < MAX_IDLE && redis::ConnectionLike::is_open(&con) {
+            v.push(con);
+        }
+    }
+
+    fn take_async(&self, addr: &Addr) -> Option<MultiplexedConnection> {
+        lock(&self.idle_aio).get_mut(addr).and_then(Vec::pop)
+    }
+
+    fn put_async(&self, addr: &Addr, con: MultiplexedConnection) {
+        let mut idle = lock(&self.idle_aio);
+        let v = idle.entry(addr.clone()).or_default();
+        if v.len() < MAX_IDLE {
+            v.push(con);
+        }
+    }
+
+    /// Drops the idle wait connections to `addr` (it closed one on us).
+    fn forget_node(&self, addr: &Addr) {
+        lock(&self.idle_sync).remove(addr);
+        lock(&self.idle_aio).remove(addr);
+    }
+
+    fn remember_owner(&self, slot: Slot, addr: &Addr) {
+        lock(&self.owners).insert(slot, addr.clone());
+    }
+
+    fn forget_owner(&self, slot: Slot, addr: &Addr) {
+        let mut owners = lock(&self.owners);
+        if owners.get(&slot) == Some(addr) {
+            owners.remove(&slot);
+        }
+    }
+}
+
+/// What to do after a wait's error reply.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    /// `MOVED`: the slot's owner is this node; re-issue there.
+    Moved(Addr),
+    /// `ASK`: re-issue once on this (importing) node, after `ASKING`.
+    Ask(Addr),
+    /// `TRYAGAIN`, `CLUSTERDOWN`, `UNBLOCKED` (and `LOADING`, `MASTERDOWN`):
+    /// the node cannot serve it now; re-issue after a pause.
+    Later,
+    /// Anything else ends the wait with the error.
+    Fail,
+}
+
+fn next_after(e: &RedisError) -> Next {
+    if let Some((addr, _slot)) = e.redirect_node() {
+        let Some(addr) = parse_addr(addr) else { return Next::Fail };
+        return match e.kind() {
+            redis::ErrorKind::Server(ServerErrorKind::Ask) => Next::Ask(addr),
+            _ => Next::Moved(addr),
+        };
+    }
+    match e.code() {
+        Some("TRYAGAIN" | "CLUSTERDOWN" | "UNBLOCKED" | "LOADING" | "MASTERDOWN") => Next::Later,
+        _ => Next::Fail,
+    }
+}
+
+/// Bounds an async cluster call like [`Inner`]'s own async calls: the
+/// response timeout plus the connect timeout.
+async fn bounded<T>(inner: &Inner, fut: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    match tokio::time::timeout(inner.opts.response_timeout + inner.opts.connect_timeout, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(Error::Redis(std::io::Error::new(std::io::ErrorKind::TimedOut, "lock command timed out").into())),
+    }
+}
+
+/// The state of one wait as it moves between nodes.
+struct Route {
+    slot: Slot,
+    deadline: Instant,
+    addr: Addr,
+    asking: bool,
+    redirects: usize,
+    /// Nodes that refused a connection or dropped one during this wait.
+    down: Vec<Addr>,
+}
+
+impl Route {
+    fn new(cl: &Cluster, key: &str, left: Duration) -> Result<Route> {
+        let slot = Slot::for_key(key);
+        let addr = cl.first_target(slot, &[]).ok_or_else(|| Error::InvalidArgument("no cluster seed node".into()))?;
+        let deadline = Instant::now().checked_add(left).unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
+        Ok(Route { slot, deadline, addr, asking: false, redirects: 0, down: Vec::new() })
+    }
+
+    fn left(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// Follows a redirect; false when there have been too many.
+    fn redirect(&mut self, cl: &Cluster, next: Next) -> bool {
+        self.redirects += 1;
+        match next {
+            Next::Moved(a) => {
+                cl.remember_owner(self.slot, &a);
+                self.addr = a;
+                self.asking = false;
+            }
+            Next::Ask(a) => {
+                self.addr = a;
+                self.asking = true;
+            }
+            Next::Later | Next::Fail => {}
+        }
+        self.redirects <= MAX_REDIRECTS
+    }
+
+    /// The node at `addr` is unreachable: start again from another.
+    fn node_down(&mut self, cl: &Cluster) -> bool {
+        cl.forget_owner(self.slot, &self.addr);
+        cl.forget_node(&self.addr);
+        self.down.push(self.addr.clone());
+        self.asking = false;
+        match cl.first_target(self.slot, &self.down) {
+            Some(a) => {
+                self.addr = a;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A pause before re-issuing, cut to the deadline; false once the wait
+    /// is over.
+    fn pause(&self) -> Option<Duration> {
+        let left = self.left();
+        (!left.is_zero()).then(|| RETRY_PAUSE.min(left))
+    }
+}
+
+/// A blocking acquire in a cluster, on a dedicated sync connection to the
+/// slot's owner (see the module docs).
+pub(crate) fn wait_acquire(inner: &Inner, cl: &Cluster, cmd: &LockCmd, ttl: Duration, left: Duration) -> Result<Waited> {
+    let mut route = Route::new(cl, cmd.key(), left)?;
+    loop {
+        let cell = cl.node_cell(&route.addr);
+        let pooled = cl.take_sync(&route.addr);
+        let reused = pooled.is_some();
+        let mut con = match pooled {
+            Some(c) => c,
+            None => match redis::Client::open(cl.info_for(&route.addr)).and_then(|c| c.get_connection_with_timeout(inner.opts.connect_timeout)) {
+                Ok(c) => c,
+                Err(e) if route.node_down(cl) => {
+                    let _ = e;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            },
+        };
+        let left = route.left();
+        con.set_write_timeout(Some(inner.opts.response_timeout))?;
+        con.set_read_timeout(Some(left.saturating_add(inner.opts.response_timeout)))?;
+        let asked = if route.asking { redis::cmd("ASKING").query::<()>(&mut con) } else { Ok(()) };
+        let sent = Instant::now();
+        let r = asked.and_then(|()| cmd.with_wait(wait::wait_ms(left)).query(&mut con, &cell));
+        match r {
+            Ok(Grant::Granted(fence)) => {
+                if !route.asking {
+                    cl.remember_owner(route.slot, &route.addr);
+                }
+                cell.set_wait(true);
+                inner.sync_backend.set(Backend::Module);
+                if !wait::needs_confirming(sent, ttl) {
+                    cl.put_sync(&route.addr, con);
+                    return Ok(Waited::Granted { fence, sent });
+                }
+                // Confirmed through the cluster connection: the slot may
+                // have moved on since the grant.
+                let renew = LockCmd::renew(cmd.key(), cmd.token(), ttl)?;
+                cl.put_sync(&route.addr, con);
+                let sent = Instant::now();
+                return match inner.run_grant(&renew) {
+                    Ok(Grant::Granted(_)) => Ok(Waited::Granted { fence, sent }),
+                    Ok(Grant::Refused) => Ok(Waited::Refused),
+                    Err(e) => {
+                        wait::release_quietly(inner, cmd);
+                        Err(e)
+                    }
+                };
+            }
+            Ok(Grant::Refused) => {
+                cl.put_sync(&route.addr, con);
+                let w = wait::refused(&cell);
+                if cell.get() == Backend::Scripts {
+                    inner.sync_backend.set(Backend::Scripts);
+                }
+                return Ok(w);
+            }
+            Err(e) if is_wait_unsupported(&e) => {
+                cell.set_wait(false);
+                inner.sync_backend.set_wait(false);
+                cl.put_sync(&route.addr, con);
+                return Ok(Waited::Unsupported);
+            }
+            Err(e) => match next_after(&e) {
+                n @ (Next::Moved(_) | Next::Ask(_)) => {
+                    let from = route.addr.clone();
+                    cl.put_sync(&from, con);
+                    if !route.redirect(cl, n) {
+                        return Err(e.into());
+                    }
+                }
+                Next::Later => {
+                    cl.put_sync(&route.addr, con);
+                    match route.pause() {
+                        Some(p) => std::thread::sleep(p),
+                        None => return Ok(Waited::Refused),
+                    }
+                }
+                Next::Fail => {
+                    drop(con);
+                    if !wait::outcome_unknown(&e) {
+                        return Err(e.into());
+                    }
+                    // The node may have granted just before its connection
+                    // went; its successor (a failover) must not keep that grant.
+                    wait::release_quietly(inner, cmd);
+                    if wait::stale(&e, reused) {
+                        cl.forget_node(&route.addr);
+                        continue;
+                    }
+                    if e.is_timeout() || !route.node_down(cl) {
+                        return Err(e.into());
+                    }
+                    match route.pause() {
+                        Some(p) => std::thread::sleep(p),
+                        None => return Ok(Waited::Refused),
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// The async twin of [`wait_acquire`], on dedicated multiplexed connections.
+pub(crate) async fn wait_acquire_async(lc: &LockClient, cl: &Cluster, cmd: &LockCmd, ttl: Duration, left: Duration) -> Result<Waited> {
+    let inner = &lc.inner;
+    let mut route = Route::new(cl, cmd.key(), left)?;
+    loop {
+        let cell = cl.node_cell(&route.addr);
+        let pooled = cl.take_async(&route.addr);
+        let reused = pooled.is_some();
+        let mut con = match pooled {
+            Some(c) => c,
+            None => {
+                // No response timeout of its own: each use sets one below.
+                let cfg = AsyncConnectionConfig::new().set_connection_timeout(Some(inner.opts.connect_timeout)).set_response_timeout(None);
+                let opened = match redis::Client::open(cl.info_for(&route.addr)) {
+                    Ok(c) => c.get_multiplexed_async_connection_with_config(&cfg).await,
+                    Err(e) => Err(e),
+                };
+                match opened {
+                    Ok(c) => c,
+                    Err(_) if route.node_down(cl) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        };
+        let left = route.left();
+        con.set_response_timeout(left.saturating_add(inner.opts.response_timeout));
+        let guard = ReleaseOnCancel::new(lc, cmd);
+        let asked = if route.asking { redis::cmd("ASKING").query_async::<()>(&mut con).await } else { Ok(()) };
+        let sent = Instant::now();
+        let r = match asked {
+            Ok(()) => cmd.with_wait(wait::wait_ms(left)).query_async(&mut con, &cell).await,
+            Err(e) => Err(e),
+        };
+        match r {
+            Ok(Grant::Granted(fence)) => {
+                if !route.asking {
+                    cl.remember_owner(route.slot, &route.addr);
+                }
+                cell.set_wait(true);
+                inner.aio_backend.set(Backend::Module);
+                cl.put_async(&route.addr, con);
+                if !wait::needs_confirming(sent, ttl) {
+                    guard.disarm();
+                    return Ok(Waited::Granted { fence, sent });
+                }
+                let renew = LockCmd::renew(cmd.key(), cmd.token(), ttl)?;
+                let sent = Instant::now();
+                return match inner.run_grant_async(&renew).await {
+                    Ok(Grant::Granted(_)) => {
+                        guard.disarm();
+                        Ok(Waited::Granted { fence, sent })
+                    }
+                    Ok(Grant::Refused) => {
+                        guard.disarm();
+                        Ok(Waited::Refused)
+                    }
+                    // The guard releases.
+                    Err(e) => Err(e),
+                };
+            }
+            Ok(Grant::Refused) => {
+                guard.disarm();
+                cl.put_async(&route.addr, con);
+                let w = wait::refused(&cell);
+                if cell.get() == Backend::Scripts {
+                    inner.aio_backend.set(Backend::Scripts);
+                }
+                return Ok(w);
+            }
+            Err(e) if is_wait_unsupported(&e) => {
+                guard.disarm();
+                cell.set_wait(false);
+                inner.aio_backend.set_wait(false);
+                cl.put_async(&route.addr, con);
+                return Ok(Waited::Unsupported);
+            }
+            Err(e) => match next_after(&e) {
+                n @ (Next::Moved(_) | Next::Ask(_)) => {
+                    guard.disarm();
+                    let from = route.addr.clone();
+                    cl.put_async(&from, con);
+                    if !route.redirect(cl, n) {
+                        return Err(e.into());
+                    }
+                }
+                Next::Later => {
+                    guard.disarm();
+                    cl.put_async(&route.addr, con);
+                    match route.pause() {
+                        Some(p) => tokio::time::sleep(p).await,
+                        None => return Ok(Waited::Refused),
+                    }
+                }
+                Next::Fail => {
+                    drop(con);
+                    if !wait::outcome_unknown(&e) {
+                        guard.disarm();
+                        return Err(e.into());
+                    }
+                    // Released here, not by the guard's spawned task, which
+                    // could otherwise run after a retry's grant.
+                    guard.disarm();
+                    if let Ok(release) = LockCmd::release(cmd.key(), cmd.token()) {
+                        let _ = inner.run_grant_async(&release).await;
+                    }
+                    if wait::stale(&e, reused) {
+                        cl.forget_node(&route.addr);
+                        continue;
+                    }
+                    if e.is_timeout() || !route.node_down(cl) {
+                        return Err(e.into());
+                    }
+                    match route.pause() {
+                        Some(p) => tokio::time::sleep(p).await,
+                        None => return Ok(Waited::Refused),
+                    }
+                }
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_urls_become_seed_urls() {
+        assert_eq!(seed_urls(&["redis+cluster://127.0.0.1:7000,127.0.0.1:7001/"]), ["redis://127.0.0.1:7000/", "redis://127.0.0.1:7001/"]);
+        assert_eq!(seed_urls(&["rediss+cluster://u:p@a:1,b:2/0"]), ["rediss://u:p@a:1/0", "rediss://u:p@b:2/0"]);
+        assert_eq!(seed_urls(&["redis://a:1/", "redis://b:2"]), ["redis://a:1/", "redis://b:2"]);
+        assert!(is_cluster_url("redis+cluster://a:1/"));
+        assert!(!is_cluster_url("redis://a:1/"));
+    }
+
+    #[test]
+    fn wait_errors_are_followed_or_retried() {
+        let server = |line: &str| redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).and_then(redis::Value::extract_error).unwrap_err();
+        assert_eq!(next_after(&server("MOVED 3999 127.0.0.1:6381")), Next::Moved(("127.0.0.1".into(), 6381)));
+        assert_eq!(next_after(&server("ASK 3999 127.0.0.1:6382")), Next::Ask(("127.0.0.1".into(), 6382)));
+        assert_eq!(next_after(&server("TRYAGAIN Multiple keys request during rehashing of slot")), Next::Later);
+        assert_eq!(next_after(&server("CLUSTERDOWN The cluster is down")), Next::Later);
+        assert_eq!(next_after(&server("UNBLOCKED client unblocked via CLIENT UNBLOCK")), Next::Later);
+        assert_eq!(next_after(&server("ERR syntax error")), Next::Fail);
+    }
+}
