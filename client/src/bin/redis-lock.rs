@@ -1,10 +1,10 @@
 //! `redis-lock`: run a command under a lock, inspect a lock, release one.
 //!
 //! ```text
-//! redis-lock run [--url URL] [--ttl MS] [--wait MS] [--grace MS] [--max-lifetime MS]
+//! redis-lock run [--url URL]... [--cluster] [--ttl MS] [--wait MS] [--grace MS] [--max-lifetime MS]
 //!                [--token TOKEN] [--run-id RUN_ID] KEY -- CMD [ARGS...]
-//! redis-lock info [--url URL] KEY
-//! redis-lock release [--url URL] KEY TOKEN
+//! redis-lock info [--url URL]... [--cluster] KEY
+//! redis-lock release [--url URL]... [--cluster] KEY TOKEN
 //! ```
 //!
 //! Exit codes are listed in `USAGE` below; argument parsing is hand-written
@@ -21,14 +21,17 @@ usage:
       Acquire KEY, keep it renewed (every TTL/3) while CMD runs, release it
       when CMD exits, and exit with CMD's status. If the lock is lost, CMD
       gets SIGTERM, then SIGKILL after the grace period.
-  redis-lock info [--url URL] KEY
+  redis-lock info [--url URL]... [--cluster] KEY
       Show what KEY holds as LOCK.INFO reports it: owner, run-id, format
       (legacy or structured), ttl-ms, fence and waiters.
-  redis-lock release [--url URL] KEY TOKEN
+  redis-lock release [--url URL]... [--cluster] KEY TOKEN
       Release KEY if TOKEN owns it.
 
 options:
-  --url URL            redis URL (default: $REDIS_URL, else redis://127.0.0.1:6379/)
+  --url URL            redis URL (default: $REDIS_URL, else redis://127.0.0.1:6379/);
+                       redis+cluster://HOST:PORT[,HOST:PORT...]/ is a Redis Cluster
+  --cluster            the URL(s) are seed nodes of a Redis Cluster (repeat
+                       --url for more seeds)
   --ttl MS             lock TTL in milliseconds (default: 30000)
   --wait MS            how long to wait for a held lock (default: 0, fail at once)
   --grace MS           SIGTERM-to-SIGKILL grace after a loss (default: 10000)
@@ -78,7 +81,10 @@ fn redis_fail(e: impl std::fmt::Display) -> Fail {
 
 #[derive(Default)]
 struct Opts {
-    url: Option<String>,
+    /// Every `--url` given, in order.
+    urls: Vec<String>,
+    /// `--cluster`: the URLs are cluster seed nodes.
+    cluster: bool,
     ttl: Option<u64>,
     wait: Option<u64>,
     grace: Option<u64>,
@@ -113,13 +119,21 @@ fn parse(args: Vec<String>, allowed: &[&str]) -> Result<Opts, Fail> {
         if !allowed.contains(&name.as_str()) {
             return Err(usage(format!("unknown option --{name}")));
         }
+        // The one flag without a value.
+        if name == "cluster" {
+            if inline.is_some() {
+                return Err(usage("--cluster takes no value"));
+            }
+            o.cluster = true;
+            continue;
+        }
         let value = match inline.or_else(|| it.next()) {
             Some(v) => v,
             None => return Err(usage(format!("--{name} needs a value"))),
         };
         let num = || value.parse::<u64>().map_err(|_| usage(format!("--{name} must be a number of milliseconds, got {value:?}")));
         match name.as_str() {
-            "url" => o.url = Some(value.clone()),
+            "url" => o.urls.push(value.clone()),
             "ttl" => o.ttl = Some(num()?),
             "wait" => o.wait = Some(num()?),
             "grace" => o.grace = Some(num()?),
@@ -132,8 +146,23 @@ fn parse(args: Vec<String>, allowed: &[&str]) -> Result<Opts, Fail> {
     Ok(o)
 }
 
-fn url(o: &Opts) -> String {
-    o.url.clone().or_else(|| std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty())).unwrap_or_else(|| "redis://127.0.0.1:6379/".into())
+/// The client for the URL(s): `--url`s, else `$REDIS_URL`, else the local
+/// default. Several URLs are cluster seeds and need `--cluster`; a
+/// `redis+cluster://` URL is a cluster without it.
+fn open(o: &Opts, opts: ClientOptions) -> Result<LockClient, Fail> {
+    let urls = if o.urls.is_empty() {
+        vec![std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| "redis://127.0.0.1:6379/".into())]
+    } else {
+        o.urls.clone()
+    };
+    if urls.len() > 1 && !o.cluster {
+        return Err(usage("several --url need --cluster (they are the seed nodes of one cluster)"));
+    }
+    let client = if o.cluster { LockClient::open_cluster_with(&urls, opts) } else { LockClient::open_with(&urls[0], opts) };
+    client.map_err(|e| match e {
+        e @ Error::InvalidArgument(_) => usage(e.to_string()),
+        e => redis_fail(e),
+    })
 }
 
 fn run_cli(mut args: Vec<String>) -> Result<ExitCode, Fail> {
@@ -142,9 +171,9 @@ fn run_cli(mut args: Vec<String>) -> Result<ExitCode, Fail> {
     }
     let sub = args.remove(0);
     match sub.as_str() {
-        "run" => cmd_run(parse(args, &["url", "ttl", "wait", "grace", "max-lifetime", "token", "run-id"])?),
-        "info" => cmd_info(parse(args, &["url"])?),
-        "release" => cmd_release(parse(args, &["url"])?),
+        "run" => cmd_run(parse(args, &["url", "cluster", "ttl", "wait", "grace", "max-lifetime", "token", "run-id"])?),
+        "info" => cmd_info(parse(args, &["url", "cluster"])?),
+        "release" => cmd_release(parse(args, &["url", "cluster"])?),
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
             Ok(ExitCode::SUCCESS)
@@ -166,7 +195,7 @@ fn cmd_run(o: Opts) -> Result<ExitCode, Fail> {
     // A reply slower than a third of the TTL would make the watchdog miss
     // its cadence anyway; fail such a call and retry instead.
     let timeout = (ttl / 3).clamp(Duration::from_millis(10), Duration::from_secs(2));
-    let client = LockClient::open_with(&url(&o), ClientOptions::new().response_timeout(timeout)).map_err(redis_fail)?;
+    let client = open(&o, ClientOptions::new().response_timeout(timeout))?;
     let mut watchdog = WatchdogOptions::new();
     if let Some(m) = o.max_lifetime {
         watchdog = watchdog.max_lifetime(Duration::from_millis(m));
@@ -260,7 +289,7 @@ fn cmd_info(o: Opts) -> Result<ExitCode, Fail> {
     let [key] = o.positional.as_slice() else {
         return Err(usage("info takes exactly one KEY"));
     };
-    let client = LockClient::open(&url(&o)).map_err(redis_fail)?;
+    let client = open(&o, ClientOptions::new())?;
     let info = match client.info(key) {
         Ok(Some(info)) => info,
         Ok(None) => {
@@ -299,7 +328,7 @@ fn cmd_release(o: Opts) -> Result<ExitCode, Fail> {
     let [key, token] = o.positional.as_slice() else {
         return Err(usage("release takes KEY and TOKEN"));
     };
-    let client = LockClient::open(&url(&o)).map_err(redis_fail)?;
+    let client = open(&o, ClientOptions::new())?;
     match client.release_token(key, token) {
         Ok(()) => {
             println!("released {key}");
