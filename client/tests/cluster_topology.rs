@@ -1,0 +1,192 @@
+//! The client and the CLI while a real local Redis Cluster (3 masters, one
+//! replica each) changes under them: locks held through slot moves (by hand
+//! and `redis-cli --cluster reshard`) and failovers (manual and kill -9)
+//! keep renewing or report their loss; waits follow `MOVED` and `ASK`.
+//! One cluster, one test: each step changes the topology the next one
+//! starts from.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redis_lock_client::{Error, Lock, LockClient, LockOptions, WatchdogOptions};
+use redis_lock_harness::Cluster;
+
+const BIN: &str = env!("CARGO_BIN_EXE_redis-lock");
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn get(c: &Cluster, i: usize, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query(&mut c.node(i).conn()).expect("GET on the owner")
+}
+
+fn pttl(c: &Cluster, i: usize, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(&mut c.node(i).conn()).expect("PTTL on the owner")
+}
+
+/// The lock is held, and its owner (wherever the slot is now) has its token.
+fn assert_held(c: &Cluster, lock: &Lock, what: &str) {
+    assert!(lock.is_held(), "{what}: lost ({:?})", lock.loss_reason());
+    let owner = c.owner_of(lock.key());
+    assert_eq!(get(c, owner, lock.key()).as_deref(), Some(lock.token()), "{what}: token on node {owner}");
+    assert!(pttl(c, owner, lock.key()) > 0, "{what}");
+}
+
+/// Waits until `client` sees a waiter queued on `key`.
+fn until_queued(client: &LockClient, key: &str) {
+    let deadline = Instant::now() + ms(5000);
+    while client.info(key).unwrap().map_or(0, |i| i.waiters) == 0 {
+        assert!(Instant::now() < deadline, "no waiter queued on {key}");
+        std::thread::sleep(ms(10));
+    }
+}
+
+#[test]
+fn locks_survive_slot_moves_and_failovers() {
+    let mut c = Cluster::start(3, 1);
+    let m = c.masters();
+    let client = LockClient::open_cluster(&c.urls()).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let watchdog = LockOptions::new().watchdog(WatchdogOptions::new());
+
+    // --- Slot moves under held locks (TTL 600 ms, renewed every 200 ms). ---
+    // A: the lowest slot of m0, which redis-cli --cluster reshard moves.
+    let key_a = c.key_in_slot("held-a:", c.view(m[0]).slots[0]);
+    let key_b = c.key_on("held-b:", m[1]);
+    let key_c = c.key_on("held-c:", m[2]);
+    let lock_a = client.try_acquire_with(&key_a, ms(600), &watchdog).unwrap();
+    let lock_b = rt.block_on(client.try_acquire_with_async(&key_b, ms(600), &watchdog)).unwrap();
+    let cli = Command::new(BIN)
+        .args(["run", "--cluster", "--url", &c.node(m[1]).url(), "--ttl", "600", &key_c, "--", "sleep", "4"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(ms(300));
+    assert!(get(&c, m[2], &key_c).is_some(), "the CLI holds {key_c}");
+
+    let moved = c.reshard(m[0], m[1], 1);
+    assert_eq!(moved, vec![c.slot_of(&key_a)]);
+    c.move_slot(c.slot_of(&key_b), m[2]);
+    c.move_slot(c.slot_of(&key_c), m[0]);
+    assert_eq!((c.owner_of(&key_a), c.owner_of(&key_b), c.owner_of(&key_c)), (m[1], m[2], m[0]));
+    std::thread::sleep(ms(1500)); // 2.5 TTLs after the moves
+    assert_held(&c, &lock_a, "sync lock through redis-cli reshard");
+    assert_held(&c, &lock_b, "async lock through SETSLOT/MIGRATE");
+    let out = cli.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "the CLI kept its lock: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(get(&c, m[0], &key_c), None, "and released it on its new owner");
+    let fence_a = lock_a.fence().unwrap();
+    lock_a.release().unwrap();
+    rt.block_on(lock_b.release_async()).unwrap();
+
+    // --- A wait follows MOVED from the owner it knew to the new one. ---
+    let waiter = LockClient::open_cluster(&c.urls()).unwrap();
+    let holder = lock_on(&client, &key_a);
+    let t = spawn_wait(&waiter, &key_a);
+    until_queued(&client, &key_a);
+    holder.release().unwrap();
+    let got = t.join().unwrap().unwrap();
+    assert!(got.fence().unwrap() > fence_a);
+    got.release().unwrap();
+    c.move_slot(c.slot_of(&key_a), m[2]); // the waiter's client still thinks m1
+    let holder = lock_on(&client, &key_a);
+    let t = spawn_wait(&waiter, &key_a);
+    until_queued(&client, &key_a);
+    assert_eq!(c.owner_of(&key_a), m[2]);
+    holder.release().unwrap();
+    let got = t.join().unwrap().unwrap();
+    assert_held(&c, &got, "granted by the new owner after MOVED");
+    got.release().unwrap();
+
+    // --- A wait granted through ASK while its slot is half moved. ---
+    let key_d = c.key_on("ask-d:", m[2]);
+    let slot_d = c.slot_of(&key_d);
+    let asker = LockClient::open_cluster(&[c.node(m[2]).url()]).unwrap();
+    asker.try_acquire(&c.key_on("warm:", m[1]), ms(100)).unwrap().release().unwrap(); // learns: module
+    c.open_slot_move(slot_d, m[2], m[0]);
+    let d = asker.acquire(&key_d, ms(10_000), ms(2000)).unwrap();
+    let on_target: Option<String> = {
+        let mut con = c.node(m[0]).conn();
+        redis::cmd("ASKING").query::<()>(&mut con).unwrap();
+        redis::cmd("GET").arg(&key_d).query(&mut con).unwrap()
+    };
+    assert_eq!(on_target.as_deref(), Some(d.token()), "granted on the importing node");
+    let on_source = redis::cmd("GET").arg(&key_d).query::<Option<String>>(&mut c.node(m[2]).conn()).unwrap_err();
+    assert_eq!(on_source.code(), Some("ASK"), "absent from the migrating node: {on_source}");
+    c.migrate_slot_keys(slot_d, m[2], m[0]);
+    c.close_slot_move(slot_d, m[2], m[0]);
+    d.renew(ms(10_000)).unwrap();
+    assert_held(&c, &d, "ASK grant after the move closed");
+    d.release().unwrap();
+
+    // --- Manual failover: locks keep renewing on the promoted replica. ---
+    let key_f = c.key_on("fail-f:", m[1]);
+    let lock_f = client.try_acquire_with(&key_f, ms(1000), &watchdog).unwrap();
+    let lock_g = rt.block_on(client.try_acquire_with_async(&c.key_on("fail-g:", m[1]), ms(1000), &watchdog)).unwrap();
+    let promoted = c.failover(m[1], "");
+    assert_eq!(c.owner_of(&key_f), promoted);
+    std::thread::sleep(ms(2500));
+    assert_held(&c, &lock_f, "sync lock through CLUSTER FAILOVER");
+    assert_held(&c, &lock_g, "async lock through CLUSTER FAILOVER");
+    lock_f.release().unwrap();
+    rt.block_on(lock_g.release_async()).unwrap();
+
+    // --- kill -9 of a master: a long lock renews on the promoted replica;
+    // a short one that expires during the election says it is lost. ---
+    let victim = c.owner_of(&c.key_on("kill:", m[2]));
+    let long = client.try_acquire_with(&c.key_on("kill-long:", victim), ms(10_000), &watchdog).unwrap();
+    let short = client.try_acquire_with(&c.key_on("kill-short:", victim), ms(400), &watchdog).unwrap();
+    // Replication is asynchronous: make sure the replica has both grants.
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(2000).query(&mut c.node(victim).conn()).unwrap();
+    assert_eq!(acked, 1);
+    let promoted = c.kill_master(victim);
+    long.renew(ms(10_000)).unwrap();
+    assert_held(&c, &long, "a long lock through kill -9 and promotion");
+    std::thread::sleep(ms(1000));
+    if short.is_held() {
+        assert_held(&c, &short, "a short lock still held after the failover");
+    } else {
+        assert!(short.loss_reason().is_some(), "a loss has a reason");
+        assert_ne!(get(&c, promoted, short.key()).as_deref(), Some(short.token()), "lost, and the server agrees");
+    }
+    long.release().unwrap();
+    drop(short);
+    c.restart_node(victim);
+}
+
+fn lock_on(client: &LockClient, key: &str) -> Lock {
+    client.try_acquire(key, ms(10_000)).unwrap()
+}
+
+fn spawn_wait(waiter: &LockClient, key: &str) -> std::thread::JoinHandle<Result<Lock, Error>> {
+    let w = waiter.clone();
+    let k = key.to_string();
+    std::thread::spawn(move || w.acquire(&k, ms(10_000), ms(10_000)))
+}
+
+/// A waiter queued on a key whose slot `redis-cli --cluster reshard` moves:
+/// the reshard succeeds, the waiter is served by the new owner once the
+/// holder releases there, and the key never has two holders. Needs the
+/// module side of issue 9 item 6 (MIGRATE's delete is not a release: a
+/// waiter on a node that no longer serves the slot is redirected).
+#[test]
+#[ignore = "needs the module's cluster-aware waiters (issue 9 item 6)"]
+fn a_waiter_during_a_reshard_is_served_by_the_new_owner() {
+    let c = Cluster::start(3, 0);
+    let m = c.masters();
+    let key = c.key_in_slot("resharded:", c.view(m[0]).slots[0]);
+    let client = LockClient::open_cluster(&c.urls()).unwrap();
+    let holder = lock_on(&client, &key);
+    let waiter = LockClient::open_cluster(&c.urls()).unwrap();
+    let t = spawn_wait(&waiter, &key);
+    until_queued(&client, &key);
+    c.reshard(m[0], m[1], 1); // asserts that redis-cli exits 0
+    assert_eq!(c.owner_of(&key), m[1]);
+    assert_eq!(get(&c, m[1], &key).as_deref(), Some(holder.token()), "the holder's lock moved, nobody else got it");
+    holder.release().unwrap();
+    let got = t.join().unwrap().expect("the waiter is served by the new owner");
+    assert_held(&c, &got, "the waiter's grant");
+    got.release().unwrap();
+}
