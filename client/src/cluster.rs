@@ -130,7 +130,7 @@ impl LockClient {
     /// A client for a Redis Cluster, given one or more seed nodes
     /// (`redis://host:port/` each, or `redis+cluster://h1:p1,h2:p2/`). Does
     /// not connect yet. Same API as a single-server client: locks on keys of
-    /// every master, with fences, waits and watchdogs; see the `cluster`
+    /// every master, with fences, waits and watchdogs; see the "Redis Cluster"
     /// section of the crate docs for what differs.
     pub fn open_cluster<S: AsRef<str>>(urls: &[S]) -> Result<Self> {
         Self::open_cluster_with(urls, ClientOptions::default())

@@ -81,6 +81,19 @@
 //! }
 //! ```
 //!
+//! # Redis Cluster
+//!
+//! [`LockClient::open_cluster`] (or a `redis+cluster://h1:p1,h2:p2/` URL
+//! to [`LockClient::open`]) gives the same API on a Redis Cluster, through
+//! redis-rs's own cluster clients: commands are routed by the key's slot
+//! and follow `MOVED`/`ASK`. A blocking `acquire` waits on a dedicated
+//! connection to the slot's owner and is re-issued with the remaining wait
+//! on `MOVED`, `ASK` (after `ASKING`), `TRYAGAIN`, `CLUSTERDOWN`, `UNBLOCKED`
+//! or a dropped node. The backend is detected per slot's node; a node found
+//! without the module is asked again after [`SCRIPTS_RECHECK`]. Fences come
+//! from each key's node: they are ordered per node, not yet across slot
+//! moves and failovers (see the top-level README).
+//!
 //! # Timing
 //!
 //! A lock is held, as far as this process knows, until the TTL of its last
