@@ -6,8 +6,11 @@
 //! them. Load with `redis-server --loadmodule target/release/libredis_lock.so`.
 
 mod api;
+mod cluster;
 mod commands;
+mod config;
 mod entry;
+mod errors;
 mod fence;
 mod key;
 mod stats;
@@ -101,6 +104,10 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     }
     unsafe {
         api::rm!(RedisModule_RegisterInfoFunc)(ctx.ctx, Some(stats::info));
+        if !config::register(ctx.ctx) {
+            ctx.log_warning("lock: could not register or load the module's configs");
+            return Status::Err;
+        }
         // Refused commands must not invalidate WATCH: we signal changes ourselves.
         api::rm!(RedisModule_SetModuleOptions)(ctx.ctx, raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int);
         for &(name, handler, flags, key) in COMMANDS {

@@ -63,6 +63,8 @@ pub struct Builder {
     dir: Option<PathBuf>,
     /// Set by `restart`, to come back on the same port.
     port: Option<u16>,
+    /// Commands for an `appendonly.aof` the server loads at start.
+    aof: Option<Vec<u8>>,
 }
 
 impl Builder {
@@ -84,6 +86,22 @@ impl Builder {
     pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dir = Some(dir.into());
         self
+    }
+
+    /// Starts the server with AOF on, from an old-style `appendonly.aof`
+    /// holding these commands: the way to put the server in a state that
+    /// only a master or a replayed log may bring about (e.g. a fence mark
+    /// no client may set). Redis 7+ adopts such a file as its AOF base.
+    pub fn aof_commands(mut self, commands: &[&[&str]]) -> Self {
+        let mut out = Vec::new();
+        for args in commands {
+            out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+            for a in *args {
+                out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+            }
+        }
+        self.aof = Some(out);
+        self.arg("appendonly", "yes")
     }
 
     /// Starts the server and waits until it answers PING.
@@ -110,7 +128,7 @@ impl Server {
 
     /// A server to configure before starting.
     pub fn builder() -> Builder {
-        Builder { module: true, args: Vec::new(), dir: None, port: None }
+        Builder { module: true, args: Vec::new(), dir: None, port: None, aof: None }
     }
 
     fn launch(builder: Builder) -> Server {
@@ -123,6 +141,11 @@ impl Server {
             }
         };
         std::fs::create_dir_all(&dir).expect("create server dir");
+        if let Some(aof) = &builder.aof {
+            if !dir.join("appendonlydir").exists() {
+                std::fs::write(dir.join("appendonly.aof"), aof).expect("write the AOF");
+            }
+        }
         let module = builder.module.then(module_path);
         let binary = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
         // A free port can be taken between our probe and the server's bind;
@@ -213,6 +236,24 @@ impl Server {
         // The old guard's process is already reaped and its directory is
         // now the new server's: drop it without its Drop.
         std::mem::forget(std::mem::replace(self, again));
+    }
+
+    /// Waits up to `timeout` for the server to exit by itself (after
+    /// `SHUTDOWN`, or a crash) and returns how it ended.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    /// The server's log so far (`server.log` in its directory).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
     }
 
     /// SHUTDOWN-free stop: SIGKILL, then reap.
