@@ -8,6 +8,9 @@
 //! restart. [`Cluster::start`] starts a Redis Cluster of such servers
 //! (see the `cluster` module).
 //!
+//! [`Builder::clock_offset_ms`] shifts one server's wall clock (see the
+//! `clock` module).
+//!
 //! Environment: `REDIS_SERVER` names the server binary (default
 //! `redis-server` on `PATH`); `REDIS_LOCK_MODULE` names a prebuilt module to
 //! load instead of building `target/release/libredis_lock.so`.
@@ -22,6 +25,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+mod clock;
 
 /// How long a server may take to answer its first PING.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -65,6 +70,8 @@ pub struct Builder {
     port: Option<u16>,
     /// Commands for an `appendonly.aof` the server loads at start.
     aof: Option<Vec<u8>>,
+    /// See [`Builder::clock_offset_ms`].
+    clock_offset_ms: Option<i64>,
 }
 
 impl Builder {
@@ -128,7 +135,7 @@ impl Server {
 
     /// A server to configure before starting.
     pub fn builder() -> Builder {
-        Builder { module: true, args: Vec::new(), dir: None, port: None, aof: None }
+        Builder { module: true, args: Vec::new(), dir: None, port: None, aof: None, clock_offset_ms: None }
     }
 
     fn launch(builder: Builder) -> Server {
@@ -159,6 +166,9 @@ impl Server {
                 .args(["--enable-debug-command", "yes"]);
             if let Some(m) = &module {
                 cmd.args(["--loadmodule", m.to_str().expect("utf-8 module path")]);
+            }
+            if let Some(offset) = builder.clock_offset_ms {
+                cmd.envs(clock::env(offset));
             }
             cmd.args(&builder.args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
             let child = cmd.spawn().unwrap_or_else(|e| panic!("start {binary}: {e} (install redis-server)"));
