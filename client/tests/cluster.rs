@@ -189,8 +189,6 @@ fn locks_on_every_master_from_any_seed() {
         let o = t.join().unwrap();
         assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     }
-    let o = cli(&["info", "--url", &seeds[0], "--url", &seeds[1], "k"]);
-    assert_eq!(o.status.code(), Some(2), "several URLs without --cluster are a usage error");
     // Without --cluster a node that does not own the key answers MOVED.
     let o = cli(&["info", "--url", &c.node(masters[0]).url(), &keys[1].1]);
     assert_eq!(o.status.code(), Some(69), "{}", String::from_utf8_lossy(&o.stderr));
