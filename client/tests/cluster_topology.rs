@@ -168,11 +168,10 @@ fn spawn_wait(waiter: &LockClient, key: &str) -> std::thread::JoinHandle<Result<
 
 /// A waiter queued on a key whose slot `redis-cli --cluster reshard` moves:
 /// the reshard succeeds, the waiter is served by the new owner once the
-/// holder releases there, and the key never has two holders. Needs the
-/// module side of issue 9 item 6 (MIGRATE's delete is not a release: a
-/// waiter on a node that no longer serves the slot is redirected).
+/// holder releases there, and the key never has two holders. (The module
+/// answers a waiter whose slot is moving `TRYAGAIN`/`MOVED` instead of
+/// granting it when MIGRATE deletes the key; the client re-issues the wait.)
 #[test]
-#[ignore = "needs the module's cluster-aware waiters (issue 9 item 6)"]
 fn a_waiter_during_a_reshard_is_served_by_the_new_owner() {
     let c = Cluster::start(3, 0);
     let m = c.masters();
