@@ -73,6 +73,9 @@ required!(
     RedisModule_FreeCallReply,
     RedisModule_RegisterNumericConfig,
     RedisModule_LoadConfigs,
+    RedisModule_RegisterCommandFilter,
+    RedisModule_CommandFilterArgsCount,
+    RedisModule_CommandFilterArgGet,
 );
 
 /// `rm!(RedisModule_OpenKey)` is that API function, which [`missing`] has

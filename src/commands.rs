@@ -86,7 +86,7 @@ fn grant_reply(ctx: Ctx, granted: bool, opts: GrantOptions) -> Outcome {
         return Ok(Reply::Nil);
     }
     stats::GRANTS.add();
-    let fence = fence::issue(ctx.now_ms()).ok_or(Failure::FencesExhausted)?;
+    let fence = fence::issue(ctx, ctx.now_ms()).ok_or(Failure::FencesExhausted)?;
     ctx.replicate_fence_floor(fence);
     Ok(Reply::Int(fence as i64))
 }

@@ -9,12 +9,20 @@ use redis_lock_rules::fence;
 use redis_module::native_types::RedisType;
 use redis_module::raw::{self, RedisModuleIO};
 
+use crate::cluster_fence;
+use crate::key::Ctx;
+
 /// The largest fence handed out or learnt (from the master, the RDB or AOF).
 static HIGH_WATER: AtomicU64 = AtomicU64::new(0);
 
-/// Hands out the next fence, or `None` when the space is exhausted.
-pub fn issue(now_ms: i64) -> Option<u64> {
-    let next = fence::next(HIGH_WATER.load(Ordering::Relaxed), now_ms)?;
+/// Hands out the next fence, or `None` when the space is exhausted. In a
+/// cluster the floor is the configEpoch's (`crate::cluster_fence`).
+pub fn issue(ctx: Ctx, now_ms: i64) -> Option<u64> {
+    let last = HIGH_WATER.load(Ordering::Relaxed);
+    let next = match cluster_fence::floor(ctx, now_ms) {
+        Some(floor) => redis_lock_rules::cluster_fence::next(last, floor)?,
+        None => fence::next(last, now_ms)?,
+    };
     HIGH_WATER.store(next, Ordering::Relaxed);
     Some(next)
 }

@@ -7,6 +7,7 @@
 
 mod api;
 mod cluster;
+mod cluster_fence;
 mod commands;
 mod config;
 mod entry;
@@ -104,6 +105,10 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     }
     unsafe {
         api::rm!(RedisModule_RegisterInfoFunc)(ctx.ctx, Some(stats::info));
+        if !cluster_fence::register(ctx.ctx) {
+            ctx.log_warning("lock: could not register the command filter for cluster fences");
+            return Status::Err;
+        }
         if !config::register(ctx.ctx) {
             ctx.log_warning("lock: could not register or load the module's configs");
             return Status::Err;

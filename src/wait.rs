@@ -270,7 +270,7 @@ pub fn grant_next(ctx: Ctx, name: *mut RedisModuleString) {
         };
         // Issued before the key changes, so that an exhausted fence space
         // refuses the grant instead of granting with a nil reply.
-        let fence = match w.fence.then(|| fence::issue(now)) {
+        let fence = match w.fence.then(|| fence::issue(ctx, now)) {
             Some(None) => {
                 finish(ctx, Answer::FencesExhausted, w, &stats::WAITS_CANCELLED);
                 continue;

@@ -13,6 +13,7 @@
 pub mod args;
 pub mod cjson;
 pub mod cluster;
+pub mod cluster_fence;
 pub mod encode;
 pub mod fence;
 pub mod lock;

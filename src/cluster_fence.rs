@@ -1,0 +1,124 @@
+//! Fences in a Redis Cluster: the floor of the next fence comes from this
+//! node's configEpoch (`redis_lock_rules::cluster_fence` has the layout and
+//! why it orders fences across slot moves and failovers whatever the nodes'
+//! clocks say).
+//!
+//! The module API has no call for the configEpoch, so it is read from
+//! `CLUSTER INFO` (`cluster_my_epoch`) and cached. The cache is refreshed
+//! before a fenced grant when it may be stale: after a `CLUSTER` command that
+//! can change this node's epoch or slots (seen by a command filter), when
+//! the node's role changed (a failover), and at least every
+//! [`REFRESH_EVERY`] (an epoch-collision bump happens in the cluster's cron,
+//! with no command).
+//!
+//! An importing node must have a larger epoch than the slot's owner *before*
+//! its first fenced grant in that slot, which may come through `ASK` before
+//! `CLUSTER SETSLOT … NODE` (where Redis bumps the epoch itself). So when
+//! the filter sees `CLUSTER SETSLOT <slot> IMPORTING`, the next fenced grant
+//! on this node first runs `CLUSTER BUMPEPOCH` (which only bumps when this
+//! node's epoch is not already the largest it knows). This is per node, not
+//! per slot: one extra bump per import at most.
+
+use std::ffi::{c_int, CStr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use redis_lock_rules::cluster_fence;
+use redis_module::raw::{self, RedisModuleCommandFilterCtx, RedisModuleCtx};
+
+use crate::api::rm;
+use crate::key::Ctx;
+
+/// How long a cached configEpoch is trusted without a `CLUSTER` command
+/// or role change in between.
+const REFRESH_EVERY: Duration = Duration::from_millis(100);
+
+/// A `CLUSTER` command may have changed this node's epoch or slots.
+static STALE: AtomicBool = AtomicBool::new(true);
+/// `CLUSTER SETSLOT … IMPORTING` was seen: bump before the next fenced grant.
+static IMPORTING: AtomicBool = AtomicBool::new(false);
+/// The cached configEpoch.
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+/// When and in which role (master or not) the epoch was read.
+static READ: Mutex<Option<(Instant, bool)>> = Mutex::new(None);
+
+/// Registers the command filter that watches `CLUSTER` commands. Called at
+/// load; only acts in cluster mode.
+pub fn register(ctx: *mut RedisModuleCtx) -> bool {
+    let filter = unsafe { rm!(RedisModule_RegisterCommandFilter)(ctx, Some(on_command), raw::REDISMODULE_CMDFILTER_NOSELF as c_int) };
+    !filter.is_null()
+}
+
+/// The lowest fence this node may hand out now, or `None` outside cluster
+/// mode (or if the epoch cannot be read or does not fit): then the
+/// single-server floor applies.
+pub fn floor(ctx: Ctx, now_ms: i64) -> Option<u64> {
+    let flags = unsafe { rm!(RedisModule_GetContextFlags)(ctx.0) } as u32;
+    if flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER == 0 {
+        return None;
+    }
+    if IMPORTING.swap(false, Ordering::Relaxed) {
+        // The reply ("BUMPED n" or "STILL n") does not matter: the epoch is
+        // read afresh below.
+        call(ctx, c"BUMPEPOCH");
+        STALE.store(true, Ordering::Relaxed);
+    }
+    let master = flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0;
+    let mut read = READ.lock().unwrap_or_else(|p| p.into_inner());
+    let fresh = matches!(*read, Some((at, role)) if role == master && at.elapsed() < REFRESH_EVERY);
+    if STALE.swap(false, Ordering::Relaxed) || !fresh {
+        let epoch = call(ctx, c"INFO").as_deref().and_then(cluster_fence::my_epoch)?;
+        EPOCH.store(epoch, Ordering::Relaxed);
+        *read = Some((Instant::now(), master));
+    }
+    cluster_fence::floor(EPOCH.load(Ordering::Relaxed), now_ms)
+}
+
+/// `CLUSTER <sub>`: its string or status reply, `None` on error.
+fn call(ctx: Ctx, sub: &CStr) -> Option<String> {
+    unsafe {
+        let reply = rm!(RedisModule_Call)(ctx.0, c"CLUSTER".as_ptr(), c"c".as_ptr(), sub.as_ptr());
+        if reply.is_null() {
+            return None;
+        }
+        let mut len = 0usize;
+        let ptr = rm!(RedisModule_CallReplyStringPtr)(reply, &mut len);
+        let text = (!ptr.is_null()).then(|| String::from_utf8_lossy(std::slice::from_raw_parts(ptr.cast::<u8>(), len)).into_owned());
+        rm!(RedisModule_FreeCallReply)(reply);
+        text
+    }
+}
+
+/// Argument `i` of a filtered command, if there is one.
+unsafe fn arg<'a>(f: *mut RedisModuleCommandFilterCtx, i: c_int) -> Option<&'a [u8]> {
+    let s = rm!(RedisModule_CommandFilterArgGet)(f, i);
+    if s.is_null() {
+        return None;
+    }
+    let mut len = 0usize;
+    let p = rm!(RedisModule_StringPtrLen)(s, &mut len);
+    (!p.is_null()).then(|| std::slice::from_raw_parts(p.cast::<u8>(), len))
+}
+
+/// Runs before every command: notes the `CLUSTER` subcommands that change
+/// this node's epoch or slots. Never changes the command.
+unsafe extern "C" fn on_command(f: *mut RedisModuleCommandFilterCtx) {
+    let guarded = std::panic::catch_unwind(|| {
+        if rm!(RedisModule_CommandFilterArgsCount)(f) < 2 || !arg(f, 0).is_some_and(|a| a.eq_ignore_ascii_case(b"cluster")) {
+            return;
+        }
+        let Some(sub) = arg(f, 1) else { return };
+        let changes = [&b"setslot"[..], b"addslots", b"addslotsrange", b"delslots", b"delslotsrange", b"failover", b"bumpepoch", b"set-config-epoch", b"reset", b"flushslots"];
+        if !changes.iter().any(|c| sub.eq_ignore_ascii_case(c)) {
+            return;
+        }
+        STALE.store(true, Ordering::Relaxed);
+        if sub.eq_ignore_ascii_case(b"setslot") && arg(f, 3).is_some_and(|a| a.eq_ignore_ascii_case(b"importing")) {
+            IMPORTING.store(true, Ordering::Relaxed);
+        }
+    });
+    // Nothing above can panic that we know of; if it did, the worst case is
+    // a missed refresh, never a crashed server.
+    drop(guarded);
+}
