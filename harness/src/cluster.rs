@@ -305,6 +305,11 @@ impl Cluster {
     pub fn failover(&self, m: usize, mode: &str) -> usize {
         let replica = *self.replicas_of(m).first().unwrap_or_else(|| panic!("node {m} has no live replica"));
         let slots = self.view(m).slots;
+        // A master ignores a manual failover request (MFSTART) from a node
+        // it does not yet know as its replica, and the replica gives up
+        // after 5 s: right after a failover or a rejoin, wait for the
+        // master's view to catch up.
+        self.wait_until(&format!("master {m} knows node {replica} as its replica"), |c| c.seen_by(m, replica).is_some_and(|v| v.master_id.as_deref() == Some(c.id(m))));
         let mut c = redis::cmd("CLUSTER");
         c.arg("FAILOVER");
         if !mode.is_empty() {
@@ -319,8 +324,16 @@ impl Cluster {
         for &s in slots.first().iter().chain(slots.last().iter()) {
             self.wait_slot_owner(*s, replica);
         }
+        self.wait_until(&format!("node {replica} knows node {m} as its replica"), |c| c.seen_by(replica, m).is_some_and(|v| v.master_id.as_deref() == Some(c.id(replica))));
         self.wait_replicas_linked();
         replica
+    }
+
+    /// What live node `by` believes about node `of` (its line for `of` in
+    /// `CLUSTER NODES`).
+    pub fn seen_by(&self, by: usize, of: usize) -> Option<NodeView> {
+        let text: String = redis::cmd("CLUSTER").arg("NODES").query(&mut self.nodes[by].conn()).ok()?;
+        text.lines().find(|l| l.starts_with(self.id(of))).map(parse_node_line)
     }
 
     /// Kills node `i` with SIGKILL (no save, no goodbye to the cluster).
@@ -358,6 +371,11 @@ impl Cluster {
         self.wait_agreed();
         self.wait_ok();
         self.wait_replicas_linked();
+        // A rejoined replica: its master must know it before it can take
+        // part in a manual failover.
+        if let Some(m) = self.view(i).master_id.and_then(|id| self.index_of(&id)) {
+            self.wait_until(&format!("node {m} knows rejoined node {i} as its replica"), |c| c.seen_by(m, i).is_some_and(|v| v.master_id.as_deref() == Some(c.id(m))));
+        }
     }
 
     /// Waits until every live node says `cluster_state:ok`, all slots ok and
@@ -411,7 +429,17 @@ impl Cluster {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let views: Vec<String> = self.live().map(|i| format!("node {i}: {:?}", self.view(i))).collect();
+        let views: Vec<String> = self
+            .live()
+            .map(|i| {
+                let v = self.view(i);
+                let role = if v.master { "master".to_string() } else { format!("replica of {:?}", v.master_id.as_deref().and_then(|id| self.index_of(id))) };
+                let log = std::fs::read_to_string(self.nodes[i].dir().join("server.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(6).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!("node {i}: {role}, epoch {}, {} slots, moving {:?}; log:\n    {}", v.config_epoch, v.slots.len(), v.moving, tail.join("\n    "))
+            })
+            .collect();
         panic!("cluster: timed out waiting until {what}\n{}", views.join("\n"));
     }
 }
