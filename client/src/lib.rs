@@ -91,8 +91,8 @@
 //! on `MOVED`, `ASK` (after `ASKING`), `TRYAGAIN`, `CLUSTERDOWN`, `UNBLOCKED`
 //! or a dropped node. The backend is detected per slot's node; a node found
 //! without the module is asked again after [`SCRIPTS_RECHECK`]. Fences come
-//! from each key's node: they are ordered per node, not yet across slot
-//! moves and failovers (see the top-level README).
+//! from each key's node, led by its configEpoch, so a key's fences keep
+//! increasing across slot moves and failovers (see the top-level README).
 //!
 //! # Timing
 //!
