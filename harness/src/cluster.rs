@@ -310,17 +310,28 @@ impl Cluster {
         // after 5 s: right after a failover or a rejoin, wait for the
         // master's view to catch up.
         self.wait_until(&format!("master {m} knows node {replica} as its replica"), |c| c.seen_by(m, replica).is_some_and(|v| v.master_id.as_deref() == Some(c.id(m))));
-        let mut c = redis::cmd("CLUSTER");
-        c.arg("FAILOVER");
-        if !mode.is_empty() {
-            c.arg(mode);
-        }
-        let r: redis::RedisResult<()> = c.query(&mut self.nodes[replica].conn());
-        r.unwrap_or_else(|e| panic!("CLUSTER FAILOVER {mode} on node {replica}: {e}"));
-        self.wait_until(&format!("node {replica} replaced master {m}"), |c| {
+        self.wait_replicas_linked();
+        let swapped = |c: &Cluster| {
             let v = c.view(replica);
             v.master && v.slots == slots && c.view(m).master_id.as_deref() == Some(c.id(replica))
-        });
+        };
+        // A manual failover gives up after 5 s when the replica does not
+        // catch up with its paused master in time (e.g. on a loaded
+        // machine); then it is asked again.
+        for attempt in 1..=4 {
+            let mut c = redis::cmd("CLUSTER");
+            c.arg("FAILOVER");
+            if !mode.is_empty() {
+                c.arg(mode);
+            }
+            let r: redis::RedisResult<()> = c.query(&mut self.nodes[replica].conn());
+            r.unwrap_or_else(|e| panic!("CLUSTER FAILOVER {mode} on node {replica}: {e}"));
+            if attempt == 4 {
+                self.wait_until(&format!("node {replica} replaced master {m}"), swapped);
+            } else if poll(Duration::from_secs(7), || swapped(self)) {
+                break;
+            }
+        }
         for &s in slots.first().iter().chain(slots.last().iter()) {
             self.wait_slot_owner(*s, replica);
         }
@@ -442,6 +453,18 @@ impl Cluster {
             .collect();
         panic!("cluster: timed out waiting until {what}\n{}", views.join("\n"));
     }
+}
+
+/// Polls `f` every 20 ms for up to `within`; whether it came true.
+fn poll(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
 }
 
 /// One range of a `CLUSTER SLOTS` reply: first slot, last slot, the
