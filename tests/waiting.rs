@@ -107,8 +107,8 @@ fn a_grant_made_after_the_timeout_passed_but_before_it_was_handled_is_answered_o
         });
         until_waiting(&mut c, 1);
         // Busy for 100 ms (past the 20 ms timeout), then release, in one
-        // event-loop step. (Not a script polling TIME: from Redis 7.2 on,
-        // and on Valkey, TIME stands still inside a script until the
+        // event-loop step. (Not a script polling TIME: on Redis 8.2 and
+        // Valkey, unlike 7.0, TIME stands still inside a script until the
         // 5-second busy threshold.)
         let (released,): (i64,) = redis::pipe()
             .atomic()
