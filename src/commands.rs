@@ -2,7 +2,7 @@
 //! `redis-lock-rules` decide, apply the effect, reply. Argument checks all
 //! run before the key is opened, so a rejected call changes nothing.
 
-use redis_lock_rules::args::{check_key_and_token, check_utf8, expiry_at, parse_fence, parse_grant_options, parse_ttl, GrantOptions, Grammar};
+use redis_lock_rules::args::{check_key_and_token, check_utf8, expiry_at, parse_fence, parse_grant_options, parse_renew_options, parse_ttl, GrantOptions, Grammar};
 use redis_lock_rules::encode::structured_value;
 use std::ffi::CStr;
 
@@ -135,17 +135,38 @@ fn open_behind_waiters(ctx: Ctx, key: *mut RedisModuleString) -> LockKey {
     LockKey::open(ctx, key)
 }
 
-/// LOCK.RENEW key token ttl-ms
+/// LOCK.RENEW key token ttl-ms [FLOOR fence]
 pub fn renew(ctx: Ctx, argv: Argv) -> Outcome {
-    let &[_, key, token, ttl] = argv else { return Err(Failure::Arity) };
+    let &[_, key, token, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
     let at = expiry_at(ctx.now_ms(), parse_ttl(bytes(ttl))?)?;
+    let floor = parse_renew_options(options.iter().map(|&o| bytes(o)))?;
+    if let Some(f) = floor {
+        check_floor(ctx, f)?;
+    }
     let mut k = LockKey::open(ctx, key);
     let granted = lock::may_renew(k.entry(), bytes(token))?;
     if granted {
         k.expire_at(at);
+        // Only a holder raises the mark: a quorum lock confirms its fence on
+        // every node it holds (see the README's Quorum section).
+        if let Some(f) = floor {
+            fence::raise(f);
+            ctx.replicate_fence_floor(f);
+        }
     }
     verdict(granted, &stats::RENEWALS)
+}
+
+/// A client may raise the fence mark at most [`redis_lock_rules::fence::HORIZON`]
+/// past this server's clock, so that nobody can use up the fence space; what
+/// the master or the AOF says was judged by the master's clock and applies.
+fn check_floor(ctx: Ctx, floor: u64) -> Result<(), Failure> {
+    if ctx.replaying() || redis_lock_rules::fence::within_horizon(floor, ctx.now_ms()) {
+        Ok(())
+    } else {
+        Err(Failure::Arg(redis_lock_rules::ArgError::FloorTooFar))
+    }
 }
 
 /// LOCK.RELEASE key token
@@ -198,6 +219,7 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
 pub fn fence_floor(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, floor] = argv else { return Err(Failure::Arity) };
     let floor = parse_fence(bytes(floor))?;
+    check_floor(ctx, floor)?;
     fence::raise(floor);
     ctx.replicate_fence_floor(floor);
     Ok(Reply::Ok)

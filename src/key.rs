@@ -28,6 +28,13 @@ impl Ctx {
         unsafe { rm!(RedisModule_Milliseconds)() }
     }
 
+    /// Whether the command comes from the master's replication stream or
+    /// the AOF: effects decided elsewhere, to apply as they are.
+    pub fn replaying(self) -> bool {
+        let flags = unsafe { rm!(RedisModule_GetContextFlags)(self.0) } as u32;
+        flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0
+    }
+
     /// A new string owned by the caller (free it with [`Ctx::free`]).
     pub fn string(self, bytes: &[u8]) -> *mut RedisModuleString {
         unsafe { rm!(RedisModule_CreateString)(self.0, bytes.as_ptr().cast(), bytes.len()) }

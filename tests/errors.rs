@@ -142,9 +142,9 @@ fn wrong_argument_counts_are_refused_by_every_command_and_change_nothing() {
         for n in 1..=extra.len() {
             let mut longer = args.clone();
             longer.extend_from_slice(&extra[..n]);
-            // ACQUIRE and TAKEOVER may take trailing options (FENCE): an
-            // unknown one is a syntax error rather than an arity error.
-            let wanted: &[&str] = if name.ends_with("ACQUIRE") || name.ends_with("TAKEOVER") { &[want, SYNTAX] } else { &[want] };
+            // ACQUIRE, RENEW and TAKEOVER take trailing options (FENCE,
+            // FLOOR): an unknown one is a syntax error, not an arity error.
+            let wanted: &[&str] = if name.ends_with("RELEASE") { &[want] } else { &[want, SYNTAX] };
             assert_refused_with_one_of(&mut con, name, &longer, wanted, &keys);
         }
     }

@@ -2,17 +2,21 @@
 //! increases for every key, across release, expiry, restarts from RDB and
 //! AOF, and promotion of a replica.
 //!
-//! The tests first raise the server's mark far above the clock floor
-//! (Unix µs), so that only the persisted or replicated mark, not the clock,
-//! can keep the next fence higher.
+//! The tests first raise the server's mark a day above the clock floor
+//! (Unix µs; a day is as far as a client may push it), so that only the
+//! persisted or replicated mark, not the clock, can keep the next fence
+//! higher. States no client may bring about (a mark beyond that) come from
+//! a replayed AOF, which, like the replication stream, always applies.
 
 use std::time::{Duration, Instant};
 
 use redis::Value;
 use redis_lock_harness::Server;
 
-/// Well above any clock floor (Unix ms × 1000 ≈ 1.8e15 in 2026).
-const HIGH: u64 = 100_000_000_000_000_000;
+/// How far past its clock floor a client may push a server's mark (24 h in µs).
+const HORIZON: u64 = 86_400_000_000;
+/// Far beyond any clock floor (Unix ms × 1000 ≈ 1.8e15 in 2026).
+const FAR: u64 = 5_000_000_000_000_000_000;
 
 fn fenced(conn: &mut redis::Connection, key: &str, token: &str) -> Option<u64> {
     match redis::cmd("LOCK.ACQUIRE").arg(key).arg(token).arg(60_000).arg("FENCE").query::<Value>(conn).expect("acquire") {
@@ -29,6 +33,20 @@ fn release(conn: &mut redis::Connection, key: &str, token: &str) {
 
 fn raise(conn: &mut redis::Connection, floor: u64) {
     let _: () = redis::cmd("LOCK.FENCEFLOOR").arg(floor).query(conn).expect("fencefloor");
+}
+
+/// The server's clock floor now (its `TIME` in ms × 1000).
+fn clock_floor(conn: &mut redis::Connection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(conn).expect("time");
+    (secs * 1000 + micros / 1000) * 1000
+}
+
+/// Raises the mark as far as a client may (a day past the clock floor)
+/// and returns it.
+fn raise_high(conn: &mut redis::Connection) -> u64 {
+    let high = clock_floor(conn) + HORIZON;
+    raise(conn, high);
+    high
 }
 
 #[test]
@@ -85,10 +103,63 @@ fn options_are_checked_before_anything_changes() {
 }
 
 #[test]
-fn an_exhausted_fence_space_refuses_without_granting() {
+fn no_client_may_push_the_mark_more_than_a_day_past_the_clock() {
     let server = Server::start();
     let mut c = server.conn();
-    raise(&mut c, i64::MAX as u64);
+    let high = raise_high(&mut c);
+    for floor in [high + 2_000_000, i64::MAX as u64] {
+        let err = redis::cmd("LOCK.FENCEFLOOR").arg(floor).query::<Value>(&mut c).unwrap_err();
+        assert!(err.to_string().contains("more than 24 h ahead"), "{err}");
+    }
+    let fence = fenced(&mut c, "k", "a").expect("granted");
+    assert_eq!(fence, high + 1, "the refused floors changed nothing");
+}
+
+#[test]
+fn renew_with_floor_raises_the_mark_only_for_the_holder() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let first = fenced(&mut c, "k", "a").expect("granted");
+    let floor = first + 1_000_000_000;
+    let renew = |c: &mut redis::Connection, token: &str, floor: u64| redis::cmd("LOCK.RENEW").arg("k").arg(token).arg(60_000).arg("FLOOR").arg(floor).query::<i64>(c);
+    assert_eq!(renew(&mut c, "intruder", floor).unwrap(), 0);
+    let next = fenced(&mut c, "other", "x").expect("granted");
+    assert!(next < floor, "a refused renewal left the mark alone: {next} < {floor}");
+    assert_eq!(renew(&mut c, "a", floor).unwrap(), 1);
+    let pttl: i64 = redis::cmd("PTTL").arg("k").query(&mut c).unwrap();
+    assert!(pttl > 59_000, "and renewed: {pttl}");
+    let after = fenced(&mut c, "third", "x").expect("granted");
+    assert_eq!(after, floor + 1);
+    let too_far = clock_floor(&mut c) + HORIZON + 5_000_000;
+    let err = renew(&mut c, "a", too_far).unwrap_err();
+    assert!(err.to_string().contains("more than 24 h ahead"), "{err}");
+    let err = redis::cmd("LOCK.RENEW").arg("k").arg("a").arg(1000).arg("FLOOR").query::<Value>(&mut c).unwrap_err();
+    assert!(err.to_string().contains("syntax error"), "{err}");
+    let pttl: i64 = redis::cmd("PTTL").arg("k").query(&mut c).unwrap();
+    assert!(pttl > 1_000, "refused renewals kept the TTL: {pttl}");
+}
+
+#[test]
+fn a_replica_applies_its_masters_mark_however_far_past_its_own_clock() {
+    let master = Server::builder().aof_commands(&[&["LOCK.FENCEFLOOR", &FAR.to_string()]]).start();
+    let mut m = master.conn();
+    let replica = Server::builder().arg("replicaof", &format!("127.0.0.1 {}", master.port())).start();
+    let mut r = replica.conn();
+    wait_synced(&mut r);
+    let granted = fenced(&mut m, "k", "a").expect("granted");
+    assert_eq!(granted, FAR + 1, "the AOF's mark applied at load");
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut r).unwrap();
+    let on_replica = fenced(&mut r, "k2", "b").expect("granted on the promoted replica");
+    assert_eq!(on_replica, FAR + 2);
+}
+
+#[test]
+fn an_exhausted_fence_space_refuses_without_granting() {
+    // Only a replayed log (or a master) can bring the mark to the end.
+    let server = Server::builder().aof_commands(&[&["LOCK.FENCEFLOOR", &i64::MAX.to_string()]]).start();
+    let mut c = server.conn();
     let err = redis::cmd("LOCK.ACQUIRE").arg("k").arg("a").arg(1000).arg("FENCE").query::<Value>(&mut c).unwrap_err();
     assert!(err.to_string().contains("exhausted"), "{err}");
     let exists: i64 = redis::cmd("EXISTS").arg("k").query(&mut c).unwrap();
@@ -106,7 +177,7 @@ fn fences_keep_increasing_after_save_and_restart() {
     let dir = temp_dir("rdb");
     let mut server = Server::builder().dir(&dir).start();
     let mut c = server.conn();
-    raise(&mut c, HIGH);
+    raise_high(&mut c);
     let before = fenced(&mut c, "k", "a").expect("granted");
     let _: () = redis::cmd("SAVE").query(&mut c).unwrap();
     server.restart();
@@ -127,7 +198,7 @@ fn aof_restart(preamble: &str) {
         .dir(&dir)
         .start();
     let mut c = server.conn();
-    raise(&mut c, HIGH);
+    raise_high(&mut c);
     let before = fenced(&mut c, "k", "a").expect("granted");
     // A rewrite puts the mark into the preamble (or drops it without one:
     // then the FENCEFLOOR records after the rewrite must carry it).
@@ -169,22 +240,26 @@ fn fences_keep_increasing_after_an_aof_restart_without_rdb_preamble() {
 fn a_promoted_replica_continues_above_the_masters_fences() {
     let master = Server::start();
     let mut m = master.conn();
-    raise(&mut m, HIGH);
+    raise_high(&mut m);
     let replica = Server::builder().arg("replicaof", &format!("127.0.0.1 {}", master.port())).start();
     let mut r = replica.conn();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
-        if info.contains("master_link_status:up") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "replica did not sync");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_synced(&mut r);
     let granted = fenced(&mut m, "k", "a").expect("granted");
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut m).unwrap();
     assert_eq!(acked, 1);
     let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut r).unwrap();
     let on_replica = fenced(&mut r, "k2", "b").expect("granted on the promoted replica");
     assert!(on_replica > granted, "{on_replica} > {granted}");
+}
+
+fn wait_synced(replica: &mut redis::Connection) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info: String = redis::cmd("INFO").arg("replication").query(replica).unwrap();
+        if info.contains("master_link_status:up") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "replica did not sync");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -65,6 +65,8 @@ pub struct Builder {
     port: Option<u16>,
     /// See [`Builder::clock_offset_ms`].
     clock_offset_ms: Option<i64>,
+    /// Commands for an `appendonly.aof` the server loads at start.
+    aof: Option<Vec<u8>>,
 }
 
 impl Builder {
@@ -86,6 +88,22 @@ impl Builder {
     pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dir = Some(dir.into());
         self
+    }
+
+    /// Starts the server with AOF on, from an old-style `appendonly.aof`
+    /// holding these commands: the way to put the server in a state that
+    /// only a master or a replayed log may bring about (e.g. a fence mark
+    /// no client may set). Redis 7+ adopts such a file as its AOF base.
+    pub fn aof_commands(mut self, commands: &[&[&str]]) -> Self {
+        let mut out = Vec::new();
+        for args in commands {
+            out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+            for a in *args {
+                out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+            }
+        }
+        self.aof = Some(out);
+        self.arg("appendonly", "yes")
     }
 
     /// Starts the server and waits until it answers PING.
@@ -112,7 +130,7 @@ impl Server {
 
     /// A server to configure before starting.
     pub fn builder() -> Builder {
-        Builder { module: true, args: Vec::new(), dir: None, port: None, clock_offset_ms: None }
+        Builder { module: true, args: Vec::new(), dir: None, port: None, clock_offset_ms: None, aof: None }
     }
 
     fn launch(builder: Builder) -> Server {
@@ -125,6 +143,11 @@ impl Server {
             }
         };
         std::fs::create_dir_all(&dir).expect("create server dir");
+        if let Some(aof) = &builder.aof {
+            if !dir.join("appendonlydir").exists() {
+                std::fs::write(dir.join("appendonly.aof"), aof).expect("write the AOF");
+            }
+        }
         let module = builder.module.then(module_path);
         let binary = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
         // A free port can be taken between our probe and the server's bind;

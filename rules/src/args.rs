@@ -21,6 +21,12 @@ pub enum ArgError {
     TimeoutInvalid,
     /// The fence floor is not a non-negative integer.
     FenceNotInteger,
+    /// A client's fence floor is more than [`crate::fence::HORIZON`] ahead
+    /// of this server's clock floor.
+    FloorTooFar,
+    /// `WAIT timeout-ms` ends past the 64-bit millisecond clock (BLPOP's
+    /// "timeout is out of range").
+    TimeoutOutOfRange,
 }
 
 impl ArgError {
@@ -34,6 +40,8 @@ impl ArgError {
             ArgError::Syntax => c"ERR syntax error",
             ArgError::TimeoutInvalid => c"ERR WAIT timeout-ms must be 0 (no timeout) or a positive integer (milliseconds)",
             ArgError::FenceNotInteger => c"ERR fence must be a non-negative integer",
+            ArgError::FloorTooFar => c"ERR fence floor is more than 24 h ahead of this server's clock",
+            ArgError::TimeoutOutOfRange => c"ERR timeout is out of range",
         }
     }
 
@@ -129,6 +137,30 @@ fn parse_timeout(arg: &[u8]) -> Result<i64, ArgError> {
     parse_ttl(arg).map_err(|_| ArgError::TimeoutInvalid)
 }
 
+/// Options after the fixed arguments of LOCK.RENEW: `[FLOOR fence]`
+/// (case-insensitive; repeating it keeps the last). Returns the floor.
+pub fn parse_renew_options<'a>(args: impl IntoIterator<Item = &'a [u8]>) -> Result<Option<u64>, ArgError> {
+    let mut floor = None;
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        if !arg.eq_ignore_ascii_case(b"FLOOR") {
+            return Err(ArgError::Syntax);
+        }
+        floor = Some(parse_fence(args.next().ok_or(ArgError::Syntax)?)?);
+    }
+    Ok(floor)
+}
+
+/// The absolute end (Unix ms) of a wait of `timeout_ms` starting at
+/// `now_ms`; `None` for 0 (no timeout). Refused like BLPOP's timeout when
+/// it does not fit the clock.
+pub fn wait_deadline(now_ms: i64, timeout_ms: i64) -> Result<Option<i64>, ArgError> {
+    if timeout_ms == 0 {
+        return Ok(None);
+    }
+    now_ms.checked_add(timeout_ms).map(Some).ok_or(ArgError::TimeoutOutOfRange)
+}
+
 /// A fence floor as LOCK.FENCEFLOOR takes it: a non-negative 64-bit integer.
 pub fn parse_fence(arg: &[u8]) -> Result<u64, ArgError> {
     let text = std::str::from_utf8(arg).map_err(|_| ArgError::FenceNotInteger)?;
@@ -180,6 +212,24 @@ mod tests {
         assert_eq!(acquire(&[b"fences"]), Err(ArgError::Syntax));
         assert_eq!(parse_grant_options(Grammar::Takeover, [&b"wait"[..], b"10"]), Err(ArgError::Syntax));
         assert_eq!(parse_grant_options(Grammar::Takeover, [&b"Fence"[..]]), Ok(GrantOptions { fence: true, wait: None }));
+    }
+
+    #[test]
+    fn renew_takes_only_a_floor() {
+        let renew = |args: &[&[u8]]| parse_renew_options(args.iter().copied());
+        assert_eq!(renew(&[]), Ok(None));
+        assert_eq!(renew(&[b"floor", b"42"]), Ok(Some(42)));
+        assert_eq!(renew(&[b"FLOOR", b"1", b"Floor", b"7"]), Ok(Some(7)));
+        assert_eq!(renew(&[b"FLOOR"]), Err(ArgError::Syntax));
+        assert_eq!(renew(&[b"FENCE"]), Err(ArgError::Syntax));
+        assert_eq!(renew(&[b"FLOOR", b"-1"]), Err(ArgError::FenceNotInteger));
+    }
+
+    #[test]
+    fn wait_deadlines_must_fit_the_clock() {
+        assert_eq!(wait_deadline(1_000, 0), Ok(None));
+        assert_eq!(wait_deadline(1_000, 250), Ok(Some(1_250)));
+        assert_eq!(wait_deadline(1_700_000_000_000, i64::MAX), Err(ArgError::TimeoutOutOfRange));
     }
 
     #[test]

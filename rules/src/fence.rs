@@ -17,6 +17,21 @@
 /// Fences are replied as RESP integers (signed 64-bit).
 pub const MAX: u64 = i64::MAX as u64;
 
+/// How far past its clock floor a client may push a server's mark: 24 h
+/// of clock-floor units (µs). Wide enough for servers whose clocks
+/// disagree by minutes (a quorum lock carries one node's fence to the
+/// others); narrow enough that no client can use the space up: the mark
+/// can only ever run this far ahead of the clock, and the clock needs
+/// ~290 000 years to reach the end of the 63-bit space.
+pub const HORIZON: u64 = 86_400_000_000;
+
+/// Whether a client may raise the mark to `floor` at `now_ms`. (The
+/// replication stream and the AOF may raise it further: the master's clock
+/// was the judge there.)
+pub fn within_horizon(floor: u64, now_ms: i64) -> bool {
+    floor <= clock_floor(now_ms).saturating_add(HORIZON)
+}
+
 /// The clock floor for a fence granted at `now_ms`.
 pub fn clock_floor(now_ms: i64) -> u64 {
     u64::try_from(now_ms).unwrap_or(0).saturating_mul(1000)
@@ -44,5 +59,17 @@ mod tests {
         assert_eq!(next(MAX - 1, 0), Some(MAX));
         assert_eq!(next(MAX, 0), None);
         assert_eq!(clock_floor(-5), 0);
+    }
+
+    #[test]
+    fn clients_may_push_the_mark_at_most_a_day_past_the_clock() {
+        let now = 1_700_000_000_000;
+        assert!(within_horizon(0, now));
+        assert!(within_horizon(clock_floor(now) + HORIZON, now));
+        assert!(!within_horizon(clock_floor(now) + HORIZON + 1, now));
+        assert!(!within_horizon(MAX, now));
+        // Even a server whose clock reads year 0 accepts fences of today's clocks.
+        assert!(!within_horizon(clock_floor(now), 0));
+        assert!(within_horizon(HORIZON, -1));
     }
 }
