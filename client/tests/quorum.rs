@@ -216,6 +216,40 @@ async fn async_api_and_watchdog_keep_the_lock_past_its_ttl() {
     assert!(lock.renew_async(ms(300)).await.unwrap_err().is_not_held());
 }
 
+#[test]
+fn sync_watchdog_keeps_the_lock_and_drop_releases_everywhere() {
+    let s = servers(3);
+    let c = client(&s);
+    let lock = c.try_acquire_with("job", ms(300), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("acquire");
+    let token = lock.token().to_string();
+    thread::sleep(ms(900));
+    assert!(lock.is_held(), "renewed every TTL/3 from the background runtime");
+    let all: Vec<&Server> = s.iter().collect();
+    assert_eq!(holders(&all, "job", &token), 3);
+    drop(lock);
+    assert!(eventually(ms(1000), || holders(&all, "job", &token) == 0), "drop released on every server");
+}
+
+#[tokio::test]
+async fn an_abandoned_async_acquire_releases_what_it_was_granted() {
+    let s = servers(3);
+    // Two paused servers: the attempt holds one grant while it waits for them.
+    pause(&s[1], true);
+    pause(&s[2], true);
+    let c = QuorumClient::open_with(&urls(&s), QuorumOptions::new().node_timeout(ms(2000))).expect("client");
+    let r = tokio::time::timeout(ms(300), c.try_acquire_async("job", ms(10_000))).await;
+    assert!(r.is_err(), "still waiting for the paused servers");
+    assert!(get(&s[0], "job").is_some(), "the first server had granted");
+    // The dropped attempt released it, not its 10 s TTL.
+    let t = Instant::now();
+    while get(&s[0], "job").is_some() && t.elapsed() < ms(1000) {
+        tokio::time::sleep(ms(5)).await;
+    }
+    assert_eq!(get(&s[0], "job"), None);
+    pause(&s[1], false);
+    pause(&s[2], false);
+}
+
 /// Two (here three) contenders never both hold a quorum lock within its
 /// validity, while servers are paused, killed and restarted empty (after
 /// a TTL: the delayed restart Redlock needs) and holders vanish without

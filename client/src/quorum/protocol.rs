@@ -89,6 +89,12 @@ impl Ctx {
     }
 }
 
+/// Whether the validity that counts from `valid_from` for `ttl` still runs.
+fn within(valid_from: Instant, ttl: Duration) -> bool {
+    // A TTL too long for an Instant never runs out.
+    valid_from.checked_add(ttl).is_none_or(|end| Instant::now() < end)
+}
+
 /// Checks the arguments as a single-server lock would, before anything is
 /// sent (and the TTL against the drift allowance).
 pub(crate) fn check(ctx: &Ctx, key: &str, token: &str, ttl: Duration) -> Result<()> {
@@ -154,7 +160,7 @@ async fn attempt(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl: Duration
                 (unfenced + t.yes(), (t.floored() >= q).then_some(floor), Some((t, asked)))
             }
         };
-        let in_time = Instant::now() < valid_from + ttl;
+        let in_time = within(valid_from, ttl);
         if held >= q && in_time {
             Ok(Acquired { valid_from, fence })
         } else {
@@ -198,7 +204,7 @@ pub(crate) async fn renew(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl:
         async move { node.renew(api, &renew, fence, reacquire.then_some(&acquire)).await }
     }, |t| t.yes() >= q || t.yes() + t.pending() < q)
     .await;
-    let r = if t.yes() >= q && Instant::now() < valid_from + ttl {
+    let r = if t.yes() >= q && within(valid_from, ttl) {
         Ok(true)
     } else if t.no() > n - q {
         Ok(false)
