@@ -375,3 +375,11 @@ fn fences_strictly_increase_over_2000_acquisitions_with_skewed_clocks_and_random
     assert!(without_fast_clock >= 100, "the +30 s server was left out of only {without_fast_clock} majorities");
 }
 
+
+#[test]
+fn quorum_types_can_be_shared_across_threads() {
+    fn send_sync<T: Send + Sync + 'static>() {}
+    send_sync::<QuorumClient>();
+    send_sync::<redis_lock_client::QuorumLock>();
+    send_sync::<redis_lock_client::QuorumFailure>();
+}

@@ -84,7 +84,7 @@ where
         tasks.spawn(async move {
             let answer = tokio::time::timeout(timeout, fut)
                 .await
-                .unwrap_or_else(|_| Answer::Failed(format!("no answer within {} ms (node timeout)", timeout.as_millis())));
+                .unwrap_or_else(|_| Answer::Failed(format!("no answer within {} ms (node timeout: down, unreachable or slow)", timeout.as_millis())));
             (i, answer)
         });
     }
