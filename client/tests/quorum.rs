@@ -269,7 +269,7 @@ fn contenders_never_overlap_under_pauses_kills_and_vanishing_holders() {
             let (log, url_list) = (log.clone(), url_list.clone());
             thread::spawn(move || {
                 let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (w as u64 + 1));
-                let c = QuorumClient::open_with(&url_list, QuorumOptions::new().node_timeout(ms(15)).connect_timeout(ms(50)).retry_delay(ms(1), ms(20)))
+                let c = QuorumClient::open_with(&url_list, QuorumOptions::new().node_timeout(ms(30)).connect_timeout(ms(50)).retry_delay(ms(1), ms(20)))
                     .expect("client");
                 let mut held = 0;
                 while Instant::now() < end {
@@ -300,12 +300,14 @@ fn contenders_never_overlap_under_pauses_kills_and_vanishing_holders() {
         .collect();
     // Chaos: at most two servers disturbed at a time.
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let (mut kills, mut pauses) = (0, 0);
+    let (mut kills, mut pauses, mut round) = (0, 0, 0);
     while Instant::now() + ms(800) < end {
+        round += 1;
         let mut picked: Vec<usize> = (0..5).collect();
         picked.sort_by_key(|_| rng.gen::<u32>());
         picked.truncate(rng.gen_range(1..=2));
-        let kill = rng.gen_bool(0.4);
+        // Every third disturbance is a kill, so each run has both kinds.
+        let kill = round % 3 == 0;
         for &i in &picked {
             if kill {
                 s[i].kill();
@@ -330,6 +332,7 @@ fn contenders_never_overlap_under_pauses_kills_and_vanishing_holders() {
     let held: usize = workers.into_iter().map(|w| w.join().expect("worker")).sum();
     let mut log = log.lock().unwrap().clone();
     log.sort();
+    eprintln!("{held} acquisitions, {kills} kills, {pauses} pauses");
     assert!(held >= 10 && kills > 0 && pauses > 0, "too little happened: {held} acquisitions, {kills} kills, {pauses} pauses");
     for pair in log.windows(2) {
         let ((_, end_a, wa), (start_b, _, wb)) = (pair[0], pair[1]);
@@ -347,7 +350,9 @@ fn fences_strictly_increase_over_2000_acquisitions_with_skewed_clocks_and_random
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let offsets: Vec<i64> = (0..5).map(|i| if i == 0 { 30_000 } else if i == 1 { -30_000 } else { rng.gen_range(-30_000..=30_000) }).collect();
     let s: Vec<Server> = offsets.iter().map(|&o| Server::builder().clock_offset_ms(o).start()).collect();
-    let c = QuorumClient::open_with(&urls(&s), QuorumOptions::new().node_timeout(ms(20))).expect("client");
+    // Short enough that paused servers cost little, long enough for a
+    // loaded machine's live ones.
+    let c = QuorumClient::open_with(&urls(&s), QuorumOptions::new().node_timeout(ms(50))).expect("client");
     let mut paused: Vec<usize> = Vec::new();
     let mut last = 0u64;
     let mut without_fast_clock = 0;
@@ -370,7 +375,17 @@ fn fences_strictly_increase_over_2000_acquisitions_with_skewed_clocks_and_random
         let fence = lock.fence().unwrap_or_else(|| panic!("seed {seed}, acquisition {i}: no fence"));
         assert!(fence > last, "seed {seed}, acquisition {i}: fence {fence} after {last} (servers paused: {paused:?})");
         last = fence;
-        lock.release().unwrap_or_else(|e| panic!("seed {seed}, acquisition {i}: release: {e}"));
+        // A release that got no majority in time (a loaded machine) is
+        // retried as a caller would; the next acquire would otherwise wait
+        // for the TTL. A retry may find the first one's work done (NotHeld).
+        match lock.release() {
+            Ok(()) => {}
+            Err(Error::NoQuorum(_)) => {
+                let again = (0..3).any(|_| matches!(lock.release(), Ok(()) | Err(Error::NotHeld { .. })));
+                assert!(again, "seed {seed}, acquisition {i}: release failed 4 times");
+            }
+            Err(e) => panic!("seed {seed}, acquisition {i}: release: {e}"),
+        }
     }
     assert!(without_fast_clock >= 100, "the +30 s server was left out of only {without_fast_clock} majorities");
 }
