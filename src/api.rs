@@ -67,6 +67,12 @@ required!(
     RedisModule_GetSelectedDb,
     RedisModule_SelectDb,
     RedisModule_RetainString,
+    RedisModule_AvoidReplicaTraffic,
+    RedisModule_Call,
+    RedisModule_CallReplyStringPtr,
+    RedisModule_FreeCallReply,
+    RedisModule_RegisterNumericConfig,
+    RedisModule_LoadConfigs,
 );
 
 /// `rm!(RedisModule_OpenKey)` is that API function, which [`missing`] has

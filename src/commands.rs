@@ -2,7 +2,7 @@
 //! `redis-lock-rules` decide, apply the effect, reply. Argument checks all
 //! run before the key is opened, so a rejected call changes nothing.
 
-use redis_lock_rules::args::{check_key_and_token, check_utf8, expiry_at, parse_fence, parse_grant_options, parse_renew_options, parse_ttl, GrantOptions, Grammar};
+use redis_lock_rules::args::{check_key_and_token, check_utf8, expiry_at, parse_fence, parse_grant_options, parse_renew_options, parse_ttl, wait_deadline, GrantOptions, Grammar};
 use redis_lock_rules::encode::structured_value;
 use std::ffi::CStr;
 
@@ -25,8 +25,10 @@ pub enum Failure {
     Arity,
     Arg(ArgError),
     WrongType,
-    /// The 63-bit fence space is used up (only a hostile LOCK.FENCEFLOOR gets there).
+    /// The 63-bit fence space is used up (only a replayed log or a master gets there).
     FencesExhausted,
+    /// A WAIT that would block beyond `lock.max-waiters`.
+    TooManyWaiters,
 }
 
 impl From<ArgError> for Failure {
@@ -108,16 +110,21 @@ pub fn acquire(ctx: Ctx, argv: Argv) -> Outcome {
 
 /// `SET key token NX PX ttl`, or wait in line for the key.
 fn acquire_with(ctx: Ctx, key: *mut RedisModuleString, token: *mut RedisModuleString, ttl: i64, opts: GrantOptions) -> Outcome {
-    let at = expiry_at(ctx.now_ms(), ttl)?;
+    let now = ctx.now_ms();
+    let at = expiry_at(now, ttl)?;
+    let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
     check_fence_space(ctx, opts)?;
     let mut k = open_behind_waiters(ctx, key);
     let granted = lock::may_acquire(k.entry());
     if granted {
         k.set(NewValue::Arg(token), at);
-    } else if let Some(timeout) = opts.wait.filter(|_| wait::may_block(ctx)) {
-        let deadline = k.expires_at();
+    } else if let Some(deadline) = wait_until.filter(|_| wait::may_block(ctx)) {
+        if !wait::has_room() {
+            return Err(Failure::TooManyWaiters);
+        }
+        let holder = k.expires_at();
         drop(k);
-        wait::block(ctx, key, token, ttl, opts.fence, timeout, deadline);
+        wait::block(ctx, key, token, ttl, opts.fence, deadline, holder);
         return Ok(Reply::Blocked);
     }
     grant_reply(ctx, granted, opts)
@@ -127,7 +134,7 @@ fn acquire_with(ctx: Ctx, key: *mut RedisModuleString, token: *mut RedisModuleSt
 /// head of their queue first, so nobody jumps the line.
 fn open_behind_waiters(ctx: Ctx, key: *mut RedisModuleString) -> LockKey {
     let k = LockKey::open(ctx, key);
-    if wait::waiting() == 0 || !matches!(k.entry(), Entry::Absent) {
+    if stats::waiting() == 0 || !matches!(k.entry(), Entry::Absent) {
         return k;
     }
     drop(k);

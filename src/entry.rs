@@ -5,18 +5,15 @@
 //! an error reply. (None is expected: the handlers index nothing and unwrap
 //! nothing that input can reach. This is the second line of defence.)
 
-use std::ffi::{c_int, CStr};
+use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 
 use crate::api::rm;
 use crate::commands::{Argv, Failure, Reply, Value};
+use crate::errors::{EXHAUSTED, INTERNAL, TOO_MANY_WAITERS, WRONGTYPE};
 use crate::key::Ctx;
-
-const WRONGTYPE: &CStr = c"WRONGTYPE Operation against a key holding the wrong kind of value";
-pub(crate) const EXHAUSTED: &CStr = c"ERR fencing tokens exhausted: the high-water mark is at its 63-bit maximum";
-const INTERNAL: &CStr = c"ERR internal error in the lock module; nothing was changed if it happened before a write (see the server log)";
 
 /// Runs `handler` on the command's arguments and sends its reply.
 pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_int, handler: fn(Ctx, Argv) -> Result<Reply, Failure>) -> c_int {
@@ -52,6 +49,7 @@ pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_
             Ok(Err(Failure::Arg(e))) => rm!(RedisModule_ReplyWithError)(ctx, e.reply_cstr().as_ptr()),
             Ok(Err(Failure::WrongType)) => rm!(RedisModule_ReplyWithError)(ctx, WRONGTYPE.as_ptr()),
             Ok(Err(Failure::FencesExhausted)) => rm!(RedisModule_ReplyWithError)(ctx, EXHAUSTED.as_ptr()),
+            Ok(Err(Failure::TooManyWaiters)) => rm!(RedisModule_ReplyWithError)(ctx, TOO_MANY_WAITERS.as_ptr()),
             Err(_) => rm!(RedisModule_ReplyWithError)(ctx, INTERNAL.as_ptr()),
         };
     }

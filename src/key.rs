@@ -121,6 +121,12 @@ impl LockKey {
         LockKey { ctx, name, key }
     }
 
+    /// Whether the key is absent. Redis 8.2's expiry getters dereference
+    /// the value without checking, so they must never see an empty key.
+    fn is_empty(&self) -> bool {
+        self.key.is_null() || unsafe { rm!(RedisModule_KeyType)(self.key) } as u32 == raw::REDISMODULE_KEYTYPE_EMPTY as u32
+    }
+
     /// What the key holds. The borrow ends before any change is made.
     pub fn entry(&self) -> Entry<'_> {
         if self.key.is_null() {
@@ -148,7 +154,7 @@ impl LockKey {
 
     /// The remaining TTL, as `PTTL` reports it for an existing key.
     pub fn remaining(&self) -> Remaining {
-        if self.key.is_null() {
+        if self.is_empty() {
             return Remaining::Persistent;
         }
         let ms = unsafe { rm!(RedisModule_GetExpire)(self.key) };
@@ -161,7 +167,7 @@ impl LockKey {
 
     /// The absolute expiry (Unix ms), if the key has one.
     pub fn expires_at(&self) -> Option<i64> {
-        if self.key.is_null() {
+        if self.is_empty() {
             return None;
         }
         let at = unsafe { rm!(RedisModule_GetAbsExpire)(self.key) };

@@ -5,35 +5,64 @@
 //! - LOCK.RELEASE hands it over in the same command (no other client can
 //!   slip in; replicas see `DEL` + `SET ... PXAT` in one transaction);
 //! - deletion or expiry by anything else is noticed through a keyspace-event
-//!   subscription (taken on the first WAIT) and a timer armed at the
-//!   holder's expiry, and the head is granted from a timer callback.
+//!   subscription (taken on the first WAIT) and the queue's check timer,
+//!   armed at the holder's expiry, and the head is granted from the timer.
 //!   Redis's own expiry can lag behind a key's deadline; the timer cannot.
 //! - whole databases that change without a per-key event (FLUSHDB, FLUSHALL
 //!   sync or ASYNC, SWAPDB, the flush before DEBUG RELOAD or a full resync)
 //!   are noticed through server events (taken with the keyspace one), and
 //!   every queue in them is checked the same way.
 //!
+//! Grants from a timer wait while writes are paused (`CLIENT PAUSE`,
+//! `FAILOVER`, a shutdown waiting for a replica): nothing may be written or
+//! propagated then, and a key that expired during the pause is still in the
+//! keyspace. The check retries every [`PAUSE_RETRY_MS`] until the pause ends.
+//! In a cluster they happen only where the key's slot is served (see
+//! `crate::cluster`); elsewhere the queue's waiters are sent on.
+//!
+//! Each queue has at most one check timer, stopped when the queue empties;
+//! each waiter at most one timeout timer, stopped when its wait ends. No
+//! timer is ever asked for more than [`MAX_TIMER_MS`]: a longer delay is cut
+//! into pieces.
+//!
 //! Queues belong to a database index, as Redis's own blocked clients do:
 //! after SWAPDB a waiter on db 0 waits for whatever db 0 now holds.
 //!
 //! A waiter that times out, is removed by `CLIENT UNBLOCK`, or disconnects
-//! leaves the queue at once and is never granted.
+//! (also when Redis unblocks every client because this master became a
+//! replica) leaves the queue at once and is never granted.
 //!
-//! Discipline: the state lock is never held across a call into Redis, since
-//! such a call can raise a keyspace event whose callback takes the lock.
+//! Discipline: the state lock is never held across a call into Redis that
+//! can run a callback of ours (opening, writing or deleting keys raises
+//! keyspace events). Creating and stopping timers runs none, so it happens
+//! under the lock.
 
 use std::collections::{HashMap, VecDeque};
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use redis_lock_rules::Entry;
-use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisModuleString};
+use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisModuleString, RedisModuleTimerID};
 
 use crate::api::rm;
+use crate::cluster;
+use crate::config;
+use crate::errors;
 use crate::fence;
 use crate::key::{bytes, Ctx, LockKey, NewValue};
-use crate::stats;
+use crate::stats::{self, waiting, WAITING};
+
+/// Redis turns a timer's milliseconds into microseconds in 64 bits
+/// (`ustime() + period * 1000`): a delay beyond ~2^53 ms wraps into the
+/// past, and the timer fires at once, forever, or sorts after every other
+/// module timer. Longer delays are cut into pieces of at most ~24.8 days.
+pub const MAX_TIMER_MS: i64 = 1 << 31;
+/// How often a grant held back by paused writes is retried.
+pub const PAUSE_RETRY_MS: i64 = 10;
+
+/// A queue: a database index and a key name.
+type QueueId = (c_int, Vec<u8>);
 
 struct Waiter {
     client: u64,
@@ -44,8 +73,10 @@ struct Waiter {
     token: *mut RedisModuleString,
     ttl: i64,
     fence: bool,
-    /// The timer that ends the wait at its timeout (none: wait forever).
-    timeout: Option<raw::RedisModuleTimerID>,
+    /// When the wait gives up (Unix ms; none: never).
+    deadline: Option<i64>,
+    /// The timer of the deadline, or of the next piece of a long wait.
+    timeout: Option<RedisModuleTimerID>,
 }
 
 impl Waiter {
@@ -62,31 +93,51 @@ impl Waiter {
     /// Not from the timeout timer's own callback (Redis frees that timer
     /// after the callback returns).
     fn let_go(&self, ctx: Ctx) {
-        unsafe {
-            rm!(RedisModule_FreeString)(std::ptr::null_mut(), self.token);
-            if let Some(id) = self.timeout {
-                let mut data: *mut c_void = std::ptr::null_mut();
-                if rm!(RedisModule_StopTimer)(ctx.0, id, &mut data) == raw::REDISMODULE_OK as c_int && !data.is_null() {
-                    drop(Box::from_raw(data.cast::<WaitTimeout>()));
-                }
-            }
+        unsafe { rm!(RedisModule_FreeString)(std::ptr::null_mut(), self.token) };
+        if let Some(id) = self.timeout {
+            stop_timer::<WaitTimeout>(ctx, id);
         }
     }
+}
+
+/// A queue's check timer.
+struct Armed {
+    id: RedisModuleTimerID,
+    /// When it fires (Unix ms).
+    at: i64,
+    /// Tells this timer from the queue's earlier ones.
+    gen: u64,
 }
 
 #[derive(Default)]
 struct Queue {
     waiters: VecDeque<Waiter>,
-    /// When the earliest armed expiry timer fires, if one is armed.
-    timer_at: Option<i64>,
+    check: Option<Armed>,
 }
 
 #[derive(Default)]
 struct State {
-    queues: HashMap<(c_int, Vec<u8>), Queue>,
+    queues: HashMap<QueueId, Queue>,
     /// Where each blocked client waits: timeouts and disconnects find it here.
-    by_client: HashMap<u64, (c_int, Vec<u8>)>,
+    by_client: HashMap<u64, QueueId>,
     subscribed: bool,
+    next_gen: u64,
+}
+
+impl State {
+    /// Takes `key`'s queue away if it has no waiters left, stopping its timer.
+    fn drop_if_empty(&mut self, ctx: Ctx, key: &QueueId) {
+        if self.queues.get(key).is_some_and(|q| q.waiters.is_empty()) {
+            if let Some(armed) = self.queues.remove(key).and_then(|q| q.check) {
+                stop_timer::<Check>(ctx, armed.id);
+            }
+        }
+    }
+
+    fn waiter_mut(&mut self, client: u64, seq: u64) -> Option<&mut Waiter> {
+        let key = self.by_client.get(&client)?;
+        self.queues.get_mut(key)?.waiters.iter_mut().find(|w| w.client == client && w.seq == seq)
+    }
 }
 
 /// The pointers inside are only touched on Redis's main thread.
@@ -94,8 +145,6 @@ struct Shared(State);
 unsafe impl Send for Shared {}
 
 static STATE: LazyLock<Mutex<Shared>> = LazyLock::new(|| Mutex::new(Shared(State::default())));
-/// Clients waiting now; lets every command skip the state when it is 0.
-static WAITING: AtomicU64 = AtomicU64::new(0);
 /// Numbers the waits (see [`Waiter::seq`]).
 static NEXT_WAIT: AtomicU64 = AtomicU64::new(0);
 
@@ -105,13 +154,24 @@ fn state() -> MutexGuard<'static, Shared> {
     STATE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Clients blocked in WAIT right now.
-pub fn waiting() -> u64 {
-    WAITING.load(Ordering::Relaxed)
-}
-
 fn db(ctx: Ctx) -> c_int {
     unsafe { rm!(RedisModule_GetSelectedDb)(ctx.0) }
+}
+
+/// Starts a timer of at most [`MAX_TIMER_MS`] that hands `data` to `callback`.
+fn start_timer<T>(ctx: Ctx, delay_ms: i64, callback: unsafe extern "C" fn(*mut RedisModuleCtx, *mut c_void), data: T) -> RedisModuleTimerID {
+    let data = Box::into_raw(Box::new(data));
+    unsafe { rm!(RedisModule_CreateTimer)(ctx.0, delay_ms.clamp(0, MAX_TIMER_MS), Some(callback), data.cast()) }
+}
+
+/// Stops a timer started with data of type `T`, and frees that data.
+fn stop_timer<T>(ctx: Ctx, id: RedisModuleTimerID) {
+    let mut data: *mut c_void = std::ptr::null_mut();
+    unsafe {
+        if rm!(RedisModule_StopTimer)(ctx.0, id, &mut data) == raw::REDISMODULE_OK as c_int && !data.is_null() {
+            drop(Box::from_raw(data.cast::<T>()));
+        }
+    }
 }
 
 /// How many clients wait on `key` in the context's database.
@@ -129,9 +189,16 @@ pub fn may_block(ctx: Ctx) -> bool {
     flags & (raw::REDISMODULE_CTX_FLAGS_MULTI | raw::REDISMODULE_CTX_FLAGS_LUA | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING) == 0
 }
 
+/// Whether `lock.max-waiters` leaves room for one more waiter.
+pub fn has_room() -> bool {
+    let max = config::max_waiters();
+    max == 0 || waiting() < max
+}
+
 /// Blocks the calling client until `token` is granted `name` or the wait
-/// times out. `expires_at` is the current holder's deadline, if any.
-pub fn block(ctx: Ctx, name: *mut RedisModuleString, token: *mut RedisModuleString, ttl: i64, fence: bool, timeout_ms: i64, expires_at: Option<i64>) {
+/// ends at `deadline` (Unix ms; none: never). `expires_at` is the current
+/// holder's deadline, if any.
+pub fn block(ctx: Ctx, name: *mut RedisModuleString, token: *mut RedisModuleString, ttl: i64, fence: bool, deadline: Option<i64>, expires_at: Option<i64>) {
     ensure_subscribed(ctx);
     let client = unsafe { rm!(RedisModule_GetClientId)(ctx.0) };
     let seq = NEXT_WAIT.fetch_add(1, Ordering::Relaxed);
@@ -147,44 +214,54 @@ pub fn block(ctx: Ctx, name: *mut RedisModuleString, token: *mut RedisModuleStri
         rm!(RedisModule_SetDisconnectCallback)(bc, Some(on_disconnect));
         bc
     };
-    let timeout = (timeout_ms > 0).then(|| {
-        let data = Box::into_raw(Box::new(WaitTimeout { client, seq }));
-        unsafe { rm!(RedisModule_CreateTimer)(ctx.0, timeout_ms, Some(on_wait_timeout), data.cast()) }
-    });
+    let timeout = deadline.map(|at| start_timer(ctx, at - ctx.now_ms(), on_wait_timeout, WaitTimeout { client, seq }));
     let key = (db(ctx), bytes(name).to_vec());
     {
         let mut s = state();
         s.0.by_client.insert(client, key.clone());
-        s.0.queues.entry(key).or_default().waiters.push_back(Waiter { client, seq, bc, token, ttl, fence, timeout });
+        s.0.queues.entry(key.clone()).or_default().waiters.push_back(Waiter { client, seq, bc, token, ttl, fence, deadline, timeout });
     }
     WAITING.fetch_add(1, Ordering::Relaxed);
     stats::WAITS_STARTED.add();
     if let Some(at) = expires_at {
-        arm(ctx, bytes(name), at);
+        // One ms past the deadline: the key is expired by then, not at it.
+        check_by(ctx, &key, at.saturating_add(1));
     }
 }
 
-/// Grants the free lock `name` to the head of its queue, if anyone waits.
-/// The caller has just seen the key absent (or deleted it).
+/// Grants the free lock `name` to the head of its queue, if anyone waits
+/// and a grant may be made here now.
 pub fn grant_next(ctx: Ctx, name: *mut RedisModuleString) {
     if waiting() == 0 {
         return;
     }
     let key = (db(ctx), bytes(name).to_vec());
+    if !state().0.queues.contains_key(&key) {
+        return;
+    }
+    if writes_paused() {
+        check_by(ctx, &key, ctx.now_ms() + PAUSE_RETRY_MS);
+        return;
+    }
+    if let Some(redirect) = cluster::redirect(ctx, bytes(name)) {
+        send_away(ctx, &key, &redirect);
+        return;
+    }
     // A head that cannot be served is answered and the next one tried, so
     // one unservable waiter never strands the rest.
-    while let Some(w) = pop_head(&key) {
+    loop {
         let mut k = LockKey::open(ctx, name);
         if !matches!(k.entry(), Entry::Absent) {
-            // Someone took it first (only a script or a non-module writer
-            // can): the head keeps its place.
+            // Someone holds it (only a script or a non-module writer can
+            // take a key with a queue): wait for that holder's deadline.
+            let holder = k.expires_at();
             drop(k);
-            let mut s = state();
-            s.0.by_client.insert(w.client, key.clone());
-            s.0.queues.entry(key).or_default().waiters.push_front(w);
-            WAITING.fetch_add(1, Ordering::Relaxed);
+            if let Some(at) = holder {
+                check_by(ctx, &key, at.saturating_add(1));
+            }
             return;
         }
+        let Some(w) = pop_head(ctx, &key) else { return };
         let now = ctx.now_ms();
         let Some(at) = now.checked_add(w.ttl) else {
             // now + ttl no longer fits: the wait cannot be served.
@@ -212,42 +289,47 @@ pub fn grant_next(ctx: Ctx, name: *mut RedisModuleString) {
         };
         stats::GRANTS.add();
         finish(ctx, reply, w, &stats::WAITS_GRANTED);
-        if waiters_on(ctx, &key.1) > 0 {
-            arm(ctx, &key.1, at);
-        }
+        check_by(ctx, &key, at.saturating_add(1));
         return;
     }
 }
 
+/// Whether writes are paused (`CLIENT PAUSE`, `FAILOVER`, a shutdown
+/// waiting for its replicas): a grant now would write while nothing may.
+fn writes_paused() -> bool {
+    unsafe { rm!(RedisModule_AvoidReplicaTraffic)() != 0 }
+}
+
+/// Answers every waiter of `key` with `error` (the slot is served
+/// elsewhere, or moving): they re-send their command where it belongs.
+fn send_away(ctx: Ctx, key: &QueueId, error: &CString) {
+    while let Some(w) = pop_head(ctx, key) {
+        finish(ctx, Answer::Error(error.clone()), w, &stats::WAITS_CANCELLED);
+    }
+}
+
 /// Removes and returns the head waiter of `key`.
-fn pop_head(key: &(c_int, Vec<u8>)) -> Option<Waiter> {
+fn pop_head(ctx: Ctx, key: &QueueId) -> Option<Waiter> {
     let mut s = state();
-    let q = s.0.queues.get_mut(key)?;
-    let w = q.waiters.pop_front();
-    if q.waiters.is_empty() {
-        s.0.queues.remove(key);
-    }
-    if let Some(w) = &w {
-        s.0.by_client.remove(&w.client);
-        WAITING.fetch_sub(1, Ordering::Relaxed);
-    }
-    w
+    let w = s.0.queues.get_mut(key)?.waiters.pop_front()?;
+    s.0.drop_if_empty(ctx, key);
+    s.0.by_client.remove(&w.client);
+    WAITING.fetch_sub(1, Ordering::Relaxed);
+    Some(w)
 }
 
 /// Removes the waiter of `client` wherever it waits; with `seq`, only if
 /// it is still that wait.
-fn remove_client(client: u64, seq: Option<u64>) -> Option<Waiter> {
+fn remove_client(ctx: Ctx, client: u64, seq: Option<u64>) -> Option<Waiter> {
     let mut s = state();
     let key = s.0.by_client.get(&client)?.clone();
     let q = s.0.queues.get_mut(&key)?;
     let i = q.waiters.iter().position(|w| w.client == client && seq.is_none_or(|n| w.seq == n))?;
-    let w = q.waiters.remove(i);
-    if q.waiters.is_empty() {
-        s.0.queues.remove(&key);
-    }
+    let w = q.waiters.remove(i)?;
+    s.0.drop_if_empty(ctx, &key);
     s.0.by_client.remove(&client);
     WAITING.fetch_sub(1, Ordering::Relaxed);
-    w
+    Some(w)
 }
 
 /// What a wait ended by [`finish`] replies.
@@ -255,6 +337,8 @@ enum Answer {
     Int(i64),
     Nil,
     FencesExhausted,
+    /// A redirection (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN`).
+    Error(CString),
 }
 
 /// Ends a wait: unblocks the client with `reply` (sent by `on_reply`).
@@ -272,77 +356,73 @@ struct WaitTimeout {
     seq: u64,
 }
 
-/// A wait's timeout: if it still waits, it is refused (0, or nil with FENCE).
+/// A wait's timeout timer: the next piece of a long wait, or its end: if
+/// it still waits, it is refused (0, or nil with FENCE).
 unsafe extern "C" fn on_wait_timeout(ctx: *mut RedisModuleCtx, data: *mut c_void) {
     let WaitTimeout { client, seq } = *Box::from_raw(data.cast::<WaitTimeout>());
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        if let Some(mut w) = remove_client(client, Some(seq)) {
+        let ctx = Ctx(ctx);
+        let now = ctx.now_ms();
+        {
+            let mut s = state();
+            let Some(w) = s.0.waiter_mut(client, seq) else { return };
             // This timer is the one firing: Redis frees it itself.
             w.timeout = None;
+            if let Some(at) = w.deadline.filter(|&at| at > now) {
+                w.timeout = Some(start_timer(ctx, at - now, on_wait_timeout, WaitTimeout { client, seq }));
+                return;
+            }
+        }
+        if let Some(w) = remove_client(ctx, client, Some(seq)) {
             stats::REFUSALS.add();
-            finish(Ctx(ctx), w.refusal(), w, &stats::WAITS_TIMED_OUT);
+            finish(ctx, w.refusal(), w, &stats::WAITS_TIMED_OUT);
         }
     }));
 }
 
-/// Arms a check of `key` at `at_ms` (its holder's deadline), unless an
-/// earlier one is armed already.
-fn arm(ctx: Ctx, key: &[u8], at_ms: i64) {
-    let id = (db(ctx), key.to_vec());
-    {
-        let mut s = state();
-        let Some(q) = s.0.queues.get_mut(&id) else { return };
-        if q.timer_at.is_some_and(|t| t <= at_ms) {
-            return;
-        }
-        q.timer_at = Some(at_ms);
+/// Makes `key`'s check timer fire no later than `at_ms` (Unix ms): keeps an
+/// earlier one, replaces a later one.
+fn check_by(ctx: Ctx, key: &QueueId, at_ms: i64) {
+    let now = ctx.now_ms();
+    let delay = at_ms.saturating_sub(now).clamp(0, MAX_TIMER_MS);
+    let fire_at = now + delay;
+    let mut s = state();
+    let State { queues, next_gen, .. } = &mut s.0;
+    let Some(q) = queues.get_mut(key) else { return };
+    if q.check.as_ref().is_some_and(|a| a.at <= fire_at) {
+        return;
     }
-    // One ms past the deadline: the key is expired by then, not at it.
-    let delay = (at_ms - ctx.now_ms() + 1).max(0);
-    schedule(ctx, id, delay, Some(at_ms));
+    if let Some(old) = q.check.take() {
+        stop_timer::<Check>(ctx, old.id);
+    }
+    *next_gen += 1;
+    let id = start_timer(ctx, delay, on_check, Check { key: key.clone(), gen: *next_gen });
+    q.check = Some(Armed { id, at: fire_at, gen: *next_gen });
 }
 
+/// Which queue a check timer checks.
 struct Check {
-    key: (c_int, Vec<u8>),
-    /// The deadline this timer was armed for (None: an event's immediate check).
-    armed_for: Option<i64>,
+    key: QueueId,
+    gen: u64,
 }
 
-fn schedule(ctx: Ctx, key: (c_int, Vec<u8>), delay_ms: i64, armed_for: Option<i64>) {
-    let data = Box::into_raw(Box::new(Check { key, armed_for }));
-    unsafe {
-        rm!(RedisModule_CreateTimer)(ctx.0, delay_ms, Some(on_timer), data.cast());
-    }
-}
-
-/// A timer: the key may be free now (expired or deleted): grant it, or
-/// re-arm at the current holder's deadline.
-unsafe extern "C" fn on_timer(ctx: *mut RedisModuleCtx, data: *mut c_void) {
-    let Check { key: (db_id, key), armed_for } = *Box::from_raw(data.cast::<Check>());
+/// A queue's check timer: the key may be free now (expired or deleted):
+/// grant it, or wait for the current holder's deadline.
+unsafe extern "C" fn on_check(ctx: *mut RedisModuleCtx, data: *mut c_void) {
+    let Check { key, gen } = *Box::from_raw(data.cast::<Check>());
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let ctx = Ctx(ctx);
         {
             let mut s = state();
-            match s.0.queues.get_mut(&(db_id, key.clone())) {
-                None => return,
-                Some(q) => {
-                    if armed_for.is_some() && q.timer_at == armed_for {
-                        q.timer_at = None;
-                    }
-                }
+            match s.0.queues.get_mut(&key) {
+                // Redis frees the firing timer itself.
+                Some(q) if q.check.as_ref().is_some_and(|a| a.gen == gen) => q.check = None,
+                _ => return,
             }
         }
-        rm!(RedisModule_SelectDb)(ctx.0, db_id);
-        let name = ctx.string(&key);
-        let k = LockKey::open(ctx, name);
-        let free = matches!(k.entry(), Entry::Absent);
-        let deadline = k.expires_at();
-        drop(k);
-        if free {
-            grant_next(ctx, name);
-        } else if let Some(at) = deadline {
-            arm(ctx, &key, at);
-        }
+        rm!(RedisModule_SelectDb)(ctx.0, key.0);
+        let name = ctx.string(&key.1);
+        grant_next(ctx, name);
         ctx.free(name);
     }));
 }
@@ -373,10 +453,7 @@ unsafe extern "C" fn on_key_event(ctx: *mut RedisModuleCtx, _type: c_int, _event
     }
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let ctx = Ctx(ctx);
-        let id = (db(ctx), bytes(key).to_vec());
-        if state().0.queues.contains_key(&id) {
-            schedule(ctx, id, 0, None);
-        }
+        check_by(ctx, &(db(ctx), bytes(key).to_vec()), ctx.now_ms());
     }));
     raw::REDISMODULE_OK as c_int
 }
@@ -388,7 +465,7 @@ type Dbs = Option<(c_int, c_int)>;
 /// FLUSHDB / FLUSHALL finished, or SWAPDB swapped two databases: no key
 /// event tells which keys went away, so every queue in the affected
 /// databases is checked right after this command (a free key goes to its
-/// head, a taken one re-arms at its new holder's deadline).
+/// head, a taken one waits for its new holder's deadline).
 unsafe extern "C" fn on_db_event(ctx: *mut RedisModuleCtx, event: raw::RedisModuleEvent, subevent: u64, data: *mut c_void) {
     if waiting() == 0 {
         return;
@@ -408,9 +485,10 @@ unsafe extern "C" fn on_db_event(ctx: *mut RedisModuleCtx, event: raw::RedisModu
         };
         let affected = |db: c_int| dbs.is_none_or(|(a, b)| db == a || db == b);
         let keys: Vec<_> = state().0.queues.keys().filter(|(db, _)| affected(*db)).cloned().collect();
-        // The lock is released: arming timers calls into Redis.
+        let ctx = Ctx(ctx);
+        let now = ctx.now_ms();
         for key in keys {
-            schedule(Ctx(ctx), key, 0, None);
+            check_by(ctx, &key, now);
         }
     }));
 }
@@ -419,7 +497,8 @@ unsafe extern "C" fn on_db_event(ctx: *mut RedisModuleCtx, event: raw::RedisModu
 unsafe fn reply(ctx: *mut RedisModuleCtx, answer: Option<&Answer>) -> c_int {
     match answer {
         Some(Answer::Int(n)) => rm!(RedisModule_ReplyWithLongLong)(ctx, *n),
-        Some(Answer::FencesExhausted) => rm!(RedisModule_ReplyWithError)(ctx, crate::entry::EXHAUSTED.as_ptr()),
+        Some(Answer::FencesExhausted) => rm!(RedisModule_ReplyWithError)(ctx, errors::EXHAUSTED.as_ptr()),
+        Some(Answer::Error(e)) => rm!(RedisModule_ReplyWithError)(ctx, e.as_ptr()),
         Some(Answer::Nil) | None => rm!(RedisModule_ReplyWithNull)(ctx),
     }
 }
@@ -433,7 +512,7 @@ unsafe extern "C" fn on_reply(ctx: *mut RedisModuleCtx, _argv: *mut *mut RedisMo
 /// the queue, reply 0 / nil.
 unsafe extern "C" fn on_timeout(ctx: *mut RedisModuleCtx, _argv: *mut *mut RedisModuleString, _argc: c_int) -> c_int {
     let client = rm!(RedisModule_GetClientId)(ctx);
-    let refusal = match remove_client(client, None) {
+    let refusal = match remove_client(Ctx(ctx), client, None) {
         Some(w) => {
             stats::WAITS_TIMED_OUT.add();
             w.let_go(Ctx(ctx));
@@ -447,10 +526,11 @@ unsafe extern "C" fn on_timeout(ctx: *mut RedisModuleCtx, _argv: *mut *mut Redis
     reply(ctx, Some(&refusal))
 }
 
-/// The waiting client went away: leave the queue; it is never granted.
+/// The waiting client went away (or Redis unblocked it: this master became
+/// a replica): leave the queue; it is never granted.
 unsafe extern "C" fn on_disconnect(ctx: *mut RedisModuleCtx, bc: *mut RedisModuleBlockedClient) {
     let client = rm!(RedisModule_GetClientId)(ctx);
-    if let Some(w) = remove_client(client, None) {
+    if let Some(w) = remove_client(Ctx(ctx), client, None) {
         stats::WAITS_CANCELLED.add();
         w.let_go(Ctx(ctx));
         rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut());

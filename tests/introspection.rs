@@ -96,3 +96,43 @@ fn info_lock_counts_grants_refusals_renewals_releases_and_takeovers() {
     assert_eq!(n["takeovers_stale_legacy"], 1);
     assert_eq!(n["waiting"], 0);
 }
+
+/// `COMMAND DOCS`: what redis-cli shows as hints and help.
+#[test]
+fn command_docs_describe_every_command_and_its_arguments() {
+    let server = Server::start();
+    let mut c = server.conn();
+    for (name, args) in [
+        ("lock.acquire", &["key", "token", "ttl-ms", "fence", "timeout-ms"][..]),
+        ("lock.renew", &["key", "token", "ttl-ms", "fence"]),
+        ("lock.release", &["key", "token"]),
+        ("lock.takeover", &["key", "token", "run-id", "ttl-ms", "fence"]),
+        ("lock.info", &["key"]),
+        ("lock.fencefloor", &["fence"]),
+    ] {
+        let docs: Value = redis::cmd("COMMAND").arg("DOCS").arg(name).query(&mut c).unwrap();
+        let words = strings_in(&docs);
+        for field in ["summary", "since", "complexity", "arguments"] {
+            assert!(words.iter().any(|w| w == field), "{name} documents {field}: {words:?}");
+        }
+        for arg in args {
+            assert!(words.iter().any(|w| w == arg), "{name} documents argument {arg}: {words:?}");
+        }
+    }
+    let docs: Value = redis::cmd("COMMAND").arg("DOCS").arg("lock.acquire").query(&mut c).unwrap();
+    let words = strings_in(&docs);
+    for word in ["WAIT", "FENCE", "optional", "integer", "key", "pure-token"] {
+        assert!(words.iter().any(|w| w == word), "{word} in {words:?}");
+    }
+}
+
+/// Every string in a reply, depth first.
+fn strings_in(v: &Value) -> Vec<String> {
+    match v {
+        Value::BulkString(b) => vec![String::from_utf8_lossy(b).into_owned()],
+        Value::SimpleString(s) => vec![s.clone()],
+        Value::Array(items) | Value::Set(items) => items.iter().flat_map(strings_in).collect(),
+        Value::Map(pairs) => pairs.iter().flat_map(|(k, v)| strings_in(k).into_iter().chain(strings_in(v))).collect(),
+        _ => Vec::new(),
+    }
+}

@@ -396,7 +396,8 @@ fn strings(v: &Value) -> Vec<String> {
 fn command_info_shows_the_flags_and_the_key_position() {
     let server = Server::start();
     let mut con = server.conn();
-    // The key specs: what each command does to its key (all read it first).
+    // The key specs: what each command does to its key (all read it first,
+    // so all need read permission: `access`).
     for (name, must, must_not, access) in [
         // WAIT can block it, so it is `blocking` (and not `fast`), as BLPOP.
         ("lock.acquire", &["write", "denyoom", "blocking"][..], &["fast"][..], "insert"),
@@ -419,7 +420,7 @@ fn command_info_shows_the_flags_and_the_key_position() {
         }
         assert!(!flags.contains(&"readonly".to_string()), "{name}: {flags:?}");
         assert_eq!(&fields[3..6], &[Value::Int(1), Value::Int(1), Value::Int(1)], "{name} key positions");
-        assert_eq!(key_spec_flags(&fields[8]), ["RW".to_string(), access.to_string()], "{name} key spec");
+        assert_eq!(key_spec_flags(&fields[8]), ["RW".to_string(), "access".to_string(), access.to_string()], "{name} key spec");
     }
     let info: Value = redis::cmd("COMMAND").arg("INFO").arg("lock.info").query(&mut con).unwrap();
     let Value::Array(outer) = info else { panic!("{info:?}") };

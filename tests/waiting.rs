@@ -8,51 +8,8 @@ use std::time::{Duration, Instant};
 use redis::Value;
 use redis_lock_harness::Server;
 
-fn acquire(c: &mut redis::Connection, key: &str, token: &str) -> i64 {
-    redis::cmd("LOCK.ACQUIRE").arg(key).arg(token).arg(60_000).query(c).expect("acquire")
-}
-
-fn release(c: &mut redis::Connection, key: &str, token: &str) -> i64 {
-    redis::cmd("LOCK.RELEASE").arg(key).arg(token).query(c).expect("release")
-}
-
-fn get(c: &mut redis::Connection, key: &str) -> Option<String> {
-    redis::cmd("GET").arg(key).query(c).expect("get")
-}
-
-fn info_field(c: &mut redis::Connection, name: &str) -> u64 {
-    let text: String = redis::cmd("INFO").arg("lock").query(c).expect("info");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("lock_{name}:")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no lock_{name} in INFO"))
-}
-
-/// Waits until `n` clients are blocked in the server.
-fn until_waiting(c: &mut redis::Connection, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while info_field(c, "waiting") != n {
-        assert!(Instant::now() < deadline, "expected {n} waiting clients");
-        thread::sleep(Duration::from_millis(2));
-    }
-}
-
-/// Starts a client that waits for `key` as `token`; its reply arrives on
-/// the channel together with the instant it arrived.
-fn waiter(server: &Server, key: &str, token: &str, timeout_ms: u64, tx: mpsc::Sender<(String, Value, Instant)>) -> thread::JoinHandle<()> {
-    waiter_on(server.conn(), key, token, &["WAIT", &timeout_ms.to_string()], tx)
-}
-
-/// `LOCK.ACQUIRE key token 60000 options...` on `c` from a new thread; an
-/// error reply arrives as a `SimpleString` holding its text.
-fn waiter_on(mut c: redis::Connection, key: &str, token: &str, options: &[&str], tx: mpsc::Sender<(String, Value, Instant)>) -> thread::JoinHandle<()> {
-    let (key, token) = (key.to_string(), token.to_string());
-    let options: Vec<String> = options.iter().map(|o| o.to_string()).collect();
-    thread::spawn(move || {
-        let reply = redis::cmd("LOCK.ACQUIRE").arg(&key).arg(&token).arg(60_000).arg(&options).query::<Value>(&mut c);
-        let _ = tx.send((token, reply.unwrap_or_else(|e| Value::SimpleString(e.to_string())), Instant::now()));
-    })
-}
+mod support;
+use support::*;
 
 #[test]
 fn waiters_are_served_in_arrival_order_one_per_release() {
@@ -216,8 +173,10 @@ fn waiters_that_disconnect_or_are_unblocked_are_never_granted() {
 
 #[test]
 fn a_fenced_waiter_is_refused_with_an_error_when_fences_run_out_and_the_next_waiter_is_served() {
-    // Only a replayed log (or a master) can bring the mark to the end.
-    let server = Server::builder().aof_commands(&[&["LOCK.FENCEFLOOR", &i64::MAX.to_string()]]).start();
+    // Only a replayed log (or a master) can bring the mark near the end:
+    // one fence is left when the waiters queue, and it is used up before
+    // their turn comes.
+    let server = Server::builder().aof_commands(&[&["LOCK.FENCEFLOOR", &(i64::MAX - 1).to_string()]]).start();
     let mut c = server.conn();
     assert_eq!(acquire(&mut c, "k", "holder"), 1);
     let (tx, rx) = mpsc::channel();
@@ -225,6 +184,8 @@ fn a_fenced_waiter_is_refused_with_an_error_when_fences_run_out_and_the_next_wai
     until_waiting(&mut c, 1);
     let h2 = waiter(&server, "k", "plain", 0, tx);
     until_waiting(&mut c, 2);
+    let last: i64 = redis::cmd("LOCK.ACQUIRE").arg("other").arg("t").arg(60_000).arg("FENCE").query(&mut c).unwrap();
+    assert_eq!(last, i64::MAX);
 
     assert_eq!(release(&mut c, "k", "holder"), 1);
     // Both end in the same release; their replies race on two connections.

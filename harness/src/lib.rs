@@ -243,6 +243,24 @@ impl Server {
         std::mem::forget(std::mem::replace(self, again));
     }
 
+    /// Waits up to `timeout` for the server to exit by itself (after
+    /// `SHUTDOWN`, or a crash) and returns how it ended.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    /// The server's log so far (`server.log` in its directory).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
     /// SHUTDOWN-free stop: SIGKILL, then reap.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

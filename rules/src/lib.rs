@@ -4,6 +4,7 @@
 //!
 //! - [`lock`]: the decisions of LOCK.ACQUIRE / RENEW / RELEASE / TAKEOVER.
 //! - [`cjson`]: what Redis's bundled cjson makes of a stored value.
+//! - [`cluster`]: hash slots, and a slot's state in `CLUSTER NODES`.
 //! - [`args`]: argument validation and its error replies.
 //! - [`encode`]: the structured value as Go's encoding/json writes it.
 //! - [`fence`]: fencing token numbering.
@@ -11,6 +12,7 @@
 
 pub mod args;
 pub mod cjson;
+pub mod cluster;
 pub mod encode;
 pub mod fence;
 pub mod lock;

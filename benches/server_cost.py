@@ -39,7 +39,7 @@ PATH (or --redis-server/--redis-benchmark), valgrind for --callgrind, and
 cargo unless --module names a prebuilt module.
 
 Reproduce the README table:
-    python3 bench/server_cost.py --wall --callgrind --memory
+    python3 benches/server_cost.py --wall --callgrind --memory
 """
 
 from __future__ import annotations

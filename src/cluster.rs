@@ -1,0 +1,57 @@
+//! Redis Cluster: where a waiter may be granted a lock.
+//!
+//! A grant made from a timer or an event must not create the key on a node
+//! that does not serve its slot: when MIGRATE moves a lock to another node
+//! it deletes it here, and that deletion is not a release. So in cluster
+//! mode a queue is served only on a master that owns the key's slot and is
+//! neither migrating nor importing it; otherwise its waiters are answered
+//! with the redirection a command would get (`MOVED`, `TRYAGAIN`,
+//! `CLUSTERDOWN`), and clients re-send where the key now lives.
+
+use std::ffi::CString;
+
+use redis_lock_rules::cluster::{key_slot, slot_state, SlotState};
+use redis_module::raw;
+
+use crate::api::rm;
+use crate::key::Ctx;
+
+/// The error to send `key`'s waiters instead of a grant, or `None` where a
+/// grant may be made (always outside cluster mode).
+pub fn redirect(ctx: Ctx, key: &[u8]) -> Option<CString> {
+    let flags = unsafe { rm!(RedisModule_GetContextFlags)(ctx.0) } as u32;
+    if flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER == 0 {
+        return None;
+    }
+    let slot = key_slot(key);
+    // Only masters grant; a replica's queues were emptied when it became one.
+    let state = if flags & raw::REDISMODULE_CTX_FLAGS_MASTER == 0 {
+        SlotState::Moving
+    } else {
+        // Rare (a grant to a waiter, in cluster mode): the module API has no
+        // call for a slot's migration state, CLUSTER NODES has it.
+        slot_state(&cluster_nodes(ctx)?, slot)
+    };
+    let text = match state {
+        SlotState::Served => return None,
+        SlotState::Moving => format!("TRYAGAIN slot {slot} is moving; the lock was not granted here, retry"),
+        SlotState::Elsewhere { addr } => format!("MOVED {slot} {addr}"),
+        SlotState::Unassigned => "CLUSTERDOWN Hash slot not served".to_string(),
+    };
+    CString::new(text).ok()
+}
+
+/// `CLUSTER NODES`, or `None` if it fails (the caller then grants as before).
+fn cluster_nodes(ctx: Ctx) -> Option<String> {
+    unsafe {
+        let reply = rm!(RedisModule_Call)(ctx.0, c"CLUSTER".as_ptr(), c"c".as_ptr(), c"NODES".as_ptr());
+        if reply.is_null() {
+            return None;
+        }
+        let mut len = 0usize;
+        let ptr = rm!(RedisModule_CallReplyStringPtr)(reply, &mut len);
+        let text = (!ptr.is_null()).then(|| String::from_utf8_lossy(std::slice::from_raw_parts(ptr.cast::<u8>(), len)).into_owned());
+        rm!(RedisModule_FreeCallReply)(reply);
+        text
+    }
+}

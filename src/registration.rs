@@ -1,0 +1,224 @@
+//! The one registration table: every command's name, handler, flags, key
+//! spec, ACL categories and documentation (`COMMAND INFO`, `COMMAND DOCS`,
+//! redis-cli's argument hints).
+
+use std::ffi::{c_char, c_int, CStr};
+use std::mem::size_of;
+use std::ptr::null;
+
+use redis_module::raw::{self, RedisModuleCommandArg, RedisModuleCommandKeySpec, RedisModuleCtx};
+
+use crate::api::rm;
+use crate::entry::command_fn;
+use crate::commands;
+
+command_fn!(acquire_cmd => commands::acquire);
+command_fn!(renew_cmd => commands::renew);
+command_fn!(release_cmd => commands::release);
+command_fn!(takeover_cmd => commands::takeover);
+command_fn!(info_cmd => commands::info);
+command_fn!(fence_floor_cmd => commands::fence_floor);
+
+type CommandFn = unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
+
+/// One argument as `COMMAND DOCS` shows it.
+#[derive(Clone, Copy)]
+enum Arg {
+    Key(&'static CStr),
+    Str(&'static CStr),
+    Int(&'static CStr),
+    /// An optional keyword alone (`FENCE`).
+    Flag(&'static CStr, &'static CStr),
+    /// An optional keyword and its integer (`WAIT timeout-ms`).
+    Option(&'static CStr, &'static CStr),
+}
+
+struct Command {
+    name: &'static CStr,
+    handler: CommandFn,
+    /// Redis's command flags, passed verbatim.
+    flags: &'static CStr,
+    /// How argument 1, the key, is used (None: no key).
+    key: Option<u32>,
+    /// The categories of the command's native twin (Redis 7.2+; 7.0 has no
+    /// API for them, see the README's ACL section).
+    acl: &'static CStr,
+    summary: &'static CStr,
+    complexity: &'static CStr,
+    args: &'static [Arg],
+}
+
+/// Only the commands that can grow memory are `deny-oom`, as with the
+/// native commands the scripts run (SET is, PEXPIRE and DEL are not): a
+/// server at its memory limit must still let holders renew and release, or
+/// memory pressure would turn into lost and stranded locks.
+///
+/// LOCK.ACQUIRE can block (WAIT), so it is `blocking`, not `fast`, as BLPOP.
+///
+/// Key specs: the writes read the value to decide (an answer of 0 or 1 tells
+/// who owns it), so they need read and write permission (`RW` + `ACCESS`);
+/// LOCK.INFO only reads (`RO`), so a user with `%R~` on the key may run it.
+///
+/// ACL categories follow each command's native twin: ACQUIRE as SET and
+/// BLPOP, RENEW as PEXPIRE, RELEASE as DEL (but `fast`, as flagged: it
+/// deletes one string), TAKEOVER as SET, INFO as GET. LOCK.FENCEFLOOR is
+/// replication plumbing no application needs: `admin` and `dangerous`.
+const COMMANDS: &[Command] = &[
+    Command {
+        name: c"lock.acquire",
+        handler: acquire_cmd,
+        flags: c"write deny-oom blocking",
+        key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT),
+        acl: c"write string slow blocking",
+        summary: c"Takes a lock when its key is free (SET key token NX PX ttl-ms), optionally with a fencing token, or waits in line for it",
+        complexity: c"O(1)",
+        args: &[
+            Arg::Key(c"key"),
+            Arg::Str(c"token"),
+            Arg::Int(c"ttl-ms"),
+            Arg::Flag(c"fence", c"FENCE"),
+            Arg::Option(c"timeout-ms", c"WAIT"),
+        ],
+    },
+    Command {
+        name: c"lock.renew",
+        handler: renew_cmd,
+        flags: c"write fast",
+        key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE),
+        acl: c"write keyspace fast",
+        summary: c"Resets a lock's TTL when the token owns it; FLOOR also raises the server's fence mark",
+        complexity: c"O(1) for a bare token, O(N) for a structured value of N bytes",
+        args: &[Arg::Key(c"key"), Arg::Str(c"token"), Arg::Int(c"ttl-ms"), Arg::Option(c"fence", c"FLOOR")],
+    },
+    Command {
+        name: c"lock.release",
+        handler: release_cmd,
+        flags: c"write fast",
+        key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_DELETE),
+        acl: c"write keyspace fast",
+        summary: c"Deletes a lock when the token owns it, handing it to the first waiter",
+        complexity: c"O(1) for a bare token, O(N) for a structured value of N bytes",
+        args: &[Arg::Key(c"key"), Arg::Str(c"token")],
+    },
+    Command {
+        name: c"lock.takeover",
+        handler: takeover_cmd,
+        flags: c"write deny-oom fast",
+        key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE),
+        acl: c"write string fast",
+        summary: c"Takes a lock that is free, held by the same run, or a stale legacy lock, storing {\"owner\":token,\"runId\":run-id}",
+        complexity: c"O(N) where N is the size of the stored value",
+        args: &[Arg::Key(c"key"), Arg::Str(c"token"), Arg::Str(c"run-id"), Arg::Int(c"ttl-ms"), Arg::Flag(c"fence", c"FENCE")],
+    },
+    Command {
+        name: c"lock.info",
+        handler: info_cmd,
+        flags: c"readonly fast",
+        key: Some(raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS),
+        acl: c"read string fast",
+        summary: c"Describes a lock: owner, run id, format, remaining TTL and waiters",
+        complexity: c"O(N) where N is the size of the stored value",
+        args: &[Arg::Key(c"key")],
+    },
+    Command {
+        name: c"lock.fencefloor",
+        handler: fence_floor_cmd,
+        flags: c"write fast",
+        key: None,
+        acl: c"write fast admin dangerous",
+        summary: c"Raises the server's fencing-token high-water mark (replication and AOF plumbing)",
+        complexity: c"O(1)",
+        args: &[Arg::Int(c"fence")],
+    },
+];
+
+/// Registers every command. The `@lock` ACL category is added where the
+/// server can (Redis 7.4+), the native categories where it can (7.2+).
+pub fn register(ctx: *mut RedisModuleCtx) -> Result<(), String> {
+    unsafe {
+        let ok = raw::REDISMODULE_OK as c_int;
+        let lock_category = raw::RedisModule_AddACLCategory.is_some_and(|add| add(ctx, c"lock".as_ptr()) == ok);
+        for cmd in COMMANDS {
+            // No legacy key range: the key spec declares the key.
+            if rm!(RedisModule_CreateCommand)(ctx, cmd.name.as_ptr(), Some(cmd.handler), cmd.flags.as_ptr(), 0, 0, 0) != ok {
+                return Err(format!("lock: could not register {}", cmd.name.to_string_lossy()));
+            }
+            let handle = rm!(RedisModule_GetCommand)(ctx, cmd.name.as_ptr());
+            if handle.is_null() || !set_info(handle, cmd) {
+                return Err(format!("lock: could not describe {}", cmd.name.to_string_lossy()));
+            }
+            if let Some(set_categories) = raw::RedisModule_SetCommandACLCategories {
+                let categories = format!("{}{}\0", cmd.acl.to_string_lossy(), if lock_category { " lock" } else { "" });
+                if set_categories(handle, categories.as_ptr().cast::<c_char>()) != ok {
+                    return Err(format!("lock: could not set the ACL categories of {}", cmd.name.to_string_lossy()));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Declares the command's key spec and documentation. Redis copies what it
+/// keeps, so the stack data may go after the call.
+fn set_info(handle: *mut raw::RedisModuleCommand, cmd: &Command) -> bool {
+    let version = raw::RedisModuleCommandInfoVersion {
+        version: 1,
+        sizeof_historyentry: size_of::<raw::RedisModuleCommandHistoryEntry>(),
+        sizeof_keyspec: size_of::<RedisModuleCommandKeySpec>(),
+        sizeof_arg: size_of::<RedisModuleCommandArg>(),
+    };
+    // Each list ends with an all-zero entry.
+    // SAFETY: both structs are plain data; all zeroes is their terminator.
+    let mut specs = [unsafe { std::mem::zeroed::<RedisModuleCommandKeySpec>() }, unsafe { std::mem::zeroed() }];
+    if let Some(flags) = cmd.key {
+        specs[0] = RedisModuleCommandKeySpec {
+            notes: null(),
+            flags: u64::from(flags),
+            begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
+            bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 { index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 } },
+            find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
+            fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 { range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 { lastkey: 0, keystep: 1, limit: 0 } },
+        };
+    }
+    let mut args: Vec<RedisModuleCommandArg> = cmd.args.iter().map(|&a| arg(a)).collect();
+    args.push(unsafe { std::mem::zeroed() });
+    let info = raw::RedisModuleCommandInfo {
+        version: &version,
+        summary: cmd.summary.as_ptr(),
+        complexity: cmd.complexity.as_ptr(),
+        since: c"1.0.0".as_ptr(),
+        history: std::ptr::null_mut(),
+        tips: null(),
+        // 0: arity -1; the handlers check their arguments themselves.
+        arity: 0,
+        key_specs: if cmd.key.is_some() { specs.as_mut_ptr() } else { std::ptr::null_mut() },
+        args: args.as_mut_ptr(),
+    };
+    unsafe { rm!(RedisModule_SetCommandInfo)(handle, &info) == raw::REDISMODULE_OK as c_int }
+}
+
+fn arg(a: Arg) -> RedisModuleCommandArg {
+    use raw::{RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER as INTEGER, RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY as KEY};
+    use raw::{RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN as PURE_TOKEN, RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING as STRING};
+    let optional = raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int;
+    let (name, type_, token, flags) = match a {
+        Arg::Key(n) => (n, KEY, None, 0),
+        Arg::Str(n) => (n, STRING, None, 0),
+        Arg::Int(n) => (n, INTEGER, None, 0),
+        Arg::Flag(n, t) => (n, PURE_TOKEN, Some(t), optional),
+        Arg::Option(n, t) => (n, INTEGER, Some(t), optional),
+    };
+    RedisModuleCommandArg {
+        name: name.as_ptr(),
+        type_,
+        // The one key spec is index 0; -1 for arguments that are no key.
+        key_spec_index: if matches!(a, Arg::Key(_)) { 0 } else { -1 },
+        token: token.map_or(null(), CStr::as_ptr),
+        summary: null(),
+        since: null(),
+        flags,
+        deprecated_since: null(),
+        subargs: std::ptr::null_mut(),
+        display_text: null(),
+    }
+}
