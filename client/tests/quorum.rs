@@ -179,6 +179,27 @@ fn without_the_module_quorum_locks_work_but_have_no_fence() {
 }
 
 #[test]
+fn a_server_too_far_behind_for_the_floor_keeps_the_lock_and_the_others_carry_the_fence() {
+    // 25 h behind: the others' fences are beyond its FLOOR horizon (24 h),
+    // so it refuses the floor ("ERR fence floor ...") and renews without it.
+    let s = vec![Server::start(), Server::start(), Server::builder().clock_offset_ms(-25 * 3_600_000).start()];
+    let c = client(&s);
+    for _ in 0..8 {
+        let lock = c.try_acquire("job", ms(400)).expect("acquire");
+        // Whichever two granted first, the floor went to all three.
+        assert!(lock.fence().is_some(), "the two servers on time took the floor");
+        thread::sleep(ms(250));
+        lock.renew(ms(400)).expect("renew");
+        // Past the acquire's 400 ms: the late server still holds the key
+        // only because the renewal, refused the floor, renewed without it.
+        thread::sleep(ms(250));
+        assert_eq!(get(&s[2], "job").as_deref(), Some(lock.token()), "the late server renewed too");
+        lock.release().expect("release");
+        assert!(eventually(ms(1000), || get(&s[2], "job").is_none()));
+    }
+}
+
+#[test]
 fn arguments_are_checked_before_anything_is_sent() {
     let s = servers(1);
     let c = client(&s);

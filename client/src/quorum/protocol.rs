@@ -146,18 +146,24 @@ async fn attempt(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl: Duration
             ctx.failure("acquire", key, &grants, &ctx.all, grants.yes(), false)
         })
     } else {
-        let fenced: Vec<(usize, u64)> = grants.fences().collect();
-        let unfenced = grants.yes() - fenced.len();
-        let (held, fence, confirm) = match fenced.iter().map(|&(_, f)| f).max() {
+        let (held, fence, confirm) = match grants.fences().map(|(_, f)| f).max() {
             None => (grants.yes(), None, None),
             Some(floor) => {
-                let asked: Vec<usize> = fenced.iter().map(|&(i, _)| i).collect();
+                // Every server but those that refused: one that granted
+                // after the first round was decided holds our key too and
+                // can take the floor (and one that cannot, e.g. a clock a
+                // day behind, leaves the others to). Decided once a
+                // majority took it, or it cannot while a majority holds.
+                let asked: Vec<usize> = ctx.all.iter().copied().filter(|&i| !grants.refused_at(i)).collect();
                 let t = round(&ctx.nodes, &asked, timeout, |node| {
                     let cmd = renew.clone();
                     async move { node.renew(api, &cmd, Some(floor), None).await }
-                }, |t| t.floored() >= q || t.pending() == 0)
+                }, |t| t.floored() >= q || t.pending() == 0 || (t.yes() >= q && t.floored() + t.pending() < q))
                 .await;
-                (unfenced + t.yes(), (t.floored() >= q).then_some(floor), Some((t, asked)))
+                // A server holds the key if it renewed now, or granted and
+                // was not heard from again.
+                let held = ctx.all.iter().filter(|&&i| t.yes_at(i).or(grants.yes_at(i)) == Some(true)).count();
+                (held, (t.floored() >= q).then_some(floor), Some((t, asked)))
             }
         };
         let in_time = within(valid_from, ttl);

@@ -38,6 +38,17 @@ impl Tally {
         self.count(|a| matches!(a, Answer::Yes { floored: true, .. }))
     }
 
+    /// Whether server `i` said yes (`Some(true)`) or anything else
+    /// (`Some(false)`: no, or failed); `None` before it answered.
+    pub(crate) fn yes_at(&self, i: usize) -> Option<bool> {
+        self.answers.get(i)?.as_ref().map(|a| matches!(a, Answer::Yes { .. }))
+    }
+
+    /// Whether server `i` answered no.
+    pub(crate) fn refused_at(&self, i: usize) -> bool {
+        matches!(self.answers.get(i), Some(Some(Answer::No)))
+    }
+
     /// Servers asked that have not answered (yet).
     pub(crate) fn pending(&self) -> usize {
         self.asked - self.answers.iter().flatten().count()
