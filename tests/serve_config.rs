@@ -5,7 +5,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use redis_lock_harness::{module_path, workspace_root};
+use redis_lock_harness::{module_path, server_binary, workspace_root};
 
 /// Kills the server even when an assertion fails.
 struct Guard(Child);
@@ -24,7 +24,7 @@ fn redis_conf_loads_the_module_when_started_from_the_repository_root() {
     let root = workspace_root();
     std::fs::create_dir_all(root.join("var")).unwrap();
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let binary = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+    let binary = server_binary();
     // Only the port and persistence differ from serving: no files written.
     let child = Command::new(binary)
         .args(["redis.conf", "--port", &port.to_string(), "--appendonly", "no", "--save", ""])

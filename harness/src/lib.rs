@@ -13,6 +13,8 @@
 //! Environment: `REDIS_SERVER` names the server binary (default
 //! `redis-server` on `PATH`); `REDIS_LOCK_MODULE` names a prebuilt module to
 //! load instead of building `target/release/libredis_lock.so`.
+//! [`server_version`] tells which server that is (redis or valkey, and its
+//! version) for tests whose right answer depends on it.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -22,6 +24,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 mod clock;
+mod version;
+pub use version::{server_binary, server_version, Flavor, ServerVersion};
 
 /// How long a server may take to answer its first PING.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -149,7 +153,7 @@ impl Server {
             }
         }
         let module = builder.module.then(module_path);
-        let binary = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let binary = server_binary();
         // A free port can be taken between our probe and the server's bind;
         // then the server exits and we try another.
         let mut last_log = String::new();
@@ -270,6 +274,20 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // A server that crashed takes its log with its directory: show the
+        // end of it (the crash report) with the failing test's output.
+        if let Ok(Some(status)) = self.child.try_wait() {
+            use std::os::unix::process::ExitStatusExt;
+            if matches!(status.signal(), Some(4 | 6 | 7 | 8 | 11)) {
+                let log = self.log();
+                let lines: Vec<&str> = log.lines().collect();
+                // Redis and Valkey open their crash report with this line;
+                // the stack trace follows it.
+                let from = lines.iter().position(|l| l.contains("BUG REPORT START")).unwrap_or(lines.len().saturating_sub(40));
+                let report = lines[from..].iter().take(40).copied().collect::<Vec<_>>().join("\n");
+                eprintln!("{} on port {} crashed ({status}); its log:\n{report}", server_binary(), self.port);
+            }
+        }
         self.kill();
         if self.owns_dir {
             let _ = std::fs::remove_dir_all(&self.dir);
