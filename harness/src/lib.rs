@@ -7,6 +7,9 @@
 //! server options, leaves the module out, or keeps the data directory for a
 //! restart.
 //!
+//! [`Builder::clock_offset_ms`] shifts one server's wall clock (see the
+//! `clock` module).
+//!
 //! Environment: `REDIS_SERVER` names the server binary (default
 //! `redis-server` on `PATH`); `REDIS_LOCK_MODULE` names a prebuilt module to
 //! load instead of building `target/release/libredis_lock.so`.
@@ -20,6 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+mod clock;
 mod version;
 pub use version::{server_binary, server_version, Flavor, ServerVersion};
 
@@ -63,6 +67,8 @@ pub struct Builder {
     dir: Option<PathBuf>,
     /// Set by `restart`, to come back on the same port.
     port: Option<u16>,
+    /// See [`Builder::clock_offset_ms`].
+    clock_offset_ms: Option<i64>,
     /// Commands for an `appendonly.aof` the server loads at start.
     aof: Option<Vec<u8>>,
 }
@@ -128,7 +134,7 @@ impl Server {
 
     /// A server to configure before starting.
     pub fn builder() -> Builder {
-        Builder { module: true, args: Vec::new(), dir: None, port: None, aof: None }
+        Builder { module: true, args: Vec::new(), dir: None, port: None, clock_offset_ms: None, aof: None }
     }
 
     fn launch(builder: Builder) -> Server {
@@ -159,6 +165,9 @@ impl Server {
                 .args(["--enable-debug-command", "yes"]);
             if let Some(m) = &module {
                 cmd.args(["--loadmodule", m.to_str().expect("utf-8 module path")]);
+            }
+            if let Some(offset) = builder.clock_offset_ms {
+                cmd.envs(clock::env(offset));
             }
             cmd.args(&builder.args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
             let child = cmd.spawn().unwrap_or_else(|e| panic!("start {binary}: {e} (install redis-server)"));

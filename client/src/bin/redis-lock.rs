@@ -1,11 +1,14 @@
 //! `redis-lock`: run a command under a lock, inspect a lock, release one.
 //!
 //! ```text
-//! redis-lock run [--url URL] [--ttl MS] [--wait MS] [--grace MS] [--max-lifetime MS]
+//! redis-lock run [--url URL]... [--ttl MS] [--wait MS] [--grace MS] [--max-lifetime MS]
 //!                [--token TOKEN] [--run-id RUN_ID] KEY -- CMD [ARGS...]
 //! redis-lock info [--url URL] KEY
-//! redis-lock release [--url URL] KEY TOKEN
+//! redis-lock release [--url URL]... KEY TOKEN
 //! ```
+//!
+//! With several `--url`s, `run` and `release` work on a quorum lock over
+//! those servers (`QuorumClient`).
 //!
 //! Exit codes are listed in `USAGE` below; argument parsing is hand-written
 //! to keep the binary free of dependencies beyond the library's.
@@ -13,33 +16,38 @@
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use redis_lock_client::{Backend, ClientOptions, Error, LockClient, LockOptions, LossReason, WatchdogOptions};
+use redis_lock_client::{Backend, ClientOptions, Error, Lock, LockClient, LockOptions, LossReason, LostSignal, QuorumClient, QuorumLock, WatchdogOptions};
 
 const USAGE: &str = "\
 usage:
   redis-lock run [OPTIONS] KEY -- CMD [ARGS...]
       Acquire KEY, keep it renewed (every TTL/3) while CMD runs, release it
       when CMD exits, and exit with CMD's status. If the lock is lost, CMD
-      gets SIGTERM, then SIGKILL after the grace period.
+      gets SIGTERM, then SIGKILL after the grace period. With several
+      --url options the lock is a quorum lock: held on a majority of those
+      independent servers (see the README's Quorum section).
   redis-lock info [--url URL] KEY
       Show what KEY holds as LOCK.INFO reports it: owner, run-id, format
       (legacy or structured), ttl-ms, fence and waiters.
-  redis-lock release [--url URL] KEY TOKEN
-      Release KEY if TOKEN owns it.
+  redis-lock release [--url URL]... KEY TOKEN
+      Release KEY if TOKEN owns it (on every server, with several --url).
 
 options:
-  --url URL            redis URL (default: $REDIS_URL, else redis://127.0.0.1:6379/)
+  --url URL            redis URL (default: $REDIS_URL, else redis://127.0.0.1:6379/);
+                       repeat it for a quorum lock over several servers (run, release)
   --ttl MS             lock TTL in milliseconds (default: 30000)
   --wait MS            how long to wait for a held lock (default: 0, fail at once)
   --grace MS           SIGTERM-to-SIGKILL grace after a loss (default: 10000)
   --max-lifetime MS    stop renewing after this long (default: none)
   --token TOKEN        lock token (default: 128 random bits, hex)
-  --run-id RUN_ID      acquire-or-takeover for this run id (default: plain acquire)
+  --run-id RUN_ID      acquire-or-takeover for this run id (default: plain acquire;
+                       single server only)
 
 exit status:
   run:      CMD's status (128+N if CMD died of signal N); 75 if the lock is
             held by someone else; 79 if the lock was lost while CMD ran;
-            69 on a redis error; 126/127 if CMD cannot be run; 2 on usage errors
+            69 on a redis error (with several --url: no majority of the
+            servers answered); 126/127 if CMD cannot be run; 2 on usage errors
   info:     0 if KEY exists (even as another type), 1 if not, 69 on a redis error
   release:  0 if released, 1 if TOKEN does not own KEY, 69 on a redis error";
 
@@ -78,7 +86,8 @@ fn redis_fail(e: impl std::fmt::Display) -> Fail {
 
 #[derive(Default)]
 struct Opts {
-    url: Option<String>,
+    /// Every `--url`, in order.
+    urls: Vec<String>,
     ttl: Option<u64>,
     wait: Option<u64>,
     grace: Option<u64>,
@@ -119,7 +128,7 @@ fn parse(args: Vec<String>, allowed: &[&str]) -> Result<Opts, Fail> {
         };
         let num = || value.parse::<u64>().map_err(|_| usage(format!("--{name} must be a number of milliseconds, got {value:?}")));
         match name.as_str() {
-            "url" => o.url = Some(value.clone()),
+            "url" => o.urls.push(value.clone()),
             "ttl" => o.ttl = Some(num()?),
             "wait" => o.wait = Some(num()?),
             "grace" => o.grace = Some(num()?),
@@ -132,8 +141,17 @@ fn parse(args: Vec<String>, allowed: &[&str]) -> Result<Opts, Fail> {
     Ok(o)
 }
 
-fn url(o: &Opts) -> String {
-    o.url.clone().or_else(|| std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty())).unwrap_or_else(|| "redis://127.0.0.1:6379/".into())
+/// The one server of a single-server command.
+fn url(o: &Opts) -> Result<String, Fail> {
+    match o.urls.as_slice() {
+        [] => Ok(default_url()),
+        [u] => Ok(u.clone()),
+        _ => Err(usage("this command takes one --url")),
+    }
+}
+
+fn default_url() -> String {
+    std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| "redis://127.0.0.1:6379/".into())
 }
 
 fn run_cli(mut args: Vec<String>) -> Result<ExitCode, Fail> {
@@ -163,10 +181,6 @@ fn cmd_run(o: Opts) -> Result<ExitCode, Fail> {
     let ttl = Duration::from_millis(o.ttl.unwrap_or(30_000));
     let wait = Duration::from_millis(o.wait.unwrap_or(0));
     let grace = Duration::from_millis(o.grace.unwrap_or(10_000));
-    // A reply slower than a third of the TTL would make the watchdog miss
-    // its cadence anyway; fail such a call and retry instead.
-    let timeout = (ttl / 3).clamp(Duration::from_millis(10), Duration::from_secs(2));
-    let client = LockClient::open_with(&url(&o), ClientOptions::new().response_timeout(timeout)).map_err(redis_fail)?;
     let mut watchdog = WatchdogOptions::new();
     if let Some(m) = o.max_lifetime {
         watchdog = watchdog.max_lifetime(Duration::from_millis(m));
@@ -175,9 +189,27 @@ fn cmd_run(o: Opts) -> Result<ExitCode, Fail> {
     if let Some(t) = &o.token {
         lopts = lopts.token(t.clone());
     }
-    let acquired = match &o.run_id {
-        Some(run) => client.takeover_with(key, run, ttl, &lopts),
-        None => client.acquire_with(key, ttl, wait, &lopts),
+    let acquired = if o.urls.len() > 1 {
+        if o.run_id.is_some() {
+            return Err(usage("--run-id (takeover) works with one --url only"));
+        }
+        // Node timeout, drift allowance and retry pauses: the quorum
+        // client's defaults (5 % of the TTL; 1 % + 2 ms; 50-250 ms).
+        let client = QuorumClient::open(&o.urls).map_err(|e| match e {
+            e @ Error::InvalidArgument(_) => usage(e.to_string()),
+            e => redis_fail(e),
+        })?;
+        client.acquire_with(key, ttl, wait, &lopts).map(Held::Quorum)
+    } else {
+        // A reply slower than a third of the TTL would make the watchdog
+        // miss its cadence anyway; fail such a call and retry instead.
+        let timeout = (ttl / 3).clamp(Duration::from_millis(10), Duration::from_secs(2));
+        let client = LockClient::open_with(&url(&o)?, ClientOptions::new().response_timeout(timeout)).map_err(redis_fail)?;
+        match &o.run_id {
+            Some(run) => client.takeover_with(key, run, ttl, &lopts),
+            None => client.acquire_with(key, ttl, wait, &lopts),
+        }
+        .map(Held::One)
     };
     let lock = match acquired {
         Ok(l) => l,
@@ -212,6 +244,28 @@ fn cmd_run(o: Opts) -> Result<ExitCode, Fail> {
         }
     }
     Ok(ExitCode::from(exit_code(status)))
+}
+
+/// The lock `run` holds: on one server, or on a majority of several.
+enum Held {
+    One(Lock),
+    Quorum(QuorumLock),
+}
+
+impl Held {
+    fn lost_signal(&self) -> LostSignal {
+        match self {
+            Held::One(l) => l.lost_signal(),
+            Held::Quorum(l) => l.lost_signal(),
+        }
+    }
+
+    fn release(&self) -> Result<(), Error> {
+        match self {
+            Held::One(l) => l.release(),
+            Held::Quorum(l) => l.release(),
+        }
+    }
 }
 
 fn lost(child: &mut Child, program: &str, key: &str, reason: LossReason, grace: Duration) -> Fail {
@@ -260,7 +314,7 @@ fn cmd_info(o: Opts) -> Result<ExitCode, Fail> {
     let [key] = o.positional.as_slice() else {
         return Err(usage("info takes exactly one KEY"));
     };
-    let client = LockClient::open(&url(&o)).map_err(redis_fail)?;
+    let client = LockClient::open(&url(&o)?).map_err(redis_fail)?;
     let info = match client.info(key) {
         Ok(Some(info)) => info,
         Ok(None) => {
@@ -299,8 +353,12 @@ fn cmd_release(o: Opts) -> Result<ExitCode, Fail> {
     let [key, token] = o.positional.as_slice() else {
         return Err(usage("release takes KEY and TOKEN"));
     };
-    let client = LockClient::open(&url(&o)).map_err(redis_fail)?;
-    match client.release_token(key, token) {
+    let released = if o.urls.len() > 1 {
+        QuorumClient::open(&o.urls).and_then(|c| c.release_token(key, token))
+    } else {
+        LockClient::open(&url(&o)?).and_then(|c| c.release_token(key, token))
+    };
+    match released {
         Ok(()) => {
             println!("released {key}");
             Ok(ExitCode::SUCCESS)
