@@ -100,7 +100,11 @@ pub(crate) enum LockCmd {
     /// `wait_ms`: block in the server for up to this long (module only,
     /// never 0, which would mean forever).
     Acquire { key: String, token: String, ttl_ms: u64, wait_ms: Option<u64> },
-    Renew { key: String, token: String, ttl_ms: u64 },
+    /// `floor`: also raise the server's fence mark to at least this
+    /// (`LOCK.RENEW ... FLOOR f`, for quorum locks). Module only: the
+    /// fallback script renews without it, so a caller that needs the floor
+    /// checks the connection's backend.
+    Renew { key: String, token: String, ttl_ms: u64, floor: Option<u64> },
     Release { key: String, token: String },
     /// A non-empty run-id (an empty one is built as `Acquire`).
     Takeover { key: String, token: String, run_id: String, ttl_ms: u64 },
@@ -141,7 +145,15 @@ impl LockCmd {
 
     pub(crate) fn renew(key: &str, token: &str, ttl: Duration) -> Result<Self> {
         let ttl_ms = check(key, token, ttl)?;
-        Ok(LockCmd::Renew { key: key.into(), token: token.into(), ttl_ms })
+        Ok(LockCmd::Renew { key: key.into(), token: token.into(), ttl_ms, floor: None })
+    }
+
+    /// The same renewal with `FLOOR floor` (see [`LockCmd::Renew`]).
+    pub(crate) fn with_floor(self, floor: u64) -> Self {
+        match self {
+            LockCmd::Renew { key, token, ttl_ms, .. } => LockCmd::Renew { key, token, ttl_ms, floor: Some(floor) },
+            other => other,
+        }
     }
 
     pub(crate) fn release(key: &str, token: &str) -> Result<Self> {
@@ -172,8 +184,11 @@ impl LockCmd {
                     c.arg("WAIT").arg(ms);
                 }
             }
-            LockCmd::Renew { key, token, ttl_ms } => {
+            LockCmd::Renew { key, token, ttl_ms, floor } => {
                 c.arg("LOCK.RENEW").arg(key).arg(token).arg(ttl_ms);
+                if let Some(f) = floor {
+                    c.arg("FLOOR").arg(f);
+                }
             }
             LockCmd::Release { key, token } => {
                 c.arg("LOCK.RELEASE").arg(key).arg(token);
@@ -194,7 +209,7 @@ impl LockCmd {
                 c.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
                 Fallback::Cmd(c)
             }
-            LockCmd::Renew { key, token, ttl_ms } => {
+            LockCmd::Renew { key, token, ttl_ms, .. } => {
                 let mut inv = RENEW.prepare_invoke();
                 inv.key(key).arg(token).arg(ttl_ms);
                 Fallback::Script(inv)
@@ -376,6 +391,7 @@ mod tests {
         assert!(packed(&a.with_wait(0)).ends_with("$4 WAIT $1 1 "), "0 would mean forever");
         assert!(packed(&LockCmd::takeover("k", "t", "r", ttl).unwrap()).ends_with("$5 FENCE "));
         assert!(!packed(&LockCmd::renew("k", "t", ttl).unwrap()).contains("FENCE"));
+        assert!(packed(&LockCmd::renew("k", "t", ttl).unwrap().with_floor(17)).ends_with("$3 100 $5 FLOOR $2 17 "));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::fmt;
 /// | [`Error::NotHeld`] | `renew`/`release` found the key gone or owned by another token | stop the guarded work: the lock was lost |
 /// | [`Error::Redis`] | connection, timeout or server error (e.g. `WRONGTYPE`) | the outcome is unknown; treat the lock as at risk |
 /// | [`Error::InvalidArgument`] | empty key or token, zero or oversized TTL, API not available on this client | fix the call |
+/// | [`Error::NoQuorum`] | a quorum lock operation got no majority of answers (nodes down, slow, erroring) or ran out of validity | retry; for a held lock, treat it as at risk |
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
@@ -29,6 +30,11 @@ pub enum Error {
     Redis(redis::RedisError),
     /// The call was rejected before anything was sent.
     InvalidArgument(String),
+    /// A [`QuorumClient`](crate::QuorumClient) operation did not reach a
+    /// majority of its servers in time: which ones answered what is in the
+    /// [`QuorumFailure`](crate::QuorumFailure). (A majority that *refused*
+    /// is [`Error::NotAcquired`] or [`Error::NotHeld`] instead.)
+    NoQuorum(Box<crate::quorum::QuorumFailure>),
 }
 
 impl Error {
@@ -50,6 +56,7 @@ impl fmt::Display for Error {
             Error::NotHeld { key } => write!(f, "lock {key:?} is no longer held by this token"),
             Error::Redis(e) => write!(f, "redis error: {e}"),
             Error::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
+            Error::NoQuorum(failure) => write!(f, "no quorum: {failure}"),
         }
     }
 }

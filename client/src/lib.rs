@@ -16,7 +16,10 @@
 //!   future) and [`LostSignal`] (blocking or async) report it with a
 //!   [`LossReason`].
 //! - Every failure is one [`Error`]: `NotAcquired`, `NotHeld`, `Redis`,
-//!   `InvalidArgument`.
+//!   `InvalidArgument`, and `NoQuorum` for quorum locks.
+//! - [`QuorumClient`] holds a lock on a majority of N independent servers
+//!   ([`QuorumLock`], same methods as [`Lock`]), with fences that never go
+//!   backwards whatever the servers' clocks.
 //!
 //! The backend is detected once per connection: the first `LOCK.*` command
 //! either works or fails with "unknown command", after which that connection
@@ -113,6 +116,7 @@ mod error;
 mod info;
 mod lock;
 mod options;
+mod quorum;
 mod state;
 mod wait;
 mod watchdog;
@@ -124,6 +128,7 @@ pub use error::{Error, Result};
 pub use info::{LockFormat, LockInfo};
 pub use lock::Lock;
 pub use options::{ClientOptions, LockOptions, WatchdogOptions};
+pub use quorum::{QuorumClient, QuorumFailure, QuorumLock, QuorumOptions};
 pub use state::{LossReason, LostSignal};
 
 /// Compiles the README's examples as doctests.

@@ -89,6 +89,28 @@ pub(crate) fn spawn_sync(shared: Arc<Shared>, client: LockClient, opts: &Watchdo
 }
 
 pub(crate) fn spawn_async(shared: Arc<Shared>, client: LockClient, opts: &WatchdogOptions, rt: &tokio::runtime::Handle) -> tokio::task::JoinHandle<()> {
+    spawn_async_with(shared, opts, rt, move |shared, ttl| {
+        let client = client.clone();
+        async move {
+            let sent = Instant::now();
+            let r = match LockCmd::renew(&shared.key, &shared.token, ttl) {
+                Ok(c) => client.inner.run_async(&c).await,
+                Err(e) => Err(e),
+            };
+            (sent, r)
+        }
+    })
+}
+
+/// The async watchdog with the renewal given by the caller (the quorum
+/// lock renews on several servers): `renew(shared, ttl)` answers when the
+/// renewal's validity starts (the `sent` of a single-server renewal) and
+/// its outcome, read as for a single server.
+pub(crate) fn spawn_async_with<F, Fut>(shared: Arc<Shared>, opts: &WatchdogOptions, rt: &tokio::runtime::Handle, renew: F) -> tokio::task::JoinHandle<()>
+where
+    F: Fn(Arc<Shared>, Duration) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = (Instant, Result<bool, Error>)> + Send + 'static,
+{
     let schedule = Schedule::new(opts);
     rt.spawn(async move {
         let mut next = schedule.started + interval(shared.ttl());
@@ -97,11 +119,7 @@ pub(crate) fn spawn_async(shared: Arc<Shared>, client: LockClient, opts: &Watchd
                 return;
             }
             let ttl = shared.ttl();
-            let sent = Instant::now();
-            let r = match LockCmd::renew(&shared.key, &shared.token, ttl) {
-                Ok(c) => client.inner.run_async(&c).await,
-                Err(e) => Err(e),
-            };
+            let (sent, r) = renew(shared.clone(), ttl).await;
             match schedule.after(&shared, sent, ttl, r) {
                 Outcome::Next(at) => next = at,
                 Outcome::Stop => return,

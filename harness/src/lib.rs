@@ -17,10 +17,6 @@
 //! [`server_version`] tells which server that is (redis or valkey, and its
 //! version) for tests whose right answer depends on it.
 
-mod cluster;
-
-pub use cluster::{key_in_slot, key_slot, Cluster, NodeView, SLOTS};
-
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -29,6 +25,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 mod clock;
+mod cluster;
+
+pub use cluster::{key_in_slot, key_slot, Cluster, NodeView, SLOTS};
 mod version;
 pub use version::{server_binary, server_version, Flavor, ServerVersion};
 
@@ -72,10 +71,10 @@ pub struct Builder {
     dir: Option<PathBuf>,
     /// Set by `restart`, to come back on the same port.
     port: Option<u16>,
-    /// Commands for an `appendonly.aof` the server loads at start.
-    aof: Option<Vec<u8>>,
     /// See [`Builder::clock_offset_ms`].
     clock_offset_ms: Option<i64>,
+    /// Commands for an `appendonly.aof` the server loads at start.
+    aof: Option<Vec<u8>>,
 }
 
 impl Builder {
@@ -139,7 +138,7 @@ impl Server {
 
     /// A server to configure before starting.
     pub fn builder() -> Builder {
-        Builder { module: true, args: Vec::new(), dir: None, port: None, aof: None, clock_offset_ms: None }
+        Builder { module: true, args: Vec::new(), dir: None, port: None, clock_offset_ms: None, aof: None }
     }
 
     fn launch(builder: Builder) -> Server {

@@ -7,42 +7,51 @@
 //! redis-lock release [--url URL]... [--cluster] KEY TOKEN
 //! ```
 //!
+//! With several `--url`s, `run` and `release` work on a quorum lock over
+//! those servers (`QuorumClient`); with `--cluster` the `--url`s are seed
+//! nodes of one Redis Cluster instead.
+//!
 //! Exit codes are listed in `USAGE` below; argument parsing is hand-written
 //! to keep the binary free of dependencies beyond the library's.
 
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use redis_lock_client::{Backend, ClientOptions, Error, LockClient, LockOptions, LossReason, WatchdogOptions};
+use redis_lock_client::{Backend, ClientOptions, Error, Lock, LockClient, LockOptions, LossReason, LostSignal, QuorumClient, QuorumLock, WatchdogOptions};
 
 const USAGE: &str = "\
 usage:
   redis-lock run [OPTIONS] KEY -- CMD [ARGS...]
       Acquire KEY, keep it renewed (every TTL/3) while CMD runs, release it
       when CMD exits, and exit with CMD's status. If the lock is lost, CMD
-      gets SIGTERM, then SIGKILL after the grace period.
+      gets SIGTERM, then SIGKILL after the grace period. With several
+      --url options the lock is a quorum lock: held on a majority of those
+      independent servers (see the README's Quorum section).
   redis-lock info [--url URL]... [--cluster] KEY
       Show what KEY holds as LOCK.INFO reports it: owner, run-id, format
       (legacy or structured), ttl-ms, fence and waiters.
   redis-lock release [--url URL]... [--cluster] KEY TOKEN
-      Release KEY if TOKEN owns it.
+      Release KEY if TOKEN owns it (on every server, with several --url).
 
 options:
   --url URL            redis URL (default: $REDIS_URL, else redis://127.0.0.1:6379/);
+                       repeat it for a quorum lock over several servers (run, release);
                        redis+cluster://HOST:PORT[,HOST:PORT...]/ is a Redis Cluster
-  --cluster            the URL(s) are seed nodes of a Redis Cluster (repeat
-                       --url for more seeds)
+  --cluster            the URL(s) are seed nodes of one Redis Cluster (repeat
+                       --url for more seeds), not a quorum
   --ttl MS             lock TTL in milliseconds (default: 30000)
   --wait MS            how long to wait for a held lock (default: 0, fail at once)
   --grace MS           SIGTERM-to-SIGKILL grace after a loss (default: 10000)
   --max-lifetime MS    stop renewing after this long (default: none)
   --token TOKEN        lock token (default: 128 random bits, hex)
-  --run-id RUN_ID      acquire-or-takeover for this run id (default: plain acquire)
+  --run-id RUN_ID      acquire-or-takeover for this run id (default: plain acquire;
+                       single server only)
 
 exit status:
   run:      CMD's status (128+N if CMD died of signal N); 75 if the lock is
             held by someone else; 79 if the lock was lost while CMD ran;
-            69 on a redis error; 126/127 if CMD cannot be run; 2 on usage errors
+            69 on a redis error (with several --url: no majority of the
+            servers answered); 126/127 if CMD cannot be run; 2 on usage errors
   info:     0 if KEY exists (even as another type), 1 if not, 69 on a redis error
   release:  0 if released, 1 if TOKEN does not own KEY, 69 on a redis error";
 
@@ -81,9 +90,9 @@ fn redis_fail(e: impl std::fmt::Display) -> Fail {
 
 #[derive(Default)]
 struct Opts {
-    /// Every `--url` given, in order.
+    /// Every `--url`, in order.
     urls: Vec<String>,
-    /// `--cluster`: the URLs are cluster seed nodes.
+    /// `--cluster`: the URLs are seed nodes of one cluster.
     cluster: bool,
     ttl: Option<u64>,
     wait: Option<u64>,
@@ -146,23 +155,38 @@ fn parse(args: Vec<String>, allowed: &[&str]) -> Result<Opts, Fail> {
     Ok(o)
 }
 
-/// The client for the URL(s): `--url`s, else `$REDIS_URL`, else the local
-/// default. Several URLs are cluster seeds and need `--cluster`; a
-/// `redis+cluster://` URL is a cluster without it.
-fn open(o: &Opts, opts: ClientOptions) -> Result<LockClient, Fail> {
-    let urls = if o.urls.is_empty() {
-        vec![std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| "redis://127.0.0.1:6379/".into())]
-    } else {
-        o.urls.clone()
-    };
-    if urls.len() > 1 && !o.cluster {
-        return Err(usage("several --url need --cluster (they are the seed nodes of one cluster)"));
+/// The one server of a single-server command.
+fn url(o: &Opts) -> Result<String, Fail> {
+    match o.urls.as_slice() {
+        [] => Ok(default_url()),
+        [u] => Ok(u.clone()),
+        _ => Err(usage("this command takes one --url")),
     }
-    let client = if o.cluster { LockClient::open_cluster_with(&urls, opts) } else { LockClient::open_with(&urls[0], opts) };
+}
+
+/// The client of a one-lock-service command: a Redis Cluster with
+/// `--cluster` (the `--url`s, else `$REDIS_URL`, are its seeds), else the
+/// one server (a `redis+cluster://` URL is a cluster there too).
+fn open(o: &Opts, opts: ClientOptions) -> Result<LockClient, Fail> {
+    let client = if o.cluster {
+        let seeds = if o.urls.is_empty() { vec![default_url()] } else { o.urls.clone() };
+        LockClient::open_cluster_with(&seeds, opts)
+    } else {
+        LockClient::open_with(&url(o)?, opts)
+    };
     client.map_err(|e| match e {
         e @ Error::InvalidArgument(_) => usage(e.to_string()),
         e => redis_fail(e),
     })
+}
+
+/// Several `--url`s without `--cluster`: a quorum lock over those servers.
+fn quorum(o: &Opts) -> bool {
+    o.urls.len() > 1 && !o.cluster
+}
+
+fn default_url() -> String {
+    std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| "redis://127.0.0.1:6379/".into())
 }
 
 fn run_cli(mut args: Vec<String>) -> Result<ExitCode, Fail> {
@@ -192,10 +216,6 @@ fn cmd_run(o: Opts) -> Result<ExitCode, Fail> {
     let ttl = Duration::from_millis(o.ttl.unwrap_or(30_000));
     let wait = Duration::from_millis(o.wait.unwrap_or(0));
     let grace = Duration::from_millis(o.grace.unwrap_or(10_000));
-    // A reply slower than a third of the TTL would make the watchdog miss
-    // its cadence anyway; fail such a call and retry instead.
-    let timeout = (ttl / 3).clamp(Duration::from_millis(10), Duration::from_secs(2));
-    let client = open(&o, ClientOptions::new().response_timeout(timeout))?;
     let mut watchdog = WatchdogOptions::new();
     if let Some(m) = o.max_lifetime {
         watchdog = watchdog.max_lifetime(Duration::from_millis(m));
@@ -204,9 +224,27 @@ fn cmd_run(o: Opts) -> Result<ExitCode, Fail> {
     if let Some(t) = &o.token {
         lopts = lopts.token(t.clone());
     }
-    let acquired = match &o.run_id {
-        Some(run) => client.takeover_with(key, run, ttl, &lopts),
-        None => client.acquire_with(key, ttl, wait, &lopts),
+    let acquired = if quorum(&o) {
+        if o.run_id.is_some() {
+            return Err(usage("--run-id (takeover) works with one --url only"));
+        }
+        // Node timeout, drift allowance and retry pauses: the quorum
+        // client's defaults (5 % of the TTL; 1 % + 2 ms; 50-250 ms).
+        let client = QuorumClient::open(&o.urls).map_err(|e| match e {
+            e @ Error::InvalidArgument(_) => usage(e.to_string()),
+            e => redis_fail(e),
+        })?;
+        client.acquire_with(key, ttl, wait, &lopts).map(Held::Quorum)
+    } else {
+        // A reply slower than a third of the TTL would make the watchdog
+        // miss its cadence anyway; fail such a call and retry instead.
+        let timeout = (ttl / 3).clamp(Duration::from_millis(10), Duration::from_secs(2));
+        let client = open(&o, ClientOptions::new().response_timeout(timeout))?;
+        match &o.run_id {
+            Some(run) => client.takeover_with(key, run, ttl, &lopts),
+            None => client.acquire_with(key, ttl, wait, &lopts),
+        }
+        .map(Held::One)
     };
     let lock = match acquired {
         Ok(l) => l,
@@ -241,6 +279,28 @@ fn cmd_run(o: Opts) -> Result<ExitCode, Fail> {
         }
     }
     Ok(ExitCode::from(exit_code(status)))
+}
+
+/// The lock `run` holds: on one server, or on a majority of several.
+enum Held {
+    One(Lock),
+    Quorum(QuorumLock),
+}
+
+impl Held {
+    fn lost_signal(&self) -> LostSignal {
+        match self {
+            Held::One(l) => l.lost_signal(),
+            Held::Quorum(l) => l.lost_signal(),
+        }
+    }
+
+    fn release(&self) -> Result<(), Error> {
+        match self {
+            Held::One(l) => l.release(),
+            Held::Quorum(l) => l.release(),
+        }
+    }
 }
 
 fn lost(child: &mut Child, program: &str, key: &str, reason: LossReason, grace: Duration) -> Fail {
@@ -328,8 +388,12 @@ fn cmd_release(o: Opts) -> Result<ExitCode, Fail> {
     let [key, token] = o.positional.as_slice() else {
         return Err(usage("release takes KEY and TOKEN"));
     };
-    let client = open(&o, ClientOptions::new())?;
-    match client.release_token(key, token) {
+    let released = if quorum(&o) {
+        QuorumClient::open(&o.urls).and_then(|c| c.release_token(key, token))
+    } else {
+        open(&o, ClientOptions::new())?.release_token(key, token)
+    };
+    match released {
         Ok(()) => {
             println!("released {key}");
             Ok(ExitCode::SUCCESS)

@@ -1,0 +1,260 @@
+//! [`QuorumLock`]: the handle of a lock held on a majority of servers.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::options::LockOptions;
+use crate::quorum::node::Api;
+use crate::quorum::protocol::{self, Acquired, Ctx};
+use crate::quorum::runtime;
+use crate::state::{LossReason, LostSignal, Shared, Status};
+use crate::watchdog;
+
+/// How the lock was taken, which decides where drop releases it and where
+/// the watchdog runs.
+#[derive(Debug)]
+enum Flavor {
+    /// Sync API: the quorum client's background runtime.
+    Sync,
+    /// Async API: the caller's runtime.
+    Async(tokio::runtime::Handle),
+}
+
+impl Flavor {
+    fn api(&self) -> Api {
+        match self {
+            Flavor::Sync => Api::Sync,
+            Flavor::Async(_) => Api::Async,
+        }
+    }
+}
+
+/// A lock held on a majority of a [`QuorumClient`](crate::QuorumClient)'s
+/// servers. Released (on all servers) when dropped, best effort.
+///
+/// The same methods as [`Lock`](crate::Lock), with the same meaning,
+/// where "the server" reads "a majority of the servers":
+/// [`renew`](QuorumLock::renew) needs a majority within the validity,
+/// [`release`](QuorumLock::release) releases on all, the watchdog
+/// ([`LockOptions::watchdog`]) renews every TTL/3, and
+/// [`is_held`](QuorumLock::is_held) / [`lost_signal`](QuorumLock::lost_signal)
+/// report a loss. The validity is shorter than the TTL: it ends at
+/// [`valid_until`](QuorumLock::valid_until) = start of the last successful
+/// acquire or renewal + TTL − drift allowance.
+pub struct QuorumLock {
+    shared: Arc<Shared>,
+    ctx: Arc<Ctx>,
+    flavor: Flavor,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    fence: Option<u64>,
+}
+
+impl std::fmt::Debug for QuorumLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuorumLock").field("key", &self.shared.key).field("fence", &self.fence).field("flavor", &self.flavor).finish_non_exhaustive()
+    }
+}
+
+impl QuorumLock {
+    pub(crate) fn new(ctx: Arc<Ctx>, key: &str, token: String, acquired: Acquired, ttl: Duration, opts: &LockOptions, rt: Option<tokio::runtime::Handle>) -> QuorumLock {
+        let shared = Arc::new(Shared::new(key.into(), token, acquired.valid_from, ttl));
+        let flavor = match rt {
+            Some(rt) => Flavor::Async(rt),
+            None => Flavor::Sync,
+        };
+        let api = flavor.api();
+        let fence = acquired.fence;
+        let rt = match &flavor {
+            Flavor::Async(rt) => Some(rt.clone()),
+            Flavor::Sync => runtime::background().ok(),
+        };
+        // Without a runtime there are no renewals; the state still turns
+        // Lost(Expired) at the end of the validity, so the loss is not silent.
+        let task = match (&opts.watchdog, rt) {
+            (Some(w), Some(rt)) => {
+                let ctx = ctx.clone();
+                Some(watchdog::spawn_async_with(shared.clone(), w, &rt, move |shared, ttl| {
+                    let ctx = ctx.clone();
+                    async move { protocol::renew(&ctx, api, &shared.key, &shared.token, ttl, fence).await }
+                }))
+            }
+            _ => None,
+        };
+        QuorumLock { shared, ctx, flavor, task: Mutex::new(task), fence }
+    }
+
+    /// The locked key.
+    pub fn key(&self) -> &str {
+        &self.shared.key
+    }
+
+    /// The token that owns the key on the servers.
+    pub fn token(&self) -> &str {
+        &self.shared.token
+    }
+
+    /// The fencing token of this acquisition: strictly larger than that of
+    /// every earlier successful quorum acquisition of the key through
+    /// servers with the module, whatever their clocks say (see the crate's
+    /// README, Quorum). `None` when fewer than a majority of the servers
+    /// could raise their fence mark to it: servers without the module
+    /// (script fallback), or whose module predates `LOCK.RENEW ... FLOOR`.
+    /// Renewals keep it.
+    pub fn fence(&self) -> Option<u64> {
+        self.fence
+    }
+
+    /// True while the lock is held as far as this process can tell: not
+    /// released, no renewal found a majority not ours, and the validity has
+    /// not run out.
+    pub fn is_held(&self) -> bool {
+        self.shared.status() == Status::Held
+    }
+
+    /// When the current validity ends (if no renewal extends it): the start
+    /// of the last successful acquire or renewal + TTL − drift allowance.
+    /// Do not start guarded work that cannot finish before it.
+    pub fn valid_until(&self) -> Instant {
+        self.shared.lock().valid_until
+    }
+
+    /// Why the lock was lost, if it was.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        match self.shared.status() {
+            Status::Lost(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// A signal that fires when this lock is lost (or ends when released).
+    pub fn lost_signal(&self) -> LostSignal {
+        LostSignal { shared: self.shared.clone() }
+    }
+
+    /// Resolves when the lock is lost (`Some(reason)`) or released (`None`).
+    pub async fn lost(&self) -> Option<LossReason> {
+        self.lost_signal().lost().await
+    }
+
+    fn check_renewable(&self) -> Result<()> {
+        match self.shared.status() {
+            Status::Held => Ok(()),
+            Status::Released | Status::Lost(_) => Err(Error::NotHeld { key: self.key().into() }),
+        }
+    }
+
+    fn after_renew(&self, valid_from: Instant, ttl: Duration, r: Result<bool>) -> Result<()> {
+        match r? {
+            true if self.shared.renewed(valid_from, ttl) => Ok(()),
+            true => Err(Error::NotHeld { key: self.key().into() }),
+            false => {
+                self.shared.mark_lost(LossReason::NotOwner);
+                Err(Error::NotHeld { key: self.key().into() })
+            }
+        }
+    }
+
+    /// Renews on every server for `ttl` (the watchdog uses it from then on);
+    /// succeeds when a majority renewed within the validity. A server where
+    /// the key is absent is taken again (`QuorumOptions::reacquire_on_renew`).
+    /// [`Error::NotHeld`] when a majority says the key is not ours (the lock
+    /// is then lost); [`Error::NoQuorum`] when too few answered (the lock
+    /// stays held until its validity runs out; try again).
+    pub fn renew(&self, ttl: Duration) -> Result<()> {
+        self.check_renewable()?;
+        let (ctx, key, token, fence) = (self.ctx.clone(), self.key().to_string(), self.token().to_string(), self.fence);
+        let (from, r) = runtime::block(async move { Ok(protocol::renew(&ctx, Api::Sync, &key, &token, ttl, fence).await) })?;
+        self.after_renew(from, ttl, r)
+    }
+
+    /// The async twin of [`QuorumLock::renew`].
+    pub async fn renew_async(&self, ttl: Duration) -> Result<()> {
+        self.check_renewable()?;
+        in_runtime()?;
+        let (from, r) = protocol::renew(&self.ctx, Api::Async, self.key(), self.token(), ttl, self.fence).await;
+        self.after_renew(from, ttl, r)
+    }
+
+    fn stop_watchdog(&self) {
+        self.shared.stop_watchdog();
+        if let Some(t) = self.task.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            t.abort();
+        }
+    }
+
+    fn after_release(&self, r: Result<bool>) -> Result<()> {
+        if r? {
+            self.shared.mark_released();
+            Ok(())
+        } else {
+            self.shared.mark_lost(LossReason::NotOwner);
+            Err(Error::NotHeld { key: self.key().into() })
+        }
+    }
+
+    fn node_timeout(&self) -> Duration {
+        self.ctx.opts.node_timeout_for(self.shared.ttl())
+    }
+
+    /// Releases on every server and stops the watchdog. Returns once a
+    /// majority has deleted the key (the other servers' releases are under
+    /// way and finish within the node timeout). Idempotent.
+    /// [`Error::NotHeld`] if no majority held it (it had been lost);
+    /// [`Error::NoQuorum`] if too few answered: the key may stay on some
+    /// servers until its TTL; calling again retries.
+    pub fn release(&self) -> Result<()> {
+        self.stop_watchdog();
+        if self.shared.status() == Status::Released {
+            return Ok(());
+        }
+        let (ctx, key, token, timeout) = (self.ctx.clone(), self.key().to_string(), self.token().to_string(), self.node_timeout());
+        let r = runtime::block(async move { protocol::release(&ctx, Api::Sync, &key, &token, timeout).await });
+        self.after_release(r)
+    }
+
+    /// The async twin of [`QuorumLock::release`].
+    pub async fn release_async(&self) -> Result<()> {
+        self.stop_watchdog();
+        if self.shared.status() == Status::Released {
+            return Ok(());
+        }
+        in_runtime()?;
+        let r = protocol::release(&self.ctx, Api::Async, self.key(), self.token(), self.node_timeout()).await;
+        self.after_release(r)
+    }
+}
+
+impl Drop for QuorumLock {
+    /// Best-effort release on every server: sync locks wait for it (bounded
+    /// by the node timeout), async locks spawn it on their runtime and
+    /// return at once. If that fails the keys expire after their TTL.
+    fn drop(&mut self) {
+        self.stop_watchdog();
+        let status = self.shared.status();
+        if status == Status::Released {
+            return;
+        }
+        if status == Status::Held {
+            self.shared.mark_released();
+        }
+        let (ctx, key, token, timeout) = (self.ctx.clone(), self.key().to_string(), self.token().to_string(), self.node_timeout());
+        match &self.flavor {
+            Flavor::Sync => {
+                let _ = runtime::block(async move { protocol::release(&ctx, Api::Sync, &key, &token, timeout).await });
+            }
+            Flavor::Async(rt) => {
+                let rt = tokio::runtime::Handle::try_current().unwrap_or_else(|_| rt.clone());
+                rt.spawn(async move {
+                    let _ = protocol::release(&ctx, Api::Async, &key, &token, timeout).await;
+                });
+            }
+        }
+    }
+}
+
+/// The async methods spawn their steps as tasks: checked up front, since
+/// tokio would panic outside a runtime.
+pub(crate) fn in_runtime() -> Result<tokio::runtime::Handle> {
+    tokio::runtime::Handle::try_current().map_err(|_| Error::InvalidArgument("the _async methods must run inside a tokio runtime".into()))
+}

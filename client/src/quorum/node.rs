@@ -1,0 +1,161 @@
+//! One server of a quorum, and the single-server steps the quorum
+//! algorithm is made of. Each step runs the existing command builder
+//! ([`LockCmd`]) through a [`LockClient`] of that server, so module and
+//! script servers are handled as for a single-server lock.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use redis::{ErrorKind, ServerErrorKind};
+
+use crate::client::LockClient;
+use crate::cmd::{Backend, Grant, LockCmd};
+use crate::error::{Error, Result};
+use crate::options::ClientOptions;
+use crate::quorum::failure::redact;
+
+/// Which API a step runs for. Each server has one client per API: the sync
+/// API's connections live on the background runtime, the async API's on
+/// the caller's, and a connection must stay with the runtime driving it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Api {
+    Sync,
+    Async,
+}
+
+/// `LOCK.RENEW ... FLOOR` support: not known yet, works, refused.
+const FLOOR_UNKNOWN: u8 = 0;
+const FLOOR_YES: u8 = 1;
+const FLOOR_NO: u8 = 2;
+
+/// One server of the quorum.
+pub(crate) struct Node {
+    /// The URL without credentials, for messages.
+    pub(crate) name: String,
+    sync: LockClient,
+    aio: LockClient,
+    /// Whether this server's module takes `FLOOR` (one of `FLOOR_*`). Once
+    /// refused, it is not asked again for this client's lifetime: an older
+    /// module answers every `FLOOR` with an arity error, which would cost
+    /// every renewal a second round trip.
+    floor: AtomicU8,
+}
+
+/// What one server answered to one step.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// Took effect. `fence`: the grant's fence (module, acquire).
+    /// `floored`: the server raised its fence mark to the requested floor.
+    Yes { fence: Option<u64>, floored: bool },
+    /// The key is another token's (acquire), or not ours (renew, release).
+    No,
+    /// An error or no answer in time.
+    Failed(String),
+}
+
+impl Node {
+    pub(crate) fn open(url: &str, opts: ClientOptions) -> Result<Node> {
+        Ok(Node {
+            name: redact(url),
+            sync: LockClient::open_with(url, opts.clone())?,
+            aio: LockClient::open_with(url, opts)?,
+            floor: AtomicU8::new(FLOOR_UNKNOWN),
+        })
+    }
+
+    fn client(&self, api: Api) -> &LockClient {
+        match api {
+            Api::Sync => &self.sync,
+            Api::Async => &self.aio,
+        }
+    }
+
+    async fn run(&self, api: Api, cmd: &LockCmd) -> Result<Grant> {
+        self.client(api).inner.run_grant_async(cmd).await
+    }
+
+    /// One command, its outcome as an answer.
+    pub(crate) async fn step(&self, api: Api, cmd: &LockCmd) -> Answer {
+        match self.run(api, cmd).await {
+            Ok(Grant::Granted(fence)) => Answer::Yes { fence, floored: false },
+            Ok(Grant::Refused) => Answer::No,
+            Err(e) => Answer::Failed(e.to_string()),
+        }
+    }
+
+    /// Renews, raising the server's fence mark to `floor` where it can. A
+    /// key that is absent is taken again when `reacquire` is given (see
+    /// `QuorumOptions::reacquire_on_renew`) and then floored like a renewal.
+    pub(crate) async fn renew(&self, api: Api, renew: &LockCmd, floor: Option<u64>, reacquire: Option<&LockCmd>) -> Answer {
+        let a = self.renew_floor(api, renew, floor).await;
+        let (Answer::No, Some(acquire)) = (&a, reacquire) else { return a };
+        match self.run(api, acquire).await {
+            Ok(Grant::Granted(_)) if floor.is_some() => self.renew_floor(api, renew, floor).await,
+            Ok(Grant::Granted(_)) => Answer::Yes { fence: None, floored: false },
+            Ok(Grant::Refused) => Answer::No,
+            Err(e) => Answer::Failed(e.to_string()),
+        }
+    }
+
+    async fn renew_floor(&self, api: Api, renew: &LockCmd, floor: Option<u64>) -> Answer {
+        let Some(f) = floor.filter(|_| self.floor.load(Ordering::Relaxed) != FLOOR_NO) else {
+            return self.step(api, renew).await;
+        };
+        match self.run(api, &renew.clone().with_floor(f)).await {
+            Ok(Grant::Granted(_)) => {
+                // The scripts fallback renews without a floor.
+                let floored = self.client(api).backend_async() == Backend::Module;
+                if floored {
+                    self.floor.store(FLOOR_YES, Ordering::Relaxed);
+                }
+                Answer::Yes { fence: None, floored }
+            }
+            Ok(Grant::Refused) => Answer::No,
+            Err(e) if is_floor_unsupported(&e) => {
+                self.floor.store(FLOOR_NO, Ordering::Relaxed);
+                self.step(api, renew).await
+            }
+            // The floor is too far ahead of this server's clock: it keeps
+            // the key (an error changes nothing), renewed without it.
+            Err(e) if is_floor_out_of_range(&e) => self.step(api, renew).await,
+            Err(e) => Answer::Failed(e.to_string()),
+        }
+    }
+}
+
+fn server_error_detail(e: &Error) -> Option<String> {
+    match e {
+        Error::Redis(e) if e.kind() == ErrorKind::Server(ServerErrorKind::ResponseError) => e.detail().map(|d| d.trim_start().to_ascii_lowercase()),
+        _ => None,
+    }
+}
+
+/// A module older than `FLOOR`: RENEW takes no options there, so the extra
+/// arguments are an arity (or syntax) error.
+pub(crate) fn is_floor_unsupported(e: &Error) -> bool {
+    server_error_detail(e).is_some_and(|d| d.starts_with("wrong number of arguments") || d.starts_with("syntax error"))
+}
+
+/// `ERR fence floor ...`: the floor is more than the module's horizon
+/// ahead of that server's clock; nothing changed there.
+pub(crate) fn is_floor_out_of_range(e: &Error) -> bool {
+    server_error_detail(e).is_some_and(|d| d.starts_with("fence floor"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(line: &str) -> Error {
+        Error::Redis(redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).and_then(redis::Value::extract_error).unwrap_err())
+    }
+
+    #[test]
+    fn floor_errors_are_recognised() {
+        assert!(is_floor_unsupported(&server("ERR wrong number of arguments for 'lock.renew' command")));
+        assert!(is_floor_unsupported(&server("ERR syntax error")));
+        assert!(!is_floor_unsupported(&server("ERR fence floor is more than 24 h ahead of this server's clock")));
+        assert!(is_floor_out_of_range(&server("ERR fence floor is more than 24 h ahead of this server's clock")));
+        assert!(!is_floor_out_of_range(&server("WRONGTYPE Operation against a key holding the wrong kind of value")));
+        assert!(!is_floor_unsupported(&Error::InvalidArgument("wrong number of arguments".into())));
+    }
+}

@@ -1,0 +1,98 @@
+//! [`QuorumOptions`]: the knobs of the quorum algorithm, with redsync's
+//! defaults where redsync has one.
+
+use std::time::Duration;
+
+/// Options of a [`QuorumClient`](crate::QuorumClient). Per-lock options
+/// (token, watchdog) are the usual [`LockOptions`](crate::LockOptions);
+/// their `retry_delay` is not used here (see [`QuorumOptions::retry_delay`]).
+#[derive(Clone, Debug)]
+pub struct QuorumOptions {
+    pub(crate) node_timeout: Option<Duration>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) drift_factor: f64,
+    pub(crate) drift_fixed: Duration,
+    pub(crate) retry_min_delay: Duration,
+    pub(crate) retry_max_delay: Duration,
+    pub(crate) reacquire_on_renew: bool,
+}
+
+impl Default for QuorumOptions {
+    fn default() -> Self {
+        QuorumOptions {
+            node_timeout: None,
+            connect_timeout: Duration::from_secs(2),
+            drift_factor: 0.01,
+            drift_fixed: Duration::from_millis(2),
+            retry_min_delay: Duration::from_millis(50),
+            retry_max_delay: Duration::from_millis(250),
+            reacquire_on_renew: true,
+        }
+    }
+}
+
+impl QuorumOptions {
+    /// The defaults: see each setter.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How long one server may take to answer one step (an acquire, the
+    /// fence floor, a renewal, a release) before it counts as failed for
+    /// that step. Default: 5 % of the lock's TTL (redsync's timeout factor),
+    /// at least 1 ms. A slow server then costs a step at most this long,
+    /// and only when the majority is not reached without it.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
+        self
+    }
+
+    /// How long opening a connection to one server may take (a step's
+    /// node timeout cuts it shorter). Default: 2 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The clock-drift allowance subtracted from every validity:
+    /// `factor × TTL + fixed`. Default: 1 % of the TTL + 2 ms (the Redlock
+    /// description's; redsync uses the 1 % alone). It covers servers whose
+    /// clocks *run* at slightly different rates, not clocks that jump.
+    pub fn drift(mut self, factor: f64, fixed: Duration) -> Self {
+        self.drift_factor = if factor.is_finite() { factor.clamp(0.0, 1.0) } else { 0.01 };
+        self.drift_fixed = fixed;
+        self
+    }
+
+    /// The pause between failed attempts of `acquire`, drawn uniformly from
+    /// `[min, max]` each time, so contenders that collided do not collide
+    /// again. Default: 50–250 ms (redsync's). redsync's default of 32
+    /// tries is about `acquire` with a 5 s wait.
+    pub fn retry_delay(mut self, min: Duration, max: Duration) -> Self {
+        self.retry_min_delay = min;
+        self.retry_max_delay = max.max(min);
+        self
+    }
+
+    /// Whether a renewal that finds the key *absent* on a server takes it
+    /// there again (`LOCK.ACQUIRE`, then the fence floor), as redsync's
+    /// `WithSetNXOnExtend` does. Default: on. A server that restarted
+    /// without persistence (or lost the key otherwise) then rejoins the
+    /// holder's majority at the next renewal instead of staying free for a
+    /// competitor; a key held by another token is never touched. See the
+    /// README's Quorum section for what a restart can still break.
+    pub fn reacquire_on_renew(mut self, on: bool) -> Self {
+        self.reacquire_on_renew = on;
+        self
+    }
+
+    /// The per-server timeout for a lock of this TTL.
+    pub(crate) fn node_timeout_for(&self, ttl: Duration) -> Duration {
+        self.node_timeout.unwrap_or_else(|| ttl.mul_f64(0.05)).max(Duration::from_millis(1))
+    }
+
+    /// The drift allowance for a lock of this TTL.
+    pub(crate) fn drift_for(&self, ttl: Duration) -> Duration {
+        ttl.mul_f64(self.drift_factor).saturating_add(self.drift_fixed)
+    }
+}

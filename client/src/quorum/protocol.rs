@@ -1,0 +1,267 @@
+//! The quorum algorithm: a two-phase acquire, renew, release, each a
+//! [`round`] or two over all servers.
+//!
+//! **Acquire** (one attempt; `acquire` repeats it after a jittered pause):
+//! 1. `LOCK.ACQUIRE key token ttl FENCE` on every server at once, each
+//!    bounded by the node timeout. Decided once ⌊N/2⌋+1 granted, or once
+//!    that many can no longer grant (fail fast).
+//! 2. With fences F = the largest granted, `LOCK.RENEW key token ttl FLOOR F`
+//!    on every server that granted one: each raises its fence mark to ≥ F
+//!    while it still holds the key for us.
+//! 3. The lock is ours if a majority still holds it after step 2 and the
+//!    validity `TTL − elapsed − drift` is positive. Its fence is F if a
+//!    majority confirmed the floor, else none (servers without the module
+//!    or too old for `FLOOR`). Otherwise the key is released everywhere.
+//!
+//! Why F never goes backwards: a later successful acquire is granted by a
+//! majority, which shares a server X with the majority that confirmed F.
+//! X's grant to us came before its grant to the later holder (X granted
+//! nobody while our key lived there), and X raised its mark to ≥ F while
+//! our key lived there; so X's fence for the later holder is > F, and so is
+//! the later holder's maximum. No clock is compared anywhere: skewed
+//! servers only raise F. The argument needs X to keep its mark, which a
+//! restart without persistence breaks (see the README).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+
+use crate::cmd::LockCmd;
+use crate::error::{Error, Result};
+use crate::quorum::failure::QuorumFailure;
+use crate::quorum::node::{Api, Node};
+use crate::quorum::options::QuorumOptions;
+use crate::quorum::round::{round, Tally};
+
+/// What a quorum client shares with its locks.
+pub(crate) struct Ctx {
+    pub(crate) nodes: Vec<Arc<Node>>,
+    pub(crate) opts: QuorumOptions,
+    /// `0..nodes.len()`.
+    all: Vec<usize>,
+}
+
+/// A successful acquire.
+pub(crate) struct Acquired {
+    /// When the validity counts from: the start of the attempt minus the
+    /// drift allowance, so that `valid_from + ttl` is the end of the
+    /// validity (`start + TTL − drift`, redsync's `until`).
+    pub(crate) valid_from: Instant,
+    pub(crate) fence: Option<u64>,
+}
+
+impl Ctx {
+    pub(crate) fn new(nodes: Vec<Arc<Node>>, opts: QuorumOptions) -> Ctx {
+        let all = (0..nodes.len()).collect();
+        Ctx { nodes, opts, all }
+    }
+
+    /// ⌊N/2⌋ + 1.
+    pub(crate) fn quorum(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    fn failure(&self, operation: &'static str, key: &str, t: &Tally, asked: &[usize], succeeded: usize, validity_ran_out: bool) -> Error {
+        Error::NoQuorum(Box::new(QuorumFailure {
+            key: key.into(),
+            operation,
+            nodes: self.nodes.len(),
+            needed: self.quorum(),
+            succeeded,
+            refused: t.no(),
+            failed: t.failures(&self.nodes, asked),
+            validity_ran_out,
+        }))
+    }
+
+    /// `start − drift`, refusing a TTL the drift allowance eats up whole.
+    fn valid_from(&self, start: Instant, ttl: Duration) -> Result<Instant> {
+        let drift = self.opts.drift_for(ttl);
+        if drift >= ttl {
+            return Err(Error::InvalidArgument(format!(
+                "ttl-ms {} leaves no validity after the clock-drift allowance of {} ms",
+                ttl.as_millis(),
+                drift.as_millis()
+            )));
+        }
+        start.checked_sub(drift).ok_or_else(|| Error::InvalidArgument("the monotonic clock is too close to its origin".into()))
+    }
+}
+
+/// Whether the validity that counts from `valid_from` for `ttl` still runs.
+fn within(valid_from: Instant, ttl: Duration) -> bool {
+    // A TTL too long for an Instant never runs out.
+    valid_from.checked_add(ttl).is_none_or(|end| Instant::now() < end)
+}
+
+/// Checks the arguments as a single-server lock would, before anything is
+/// sent (and the TTL against the drift allowance).
+pub(crate) fn check(ctx: &Ctx, key: &str, token: &str, ttl: Duration) -> Result<()> {
+    LockCmd::acquire(key, token, ttl)?;
+    ctx.valid_from(Instant::now(), ttl).map(drop)
+}
+
+/// Attempts until one succeeds or `wait` is over, pausing
+/// `QuorumOptions::retry_delay` between attempts. The error is the last
+/// attempt's.
+pub(crate) async fn acquire(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl: Duration, wait: Duration) -> Result<Acquired> {
+    let deadline = Instant::now().checked_add(wait);
+    loop {
+        let err = match attempt(ctx, api, key, token, ttl).await {
+            Ok(a) => return Ok(a),
+            Err(e @ Error::InvalidArgument(_)) => return Err(e),
+            Err(e) => e,
+        };
+        let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
+        if left.is_zero() {
+            return Err(err);
+        }
+        let (min, max) = (ctx.opts.retry_min_delay, ctx.opts.retry_max_delay);
+        let pause = if max > min { rand::thread_rng().gen_range(min..=max) } else { min };
+        tokio::time::sleep(pause.min(left)).await;
+    }
+}
+
+/// One two-phase attempt (see the module docs).
+async fn attempt(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl: Duration) -> Result<Acquired> {
+    let (n, q) = (ctx.nodes.len(), ctx.quorum());
+    let timeout = ctx.opts.node_timeout_for(ttl);
+    let acquire = LockCmd::acquire(key, token, ttl)?;
+    let renew = LockCmd::renew(key, token, ttl)?;
+    let start = Instant::now();
+    let valid_from = ctx.valid_from(start, ttl)?;
+    // Dropped before the end (an async caller gave up): release everywhere.
+    let mut guard = ReleaseGuard { ctx: ctx.clone(), api, release: Some(LockCmd::release(key, token)?) };
+
+    let grants = round(&ctx.nodes, &ctx.all, timeout, |node| {
+        let cmd = acquire.clone();
+        async move { node.step(api, &cmd).await }
+    }, |t| t.yes() >= q || t.yes() + t.pending() < q)
+    .await;
+    let outcome = if grants.yes() < q {
+        Err(if grants.no() > n - q {
+            Error::NotAcquired { key: key.into() }
+        } else {
+            ctx.failure("acquire", key, &grants, &ctx.all, grants.yes(), false)
+        })
+    } else {
+        let (held, fence, confirm) = match grants.fences().map(|(_, f)| f).max() {
+            None => (grants.yes(), None, None),
+            Some(floor) => {
+                // Every server but those that refused: one that granted
+                // after the first round was decided holds our key too and
+                // can take the floor (and one that cannot, e.g. a clock a
+                // day behind, leaves the others to). Decided once a
+                // majority took it, or it cannot while a majority holds.
+                let asked: Vec<usize> = ctx.all.iter().copied().filter(|&i| !grants.refused_at(i)).collect();
+                let t = round(&ctx.nodes, &asked, timeout, |node| {
+                    let cmd = renew.clone();
+                    async move { node.renew(api, &cmd, Some(floor), None).await }
+                }, |t| t.floored() >= q || t.pending() == 0 || (t.yes() >= q && t.floored() + t.pending() < q))
+                .await;
+                // A server holds the key if it renewed now, or granted and
+                // was not heard from again.
+                let held = ctx.all.iter().filter(|&&i| t.yes_at(i).or(grants.yes_at(i)) == Some(true)).count();
+                (held, (t.floored() >= q).then_some(floor), Some((t, asked)))
+            }
+        };
+        let in_time = within(valid_from, ttl);
+        if held >= q && in_time {
+            Ok(Acquired { valid_from, fence })
+        } else {
+            Err(match &confirm {
+                Some((t, asked)) => ctx.failure("acquire", key, t, asked, held, !in_time),
+                None => ctx.failure("acquire", key, &grants, &ctx.all, held, !in_time),
+            })
+        }
+    };
+    match outcome {
+        Ok(a) => {
+            guard.release = None;
+            Ok(a)
+        }
+        Err(e) => {
+            if let Some(cmd) = guard.release.take() {
+                // Wait for the servers that granted; the rest finish alone.
+                let granted = grants.yes();
+                release_round(ctx, api, cmd, timeout, move |t| t.yes() >= granted).await;
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Renews on every server (taking an absent key again if so configured,
+/// with the fence floor where the lock has a fence). Answers as the
+/// watchdog expects: when the new validity counts from, and `Ok(true)`
+/// renewed by a majority in time, `Ok(false)` a majority says the key is
+/// not ours, else the error.
+pub(crate) async fn renew(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl: Duration, fence: Option<u64>) -> (Instant, Result<bool>) {
+    let start = Instant::now();
+    let (cmds, valid_from) = match (LockCmd::renew(key, token, ttl), LockCmd::acquire(key, token, ttl), ctx.valid_from(start, ttl)) {
+        (Ok(r), Ok(a), Ok(v)) => ((r, a), v),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return (start, Err(e)),
+    };
+    let (n, q) = (ctx.nodes.len(), ctx.quorum());
+    let reacquire = ctx.opts.reacquire_on_renew;
+    let t = round(&ctx.nodes, &ctx.all, ctx.opts.node_timeout_for(ttl), |node| {
+        let (renew, acquire) = cmds.clone();
+        async move { node.renew(api, &renew, fence, reacquire.then_some(&acquire)).await }
+    }, |t| t.yes() >= q || t.yes() + t.pending() < q)
+    .await;
+    let r = if t.yes() >= q && within(valid_from, ttl) {
+        Ok(true)
+    } else if t.no() > n - q {
+        Ok(false)
+    } else {
+        Err(ctx.failure("renew", key, &t, &ctx.all, t.yes(), t.yes() >= q))
+    };
+    (valid_from, r)
+}
+
+/// Releases on every server. `Ok(true)`: a majority deleted it;
+/// `Ok(false)`: no majority held it (it was lost); else the error, and the
+/// key may still be held until its validity ends.
+pub(crate) async fn release(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, timeout: Duration) -> Result<bool> {
+    let (n, q) = (ctx.nodes.len(), ctx.quorum());
+    let t = release_round(ctx, api, LockCmd::release(key, token)?, timeout, move |t| t.yes() >= q || t.no() > n - q).await;
+    if t.yes() >= q {
+        Ok(true)
+    } else if t.no() > n - q || t.yes() + t.no() == n {
+        // A majority refused, or all answered and no majority had it.
+        Ok(false)
+    } else {
+        Err(ctx.failure("release", key, &t, &ctx.all, t.yes(), false))
+    }
+}
+
+/// A release on all servers, decided by `enough` (or when all answered);
+/// the others finish in the background.
+async fn release_round(ctx: &Arc<Ctx>, api: Api, cmd: LockCmd, timeout: Duration, enough: impl Fn(&Tally) -> bool) -> Tally {
+    round(&ctx.nodes, &ctx.all, timeout, |node| {
+        let cmd = cmd.clone();
+        async move { node.step(api, &cmd).await }
+    }, |t| t.pending() == 0 || enough(t))
+    .await
+}
+
+/// Releases everywhere if an acquire is abandoned half-way (its future
+/// dropped): a grant may have landed on some servers.
+struct ReleaseGuard {
+    ctx: Arc<Ctx>,
+    api: Api,
+    release: Option<LockCmd>,
+}
+
+impl Drop for ReleaseGuard {
+    fn drop(&mut self) {
+        let Some(cmd) = self.release.take() else { return };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let (ctx, api) = (self.ctx.clone(), self.api);
+        let timeout = ctx.opts.node_timeout.unwrap_or(Duration::from_secs(1));
+        rt.spawn(async move {
+            release_round(&ctx, api, cmd, timeout, |_| false).await;
+        });
+    }
+}

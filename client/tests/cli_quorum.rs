@@ -1,0 +1,95 @@
+//! `redis-lock run` / `release` with several `--url`s: a quorum lock.
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redis_lock_harness::Server;
+
+const BIN: &str = env!("CARGO_BIN_EXE_redis-lock");
+
+fn cli(servers: &[&Server], args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.arg(args[0]);
+    for s in servers {
+        c.args(["--url", &s.url()]);
+    }
+    c.args(&args[1..]).env_remove("REDIS_URL").stdin(Stdio::null());
+    c
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn get(s: &Server, key: &str) -> Option<String> {
+    s.conn().get(key).expect("GET")
+}
+
+#[test]
+fn run_holds_a_majority_while_cmd_runs_with_one_server_down() {
+    let mut s: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    s[2].kill();
+    let all: Vec<&Server> = s.iter().collect();
+    // The command checks that both live servers hold the same 32-hex token.
+    let check = format!(
+        "a=$(redis-cli -p {} GET job); b=$(redis-cli -p {} GET job); echo \"$a\" | grep -Eq '^[0-9a-f]{{32}}$' && [ \"$a\" = \"$b\" ]",
+        s[0].port(),
+        s[1].port()
+    );
+    let o = cli(&all, &["run", "--ttl", "2000", "job", "--", "sh", "-c", &check]).output().expect("run");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!((get(&s[0], "job"), get(&s[1], "job")), (None, None), "released on exit");
+}
+
+#[test]
+fn run_without_a_majority_exits_69_and_does_not_run_cmd() {
+    let mut s: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    s[1].kill();
+    s[2].kill();
+    let all: Vec<&Server> = s.iter().collect();
+    let marker = std::env::temp_dir().join(format!("redis-lock-cli-quorum-{}", std::process::id()));
+    let o = cli(&all, &["run", "--ttl", "2000", "job", "--", "touch", marker.to_str().expect("utf-8")]).output().expect("run");
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no quorum: acquire of lock \"job\" succeeded on 1 of 3 servers (2 needed)"), "{}", stderr(&o));
+    assert!(!marker.exists(), "CMD ran without the lock");
+    assert_eq!(get(&s[0], "job"), None, "the one grant was released");
+}
+
+#[test]
+fn two_processes_take_turns_and_a_third_finds_it_held() {
+    let s: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let all: Vec<&Server> = s.iter().collect();
+    let dir = std::env::temp_dir().join(format!("redis-lock-cli-quorum-cs-{}", std::process::id()));
+    let _ = std::fs::remove_dir(&dir);
+    // mkdir is atomic: it fails if the other process is inside too.
+    let cs = format!("mkdir {0} || exit 99; sleep 0.3; rmdir {0}", dir.display());
+    let t = Instant::now();
+    let kids: Vec<_> = (0..2)
+        .map(|_| cli(&all, &["run", "--ttl", "2000", "--wait", "5000", "job", "--", "sh", "-c", &cs]).stderr(Stdio::piped()).spawn().expect("spawn"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let third = cli(&all, &["run", "--ttl", "2000", "job", "--", "true"]).output().expect("run");
+    assert_eq!(third.status.code(), Some(75), "held by one of the two: {}", stderr(&third));
+    for k in kids {
+        let o = k.wait_with_output().expect("wait");
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    }
+    assert!(t.elapsed() >= Duration::from_millis(600), "the two critical sections ran one after the other");
+}
+
+#[test]
+fn release_with_several_urls_releases_everywhere() {
+    let s: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let all: Vec<&Server> = s.iter().collect();
+    for x in &s[..2] {
+        let _: () = x.conn().pset_ex("job", "tok", 10_000).expect("SET");
+    }
+    let o = cli(&all, &["release", "job", "wrong"]).output().expect("release");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let o = cli(&all, &["release", "job", "tok"]).output().expect("release");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(s.iter().all(|x| get(x, "job").is_none()));
+    let o = cli(&all, &["info", "job"]).output().expect("info");
+    assert_eq!(o.status.code(), Some(2), "info takes one server: {}", stderr(&o));
+}

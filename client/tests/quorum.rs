@@ -1,0 +1,421 @@
+//! Quorum locks against five (or three) real redis-servers with the module:
+//! servers down, killed, paused and restarted, clocks skewed, contenders.
+
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use redis::Commands;
+use redis_lock_client::{Error, LockOptions, QuorumClient, QuorumOptions, WatchdogOptions};
+use redis_lock_harness::Server;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn servers(n: usize) -> Vec<Server> {
+    (0..n).map(|_| Server::start()).collect()
+}
+
+fn urls(servers: &[Server]) -> Vec<String> {
+    servers.iter().map(Server::url).collect()
+}
+
+/// A client whose node timeout does not depend on the TTL: steps on a dead
+/// or paused server give up after 100 ms.
+fn client(servers: &[Server]) -> QuorumClient {
+    QuorumClient::open_with(&urls(servers), QuorumOptions::new().node_timeout(ms(100)).connect_timeout(ms(200))).expect("client")
+}
+
+fn get(s: &Server, key: &str) -> Option<String> {
+    s.conn().get(key).expect("GET")
+}
+
+/// How many servers hold `key` for `token`.
+fn holders(servers: &[&Server], key: &str, token: &str) -> usize {
+    servers.iter().filter(|s| get(s, key).as_deref() == Some(token)).count()
+}
+
+/// Polls `f` until true or `within` passes.
+fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        thread::sleep(ms(5));
+    }
+    f()
+}
+
+/// SIGSTOP / SIGCONT: a paused server keeps its connections and data but
+/// answers nothing, like a machine in a long GC pause or a partition. A
+/// test that fails with servers paused leaves nothing behind: the `Server`
+/// guard's SIGKILL ends a stopped process too.
+fn pause(s: &Server, on: bool) {
+    let pid = libc::pid_t::try_from(s.pid()).expect("pid");
+    // SAFETY: signalling our own child process.
+    let r = unsafe { libc::kill(pid, if on { libc::SIGSTOP } else { libc::SIGCONT }) };
+    assert_eq!(r, 0, "kill({pid})");
+}
+
+#[test]
+fn two_of_five_down_still_grants_with_a_fence_and_release_frees_every_live_server() {
+    let mut s = servers(5);
+    s[0].kill();
+    pause(&s[1], true);
+    let c = client(&s);
+    let t = Instant::now();
+    let lock = c.try_acquire("job", ms(5000)).expect("3 of 5 servers are enough");
+    // The paused server was not waited for beyond its node timeout.
+    assert!(t.elapsed() < ms(2000), "took {:?}", t.elapsed());
+    let live: Vec<&Server> = s[2..].iter().collect();
+    assert_eq!(holders(&live, "job", lock.token()), 3);
+    assert!(lock.fence().is_some(), "all live servers have FLOOR: the lock has a fence");
+    assert!(lock.is_held() && lock.valid_until() > Instant::now());
+    lock.renew(ms(5000)).expect("renew on 3 of 5");
+    lock.release().expect("release");
+    assert!(eventually(ms(1000), || holders(&live, "job", lock.token()) == 0), "release frees every live server");
+    assert!(!lock.is_held());
+}
+
+#[test]
+fn three_of_five_down_is_refused_with_a_clear_error_and_leaves_nothing_behind() {
+    let mut s = servers(5);
+    s[0].kill();
+    s[1].kill();
+    pause(&s[2], true);
+    let c = client(&s);
+    let t = Instant::now();
+    let err = c.try_acquire("job", ms(5000)).expect_err("2 of 5 are not a majority");
+    assert!(t.elapsed() < ms(2000), "took {:?}", t.elapsed());
+    let Error::NoQuorum(f) = &err else { panic!("expected NoQuorum, got {err:?}") };
+    assert_eq!((f.nodes, f.needed, f.succeeded, f.refused, f.failed.len()), (5, 3, 2, 0, 3), "{f:?}");
+    let msg = err.to_string();
+    assert!(msg.starts_with("no quorum: acquire of lock \"job\" succeeded on 2 of 5 servers (3 needed); 3 failed:"), "{msg}");
+    for dead in &s[..3] {
+        assert!(msg.contains(&dead.url()), "{msg} names {}", dead.url());
+    }
+    // The two grants were released.
+    let live: Vec<&Server> = s[3..].iter().collect();
+    assert!(eventually(ms(1000), || live.iter().all(|s| get(s, "job").is_none())));
+    // And waiting does not change the outcome, it retries until the wait is over.
+    let t = Instant::now();
+    assert!(matches!(c.acquire("job", ms(5000), ms(400)), Err(Error::NoQuorum(_))));
+    assert!(t.elapsed() >= ms(400), "{:?}", t.elapsed());
+}
+
+#[test]
+fn a_majority_held_elsewhere_fails_fast_as_not_acquired() {
+    let s = servers(5);
+    for srv in &s[..3] {
+        let _: () = srv.conn().pset_ex("job", "other", 10_000).expect("SET");
+    }
+    // The other two are paused: the three refusals alone decide.
+    pause(&s[3], true);
+    pause(&s[4], true);
+    let c = QuorumClient::open_with(&urls(&s), QuorumOptions::new().node_timeout(ms(3000))).expect("client");
+    let t = Instant::now();
+    let err = c.try_acquire("job", ms(5000)).expect_err("held on 3 of 5");
+    assert!(err.is_not_acquired(), "{err:?}");
+    assert!(t.elapsed() < ms(1500), "did not fail fast: {:?}", t.elapsed());
+    assert!(s[..3].iter().all(|srv| get(srv, "job").as_deref() == Some("other")), "another's keys are untouched");
+}
+
+#[test]
+fn release_frees_every_server_and_renew_retakes_a_restarted_one() {
+    let mut s = servers(3);
+    let c = client(&s);
+    let lock = c.try_acquire("job", ms(10_000)).expect("acquire");
+    let fence = lock.fence().expect("fence");
+    // A server restarts without persistence: the key is gone there.
+    s[0].restart();
+    assert_eq!(get(&s[0], "job"), None);
+    // Its fence mark restarted from its clock; a renewal takes the key
+    // again and raises the mark. (The first renewal after the restart may
+    // only find the old connection dropped; as with a watchdog, a later
+    // one gets through.)
+    assert!(
+        eventually(ms(2000), || {
+            lock.renew(ms(10_000)).expect("renew on a majority");
+            get(&s[0], "job").as_deref() == Some(lock.token())
+        }),
+        "renew took the key again on the restarted server"
+    );
+    let next: i64 = redis::cmd("LOCK.ACQUIRE").arg("other").arg("t").arg(1000).arg("FENCE").query(&mut s[0].conn()).expect("FENCE");
+    assert!(next.unsigned_abs() > fence, "the restarted server's mark is above the lock's fence again");
+    lock.release().expect("release");
+    let all: Vec<&Server> = s.iter().collect();
+    assert!(eventually(ms(1000), || holders(&all, "job", lock.token()) == 0));
+    lock.release().expect("idempotent");
+    // Not re-taken when switched off.
+    let c = QuorumClient::open_with(&urls(&s), QuorumOptions::new().node_timeout(ms(100)).reacquire_on_renew(false)).expect("client");
+    let lock = c.try_acquire("job2", ms(10_000)).expect("acquire");
+    s[1].restart();
+    lock.renew(ms(10_000)).expect("2 of 3 renew");
+    assert_eq!(get(&s[1], "job2"), None);
+}
+
+#[test]
+fn without_the_module_quorum_locks_work_but_have_no_fence() {
+    let s: Vec<Server> = (0..3).map(|_| Server::builder().without_module().start()).collect();
+    let c = client(&s);
+    let lock = c.try_acquire("job", ms(5000)).expect("acquire on scripts");
+    assert_eq!(lock.fence(), None);
+    let all: Vec<&Server> = s.iter().collect();
+    assert_eq!(holders(&all, "job", lock.token()), 3);
+    assert!(c.try_acquire("job", ms(5000)).unwrap_err().is_not_acquired());
+    lock.renew(ms(5000)).expect("renew");
+    lock.release().expect("release");
+    assert!(eventually(ms(1000), || holders(&all, "job", lock.token()) == 0));
+    // Mixed: one server of three has the module. A majority cannot carry
+    // a fence, so there is none, but the lock is granted.
+    let m = Server::start();
+    let mixed = [&s[0], &s[1], &m].map(Server::url);
+    let c = QuorumClient::open_with(&mixed, QuorumOptions::new().node_timeout(ms(100))).expect("client");
+    let lock = c.try_acquire("job", ms(5000)).expect("acquire, mixed");
+    assert_eq!(lock.fence(), None);
+}
+
+#[test]
+fn a_server_too_far_behind_for_the_floor_keeps_the_lock_and_the_others_carry_the_fence() {
+    // 25 h behind: the others' fences are beyond its FLOOR horizon (24 h),
+    // so it refuses the floor ("ERR fence floor ...") and renews without it.
+    let s = vec![Server::start(), Server::start(), Server::builder().clock_offset_ms(-25 * 3_600_000).start()];
+    let c = client(&s);
+    for _ in 0..8 {
+        let lock = c.try_acquire("job", ms(400)).expect("acquire");
+        // Whichever two granted first, the floor went to all three.
+        assert!(lock.fence().is_some(), "the two servers on time took the floor");
+        thread::sleep(ms(250));
+        lock.renew(ms(400)).expect("renew");
+        // Past the acquire's 400 ms: the late server still holds the key
+        // only because the renewal, refused the floor, renewed without it.
+        thread::sleep(ms(250));
+        assert_eq!(get(&s[2], "job").as_deref(), Some(lock.token()), "the late server renewed too");
+        lock.release().expect("release");
+        assert!(eventually(ms(1000), || get(&s[2], "job").is_none()));
+    }
+}
+
+#[test]
+fn arguments_are_checked_before_anything_is_sent() {
+    let s = servers(1);
+    let c = client(&s);
+    // 1 % + 2 ms of a 2 ms TTL leaves no validity.
+    assert!(matches!(c.try_acquire("job", ms(2)), Err(Error::InvalidArgument(m)) if m.contains("drift")));
+    assert!(matches!(c.try_acquire("", ms(1000)), Err(Error::InvalidArgument(_))));
+    assert!(matches!(QuorumClient::open(&[s[0].url(), s[0].url()]), Err(Error::InvalidArgument(m)) if m.contains("twice")));
+    assert!(matches!(QuorumClient::open::<&str>(&[]), Err(Error::InvalidArgument(_))));
+    assert_eq!(get(&s[0], "job"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_api_and_watchdog_keep_the_lock_past_its_ttl() {
+    let s = servers(3);
+    let c = client(&s);
+    let opts = LockOptions::new().watchdog(WatchdogOptions::new());
+    let lock = c.try_acquire_with_async("job", ms(300), &opts).await.expect("acquire");
+    assert!(lock.fence().is_some());
+    let other = client(&s);
+    tokio::time::sleep(ms(900)).await;
+    assert!(lock.is_held(), "renewed every TTL/3");
+    assert!(other.try_acquire_async("job", ms(300)).await.unwrap_err().is_not_acquired());
+    lock.release_async().await.expect("release");
+    let l2 = other.try_acquire_async("job", ms(300)).await.expect("free after release");
+    assert!(l2.fence() > lock.fence(), "fences increase");
+    drop(l2);
+    // A majority taken away behind the holder's back: the watchdog's next
+    // renewal finds two of three servers another's, and reports the loss.
+    let lock = other.try_acquire_with_async("job2", ms(300), &opts).await.expect("acquire job2");
+    for srv in &s[..2] {
+        let _: () = srv.conn().pset_ex("job2", "thief", 10_000).expect("SET");
+    }
+    let reason = tokio::time::timeout(ms(2000), lock.lost()).await.expect("loss reported within 2 s");
+    assert_eq!(reason, Some(redis_lock_client::LossReason::NotOwner));
+    assert!(lock.renew_async(ms(300)).await.unwrap_err().is_not_held());
+}
+
+#[test]
+fn sync_watchdog_keeps_the_lock_and_drop_releases_everywhere() {
+    let s = servers(3);
+    let c = client(&s);
+    let lock = c.try_acquire_with("job", ms(300), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("acquire");
+    let token = lock.token().to_string();
+    thread::sleep(ms(900));
+    assert!(lock.is_held(), "renewed every TTL/3 from the background runtime");
+    let all: Vec<&Server> = s.iter().collect();
+    assert_eq!(holders(&all, "job", &token), 3);
+    drop(lock);
+    assert!(eventually(ms(1000), || holders(&all, "job", &token) == 0), "drop released on every server");
+}
+
+#[tokio::test]
+async fn an_abandoned_async_acquire_releases_what_it_was_granted() {
+    let s = servers(3);
+    // Two paused servers: the attempt holds one grant while it waits for them.
+    pause(&s[1], true);
+    pause(&s[2], true);
+    let c = QuorumClient::open_with(&urls(&s), QuorumOptions::new().node_timeout(ms(2000))).expect("client");
+    let r = tokio::time::timeout(ms(300), c.try_acquire_async("job", ms(10_000))).await;
+    assert!(r.is_err(), "still waiting for the paused servers");
+    assert!(get(&s[0], "job").is_some(), "the first server had granted");
+    // The dropped attempt released it, not its 10 s TTL.
+    let t = Instant::now();
+    while get(&s[0], "job").is_some() && t.elapsed() < ms(1000) {
+        tokio::time::sleep(ms(5)).await;
+    }
+    assert_eq!(get(&s[0], "job"), None);
+    pause(&s[1], false);
+    pause(&s[2], false);
+}
+
+/// Two (here three) contenders never both hold a quorum lock within its
+/// validity, while servers are paused, killed and restarted empty (after
+/// a TTL: the delayed restart Redlock needs) and holders vanish without
+/// releasing. Each holder records [acquired, end of its claim): release
+/// time, or its validity end; no two records may overlap.
+#[test]
+fn contenders_never_overlap_under_pauses_kills_and_vanishing_holders() {
+    const TTL: u64 = 300;
+    let seed: u64 = std::env::var("QUORUM_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::thread_rng().gen());
+    eprintln!("QUORUM_SEED={seed}");
+    let mut s = servers(5);
+    let url_list = urls(&s);
+    let end = Instant::now() + Duration::from_secs(6);
+    let log: Arc<Mutex<Vec<(Instant, Instant, usize)>>> = Arc::default();
+    let workers: Vec<_> = (0..3)
+        .map(|w| {
+            let (log, url_list) = (log.clone(), url_list.clone());
+            thread::spawn(move || {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (w as u64 + 1));
+                let c = QuorumClient::open_with(&url_list, QuorumOptions::new().node_timeout(ms(30)).connect_timeout(ms(50)).retry_delay(ms(1), ms(20)))
+                    .expect("client");
+                let mut held = 0;
+                while Instant::now() < end {
+                    let Ok(lock) = c.acquire("job", ms(TTL), ms(100)) else { continue };
+                    let start = Instant::now();
+                    held += 1;
+                    thread::sleep(ms(rng.gen_range(0..120)));
+                    if rng.gen_bool(0.3) && lock.renew(ms(TTL)).is_ok() {
+                        thread::sleep(ms(rng.gen_range(0..120)));
+                    }
+                    match rng.gen_range(0..4) {
+                        // Vanishes: no release, no more renewals.
+                        0 => {
+                            let until = lock.valid_until();
+                            std::mem::forget(lock);
+                            log.lock().unwrap().push((start, until, w));
+                        }
+                        _ => {
+                            let until = lock.valid_until().min(Instant::now());
+                            let _ = lock.release();
+                            log.lock().unwrap().push((start, until, w));
+                        }
+                    }
+                }
+                held
+            })
+        })
+        .collect();
+    // Chaos: at most two servers disturbed at a time.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let (mut kills, mut pauses, mut round) = (0, 0, 0);
+    while Instant::now() + ms(800) < end {
+        round += 1;
+        let mut picked: Vec<usize> = (0..5).collect();
+        picked.sort_by_key(|_| rng.gen::<u32>());
+        picked.truncate(rng.gen_range(1..=2));
+        // Every third disturbance is a kill, so each run has both kinds.
+        let kill = round % 3 == 0;
+        for &i in &picked {
+            if kill {
+                s[i].kill();
+            } else {
+                pause(&s[i], true);
+            }
+        }
+        // Down for longer than a TTL (a killed server must stay down that
+        // long before restarting empty), or a pause of any length.
+        thread::sleep(ms(if kill { TTL + 100 } else { rng.gen_range(50..500) }));
+        for &i in &picked {
+            if kill {
+                s[i].restart();
+                kills += 1;
+            } else {
+                pause(&s[i], false);
+                pauses += 1;
+            }
+        }
+        thread::sleep(ms(rng.gen_range(0..200)));
+    }
+    let held: usize = workers.into_iter().map(|w| w.join().expect("worker")).sum();
+    let mut log = log.lock().unwrap().clone();
+    log.sort();
+    eprintln!("{held} acquisitions, {kills} kills, {pauses} pauses");
+    assert!(held >= 10 && kills > 0 && pauses > 0, "too little happened: {held} acquisitions, {kills} kills, {pauses} pauses");
+    for pair in log.windows(2) {
+        let ((_, end_a, wa), (start_b, _, wb)) = (pair[0], pair[1]);
+        assert!(start_b >= end_a, "seed {seed}: worker {wb} acquired {:?} before worker {wa}'s claim ended", end_a - start_b);
+    }
+}
+
+/// The issue's failure: with clocks at ±30 s, "fence = max of the
+/// majority's fences" goes backwards when a later majority misses the
+/// fast-clock server. The two-phase floor keeps every fence above the last.
+#[test]
+fn fences_strictly_increase_over_2000_acquisitions_with_skewed_clocks_and_random_majorities() {
+    let seed: u64 = std::env::var("QUORUM_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::thread_rng().gen());
+    eprintln!("QUORUM_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let offsets: Vec<i64> = (0..5).map(|i| if i == 0 { 30_000 } else if i == 1 { -30_000 } else { rng.gen_range(-30_000..=30_000) }).collect();
+    let s: Vec<Server> = offsets.iter().map(|&o| Server::builder().clock_offset_ms(o).start()).collect();
+    // Short enough that paused servers cost little, long enough for a
+    // loaded machine's live ones.
+    let c = QuorumClient::open_with(&urls(&s), QuorumOptions::new().node_timeout(ms(50))).expect("client");
+    let mut paused: Vec<usize> = Vec::new();
+    let mut last = 0u64;
+    let mut without_fast_clock = 0;
+    for i in 0..2000 {
+        if i % 10 == 0 {
+            for &p in &paused {
+                pause(&s[p], false);
+            }
+            paused = (0..5).collect();
+            paused.sort_by_key(|_| rng.gen::<u32>());
+            paused.truncate(rng.gen_range(0..=2));
+            for &p in &paused {
+                pause(&s[p], true);
+            }
+        }
+        if paused.contains(&0) {
+            without_fast_clock += 1;
+        }
+        let lock = c.acquire("job", ms(2000), ms(2000)).unwrap_or_else(|e| panic!("seed {seed}, acquisition {i}: {e}"));
+        let fence = lock.fence().unwrap_or_else(|| panic!("seed {seed}, acquisition {i}: no fence"));
+        assert!(fence > last, "seed {seed}, acquisition {i}: fence {fence} after {last} (servers paused: {paused:?})");
+        last = fence;
+        // A release that got no majority in time (a loaded machine) is
+        // retried as a caller would; the next acquire would otherwise wait
+        // for the TTL. A retry may find the first one's work done (NotHeld).
+        match lock.release() {
+            Ok(()) => {}
+            Err(Error::NoQuorum(_)) => {
+                let again = (0..3).any(|_| matches!(lock.release(), Ok(()) | Err(Error::NotHeld { .. })));
+                assert!(again, "seed {seed}, acquisition {i}: release failed 4 times");
+            }
+            Err(e) => panic!("seed {seed}, acquisition {i}: release: {e}"),
+        }
+    }
+    assert!(without_fast_clock >= 100, "the +30 s server was left out of only {without_fast_clock} majorities");
+}
+
+
+#[test]
+fn quorum_types_can_be_shared_across_threads() {
+    fn send_sync<T: Send + Sync + 'static>() {}
+    send_sync::<QuorumClient>();
+    send_sync::<redis_lock_client::QuorumLock>();
+    send_sync::<redis_lock_client::QuorumFailure>();
+}
