@@ -43,9 +43,14 @@ static EPOCH: AtomicU64 = AtomicU64::new(0);
 /// When and in which role (master or not) the epoch was read.
 static READ: Mutex<Option<(Instant, bool)>> = Mutex::new(None);
 
-/// Registers the command filter that watches `CLUSTER` commands. Called at
-/// load; only acts in cluster mode.
+/// Registers the command filter that watches `CLUSTER` commands, on a
+/// cluster node only: a filter runs before every command, and a standalone
+/// server must not pay for it on each GET and SET.
 pub fn register(ctx: *mut RedisModuleCtx) -> bool {
+    let flags = unsafe { rm!(RedisModule_GetContextFlags)(ctx) } as u32;
+    if flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER == 0 {
+        return true;
+    }
     let filter = unsafe { rm!(RedisModule_RegisterCommandFilter)(ctx, Some(on_command), raw::REDISMODULE_CMDFILTER_NOSELF as c_int) };
     !filter.is_null()
 }

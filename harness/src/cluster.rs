@@ -526,28 +526,7 @@ fn run_cli(mut c: Command, what: &str) {
     assert!(out.status.success(), "{what} failed ({}):\n{}\n{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }
 
-/// The cluster hash slot of `key`: CRC16 (XMODEM) of the key, or of its hash
-/// tag (the part between the first `{` and the next `}`, when not empty),
-/// mod 16384.
-pub fn key_slot(key: &[u8]) -> u16 {
-    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
-        let rest = &key[open + 1..];
-        let close = rest.iter().position(|&b| b == b'}')?;
-        (close > 0).then(|| &rest[..close])
-    });
-    crc16(tagged.unwrap_or(key)) % SLOTS
-}
-
-fn crc16(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &b in data {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
-        }
-    }
-    crc
-}
+pub use redis_lock_rules::cluster::key_slot;
 
 /// A key starting with `prefix` whose slot is `slot`.
 pub fn key_in_slot(prefix: &str, slot: u16) -> String {
