@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::info::{self, LockInfo};
 use crate::lock::Lock;
 use crate::options::{ClientOptions, LockOptions};
+use crate::replicas;
 use crate::wait::{self, Waited};
 
 /// A lock client: sync methods and their `_async` twins over one command
@@ -173,14 +174,14 @@ impl LockClient {
         loop {
             if let Some(left) = self.inner.may_block(&self.inner.sync_backend, backoff.left()) {
                 match wait::acquire(&self.inner, &cmd, ttl, left)? {
-                    Waited::Granted { fence, sent } => return Ok(Lock::new_sync(self.clone(), key, token, sent, ttl, opts, fence)),
+                    Waited::Granted { fence, sent } => return replicas::confirm(self, Lock::new_sync(self.clone(), key, token, sent, ttl, opts, fence), opts.replicas),
                     Waited::Refused => return Err(Error::NotAcquired { key: key.into() }),
                     Waited::Unsupported => {}
                 }
             }
             let sent = Instant::now();
             if let Grant::Granted(fence) = self.inner.run_grant(&cmd)? {
-                return Ok(Lock::new_sync(self.clone(), key, token, sent, ttl, opts, fence));
+                return replicas::confirm(self, Lock::new_sync(self.clone(), key, token, sent, ttl, opts, fence), opts.replicas);
             }
             // This first attempt found the module: wait in its queue from now.
             if self.inner.may_block(&self.inner.sync_backend, backoff.left()).is_some() {
@@ -208,7 +209,7 @@ impl LockClient {
         let cmd = LockCmd::takeover(key, &token, run_id, ttl)?;
         let sent = Instant::now();
         match self.inner.run_grant(&cmd)? {
-            Grant::Granted(fence) => Ok(Lock::new_sync(self.clone(), key, token, sent, ttl, opts, fence)),
+            Grant::Granted(fence) => replicas::confirm(self, Lock::new_sync(self.clone(), key, token, sent, ttl, opts, fence), opts.replicas),
             Grant::Refused => Err(Error::NotAcquired { key: key.into() }),
         }
     }
@@ -279,14 +280,18 @@ impl LockClient {
         loop {
             if let Some(left) = self.inner.may_block(&self.inner.aio_backend, backoff.left()) {
                 match wait::acquire_async(self, &cmd, ttl, left).await? {
-                    Waited::Granted { fence, sent } => return Ok(Lock::new_async(self.clone(), key, token, sent, ttl, opts, rt, fence)),
+                    Waited::Granted { fence, sent } => {
+                        let lock = Lock::new_async(self.clone(), key, token, sent, ttl, opts, rt, fence);
+                        return replicas::confirm_async(self, lock, opts.replicas).await;
+                    }
                     Waited::Refused => return Err(Error::NotAcquired { key: key.into() }),
                     Waited::Unsupported => {}
                 }
             }
             let sent = Instant::now();
             if let Grant::Granted(fence) = self.inner.run_grant_async(&cmd).await? {
-                return Ok(Lock::new_async(self.clone(), key, token, sent, ttl, opts, rt, fence));
+                let lock = Lock::new_async(self.clone(), key, token, sent, ttl, opts, rt, fence);
+                return replicas::confirm_async(self, lock, opts.replicas).await;
             }
             if self.inner.may_block(&self.inner.aio_backend, backoff.left()).is_some() {
                 continue;
@@ -310,7 +315,7 @@ impl LockClient {
         let cmd = LockCmd::takeover(key, &token, run_id, ttl)?;
         let sent = Instant::now();
         match self.inner.run_grant_async(&cmd).await? {
-            Grant::Granted(fence) => Ok(Lock::new_async(self.clone(), key, token, sent, ttl, opts, rt, fence)),
+            Grant::Granted(fence) => replicas::confirm_async(self, Lock::new_async(self.clone(), key, token, sent, ttl, opts, rt, fence), opts.replicas).await,
             Grant::Refused => Err(Error::NotAcquired { key: key.into() }),
         }
     }
@@ -465,7 +470,7 @@ impl Inner {
 
     /// The async twin of [`Inner::with_sync`]. The response timeout is
     /// enforced here too, since a connection given by the caller may have none.
-    async fn with_async<T, F, Fut>(&self, f: F) -> Result<T>
+    pub(crate) async fn with_async<T, F, Fut>(&self, f: F) -> Result<T>
     where
         F: FnOnce(AsyncConn) -> Fut,
         Fut: Future<Output = RedisResult<T>>,

@@ -212,7 +212,7 @@ impl Cluster {
     }
 
     /// Runs `f` on the sync cluster connection, connecting first if needed.
-    fn with_sync<T>(&self, inner: &Inner, f: impl FnOnce(&mut ClusterConnection) -> RedisResult<T>) -> Result<T> {
+    pub(crate) fn with_sync<T>(&self, inner: &Inner, f: impl FnOnce(&mut ClusterConnection) -> RedisResult<T>) -> Result<T> {
         let mut slot = lock(&self.sync);
         let con = match slot.as_mut() {
             Some(con) => con,
@@ -232,7 +232,7 @@ impl Cluster {
         Ok(r?)
     }
 
-    async fn conn_async(&self, inner: &Inner) -> Result<cluster_async::ClusterConnection> {
+    pub(crate) async fn conn_async(&self, inner: &Inner) -> Result<cluster_async::ClusterConnection> {
         let con = self
             .aio
             .get_or_try_init(|| async {

@@ -35,6 +35,17 @@ pub enum Error {
     /// [`QuorumFailure`](crate::QuorumFailure). (A majority that *refused*
     /// is [`Error::NotAcquired`] or [`Error::NotHeld`] instead.)
     NoQuorum(Box<crate::quorum::QuorumFailure>),
+    /// [`LockOptions::wait_for_replicas`](crate::LockOptions::wait_for_replicas):
+    /// the grant reached fewer replicas than wanted in time, so the lock
+    /// was released again.
+    NotReplicated {
+        /// The key that was granted and released.
+        key: String,
+        /// Replicas that acknowledged the grant.
+        acked: u32,
+        /// Replicas asked for.
+        wanted: u32,
+    },
 }
 
 impl Error {
@@ -54,6 +65,9 @@ impl fmt::Display for Error {
         match self {
             Error::NotAcquired { key } => write!(f, "lock {key:?} is held by someone else"),
             Error::NotHeld { key } => write!(f, "lock {key:?} is no longer held by this token"),
+            Error::NotReplicated { key, acked, wanted } => {
+                write!(f, "lock {key:?} reached {acked} of the {wanted} replicas asked for in time, and was released")
+            }
             Error::Redis(e) => write!(f, "redis error: {e}"),
             Error::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
             Error::NoQuorum(failure) => write!(f, "no quorum: {failure}"),

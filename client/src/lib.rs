@@ -117,6 +117,7 @@ mod info;
 mod lock;
 mod options;
 mod quorum;
+mod replicas;
 mod state;
 mod wait;
 mod watchdog;

@@ -63,6 +63,16 @@ impl Lock {
         Lock { shared, client, flavor: Flavor::Async(rt), task: Mutex::new(task), fence }
     }
 
+    /// The TTL it was granted (and is renewed) for.
+    pub(crate) fn ttl(&self) -> Duration {
+        self.shared.ttl()
+    }
+
+    /// Whether it was made by an `_async` method (released on its runtime).
+    pub(crate) fn is_async(&self) -> bool {
+        matches!(self.flavor, Flavor::Async(_))
+    }
+
     /// The locked key.
     pub fn key(&self) -> &str {
         &self.shared.key

@@ -44,6 +44,7 @@ pub struct LockOptions {
     pub(crate) watchdog: Option<WatchdogOptions>,
     pub(crate) retry_min_delay: Duration,
     pub(crate) retry_max_delay: Duration,
+    pub(crate) replicas: Option<(u32, Duration)>,
 }
 
 impl Default for LockOptions {
@@ -51,6 +52,7 @@ impl Default for LockOptions {
         LockOptions {
             token: None,
             watchdog: None,
+            replicas: None,
             retry_min_delay: Duration::from_millis(10),
             retry_max_delay: Duration::from_millis(200),
         }
@@ -74,6 +76,21 @@ impl LockOptions {
     /// expires after its TTL unless you call `renew`).
     pub fn watchdog(mut self, watchdog: WatchdogOptions) -> Self {
         self.watchdog = Some(watchdog);
+        self
+    }
+
+    /// Hands the lock out only once its grant reached `n` replicas of the
+    /// master that made it, waiting up to `timeout` (`WAIT n timeout` after
+    /// the grant); otherwise releases it and fails with
+    /// [`Error::NotReplicated`](crate::Error::NotReplicated). A failover to
+    /// one of those replicas then keeps the lock; asynchronous replication
+    /// alone can lose a grant made just before the master died. The price:
+    /// every acquisition waits for the replicas (a round trip and their
+    /// lag), and fails while fewer than `n` are connected. `timeout` must be
+    /// below [`ClientOptions::response_timeout`]. Default: off (the lock is
+    /// handed out as soon as the master granted it).
+    pub fn wait_for_replicas(mut self, n: u32, timeout: Duration) -> Self {
+        self.replicas = Some((n, timeout));
         self
     }
 
