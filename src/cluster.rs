@@ -8,7 +8,7 @@
 //! with the redirection a command would get (`MOVED`, `TRYAGAIN`,
 //! `CLUSTERDOWN`), and clients re-send where the key now lives.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 
 use redis_lock_rules::cluster::{key_slot, slot_state, SlotState};
 use redis_module::raw;
@@ -30,7 +30,7 @@ pub fn redirect(ctx: Ctx, key: &[u8]) -> Option<CString> {
     } else {
         // Rare (a grant to a waiter, in cluster mode): the module API has no
         // call for a slot's migration state, CLUSTER NODES has it.
-        slot_state(&cluster_nodes(ctx)?, slot)
+        slot_state(&cluster_call(ctx, c"NODES")?, slot)
     };
     let text = match state {
         SlotState::Served => return None,
@@ -41,10 +41,11 @@ pub fn redirect(ctx: Ctx, key: &[u8]) -> Option<CString> {
     CString::new(text).ok()
 }
 
-/// `CLUSTER NODES`, or `None` if it fails (the caller then grants as before).
-fn cluster_nodes(ctx: Ctx) -> Option<String> {
+/// `CLUSTER <sub>`: its string or status reply, `None` on error (callers
+/// then decide as outside a cluster).
+pub fn cluster_call(ctx: Ctx, sub: &CStr) -> Option<String> {
     unsafe {
-        let reply = rm!(RedisModule_Call)(ctx.0, c"CLUSTER".as_ptr(), c"c".as_ptr(), c"NODES".as_ptr());
+        let reply = rm!(RedisModule_Call)(ctx.0, c"CLUSTER".as_ptr(), c"c".as_ptr(), sub.as_ptr());
         if reply.is_null() {
             return None;
         }

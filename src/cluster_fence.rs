@@ -19,7 +19,7 @@
 //! node's epoch is not already the largest it knows). This is per node, not
 //! per slot: one extra bump per import at most.
 
-use std::ffi::{c_int, CStr};
+use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -28,6 +28,7 @@ use redis_lock_rules::cluster_fence;
 use redis_module::raw::{self, RedisModuleCommandFilterCtx, RedisModuleCtx};
 
 use crate::api::rm;
+use crate::cluster::cluster_call;
 use crate::key::Ctx;
 
 /// How long a cached configEpoch is trusted without a `CLUSTER` command
@@ -66,33 +67,18 @@ pub fn floor(ctx: Ctx, now_ms: i64) -> Option<u64> {
     if IMPORTING.swap(false, Ordering::Relaxed) {
         // The reply ("BUMPED n" or "STILL n") does not matter: the epoch is
         // read afresh below.
-        call(ctx, c"BUMPEPOCH");
+        cluster_call(ctx, c"BUMPEPOCH");
         STALE.store(true, Ordering::Relaxed);
     }
     let master = flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0;
     let mut read = READ.lock().unwrap_or_else(|p| p.into_inner());
     let fresh = matches!(*read, Some((at, role)) if role == master && at.elapsed() < REFRESH_EVERY);
     if STALE.swap(false, Ordering::Relaxed) || !fresh {
-        let epoch = call(ctx, c"INFO").as_deref().and_then(cluster_fence::my_epoch)?;
+        let epoch = cluster_call(ctx, c"INFO").as_deref().and_then(cluster_fence::my_epoch)?;
         EPOCH.store(epoch, Ordering::Relaxed);
         *read = Some((Instant::now(), master));
     }
     cluster_fence::floor(EPOCH.load(Ordering::Relaxed), now_ms)
-}
-
-/// `CLUSTER <sub>`: its string or status reply, `None` on error.
-fn call(ctx: Ctx, sub: &CStr) -> Option<String> {
-    unsafe {
-        let reply = rm!(RedisModule_Call)(ctx.0, c"CLUSTER".as_ptr(), c"c".as_ptr(), sub.as_ptr());
-        if reply.is_null() {
-            return None;
-        }
-        let mut len = 0usize;
-        let ptr = rm!(RedisModule_CallReplyStringPtr)(reply, &mut len);
-        let text = (!ptr.is_null()).then(|| String::from_utf8_lossy(std::slice::from_raw_parts(ptr.cast::<u8>(), len)).into_owned());
-        rm!(RedisModule_FreeCallReply)(reply);
-        text
-    }
 }
 
 /// Argument `i` of a filtered command, if there is one.

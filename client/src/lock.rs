@@ -105,10 +105,7 @@ impl Lock {
 
     /// Why the lock was lost, if it was.
     pub fn loss_reason(&self) -> Option<LossReason> {
-        match self.shared.status() {
-            Status::Lost(r) => Some(r),
-            _ => None,
-        }
+        self.shared.loss_reason()
     }
 
     /// A signal that fires when this lock is lost (or ends when released),
@@ -122,41 +119,22 @@ impl Lock {
         self.lost_signal().lost().await
     }
 
-    fn check_renewable(&self) -> Result<()> {
-        match self.shared.status() {
-            Status::Held => Ok(()),
-            Status::Released | Status::Lost(_) => Err(Error::NotHeld { key: self.key().into() }),
-        }
-    }
-
-    fn after_renew(&self, sent: Instant, ttl: Duration, r: Result<bool>) -> Result<()> {
-        match r? {
-            true if self.shared.renewed(sent, ttl) => Ok(()),
-            // Released by another thread meanwhile: the renewal was void.
-            true => Err(Error::NotHeld { key: self.key().into() }),
-            false => {
-                self.shared.mark_lost(LossReason::NotOwner);
-                Err(Error::NotHeld { key: self.key().into() })
-            }
-        }
-    }
-
     /// Resets the TTL to `ttl` (the watchdog, if any, uses it from then on).
     /// [`Error::NotHeld`] if the key is no longer ours; then the lock is lost.
     pub fn renew(&self, ttl: Duration) -> Result<()> {
-        self.check_renewable()?;
+        self.shared.check_renewable()?;
         let cmd = LockCmd::renew(self.key(), self.token(), ttl)?;
         let sent = Instant::now();
-        self.after_renew(sent, ttl, self.client.inner.run(&cmd))
+        self.shared.after_renew(sent, ttl, self.client.inner.run(&cmd))
     }
 
     /// The async twin of [`Lock::renew`].
     pub async fn renew_async(&self, ttl: Duration) -> Result<()> {
-        self.check_renewable()?;
+        self.shared.check_renewable()?;
         let cmd = LockCmd::renew(self.key(), self.token(), ttl)?;
         let sent = Instant::now();
         let r = self.client.inner.run_async(&cmd).await;
-        self.after_renew(sent, ttl, r)
+        self.shared.after_renew(sent, ttl, r)
     }
 
     fn stop_watchdog(&self) {

@@ -126,6 +126,37 @@ impl Shared {
         true
     }
 
+    /// Why the lock was lost, if it was.
+    pub(crate) fn loss_reason(&self) -> Option<LossReason> {
+        match self.status() {
+            Status::Lost(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Refuses to renew a lock that is released or lost: it stays so.
+    pub(crate) fn check_renewable(&self) -> crate::Result<()> {
+        match self.status() {
+            Status::Held => Ok(()),
+            Status::Released | Status::Lost(_) => Err(crate::Error::NotHeld { key: self.key.clone() }),
+        }
+    }
+
+    /// Applies a renewal's outcome: `true` (it took effect, counted from
+    /// `valid_from`) extends the validity; `false` (not the owner) loses the
+    /// lock.
+    pub(crate) fn after_renew(&self, valid_from: Instant, ttl: Duration, r: crate::Result<bool>) -> crate::Result<()> {
+        match r? {
+            true if self.renewed(valid_from, ttl) => Ok(()),
+            // Released by another thread meanwhile: the renewal was void.
+            true => Err(crate::Error::NotHeld { key: self.key.clone() }),
+            false => {
+                self.mark_lost(LossReason::NotOwner);
+                Err(crate::Error::NotHeld { key: self.key.clone() })
+            }
+        }
+    }
+
     pub(crate) fn mark_lost(&self, reason: LossReason) {
         let mut g = self.lock();
         if g.status == Status::Held {

@@ -121,10 +121,7 @@ impl QuorumLock {
 
     /// Why the lock was lost, if it was.
     pub fn loss_reason(&self) -> Option<LossReason> {
-        match self.shared.status() {
-            Status::Lost(r) => Some(r),
-            _ => None,
-        }
+        self.shared.loss_reason()
     }
 
     /// A signal that fires when this lock is lost (or ends when released).
@@ -137,24 +134,6 @@ impl QuorumLock {
         self.lost_signal().lost().await
     }
 
-    fn check_renewable(&self) -> Result<()> {
-        match self.shared.status() {
-            Status::Held => Ok(()),
-            Status::Released | Status::Lost(_) => Err(Error::NotHeld { key: self.key().into() }),
-        }
-    }
-
-    fn after_renew(&self, valid_from: Instant, ttl: Duration, r: Result<bool>) -> Result<()> {
-        match r? {
-            true if self.shared.renewed(valid_from, ttl) => Ok(()),
-            true => Err(Error::NotHeld { key: self.key().into() }),
-            false => {
-                self.shared.mark_lost(LossReason::NotOwner);
-                Err(Error::NotHeld { key: self.key().into() })
-            }
-        }
-    }
-
     /// Renews on every server for `ttl` (the watchdog uses it from then on);
     /// succeeds when a majority renewed within the validity. A server where
     /// the key is absent is taken again (`QuorumOptions::reacquire_on_renew`).
@@ -162,18 +141,18 @@ impl QuorumLock {
     /// is then lost); [`Error::NoQuorum`] when too few answered (the lock
     /// stays held until its validity runs out; try again).
     pub fn renew(&self, ttl: Duration) -> Result<()> {
-        self.check_renewable()?;
+        self.shared.check_renewable()?;
         let (ctx, key, token, fence) = (self.ctx.clone(), self.key().to_string(), self.token().to_string(), self.fence);
         let (from, r) = runtime::block(async move { Ok(protocol::renew(&ctx, Api::Sync, &key, &token, ttl, fence).await) })?;
-        self.after_renew(from, ttl, r)
+        self.shared.after_renew(from, ttl, r)
     }
 
     /// The async twin of [`QuorumLock::renew`].
     pub async fn renew_async(&self, ttl: Duration) -> Result<()> {
-        self.check_renewable()?;
+        self.shared.check_renewable()?;
         in_runtime()?;
         let (from, r) = protocol::renew(&self.ctx, Api::Async, self.key(), self.token(), ttl, self.fence).await;
-        self.after_renew(from, ttl, r)
+        self.shared.after_renew(from, ttl, r)
     }
 
     fn stop_watchdog(&self) {
