@@ -73,6 +73,12 @@ fn commands_carry_their_native_twins_acl_categories() {
             assert_eq!(listed.iter().any(|c| c == cmd), commands.contains(&cmd), "@{category} and {cmd}: {listed:?}");
         }
     }
+    // The module's own category, where the server lets modules add one
+    // (Redis 7.4+, Valkey 8.1+).
+    if let Ok(mut listed) = redis::cmd("ACL").arg("CAT").arg("lock").query::<Vec<String>>(&mut admin) {
+        listed.sort();
+        assert_eq!(listed, ["lock.acquire", "lock.fencefloor", "lock.info", "lock.release", "lock.renew", "lock.takeover"]);
+    }
     let mut no_writes = user(&server, &["+@all", "-@write", "~*"]);
     assert!(run(&mut no_writes, &["LOCK.ACQUIRE", "k", "t", "1000"]).unwrap_err().to_lowercase().contains("noperm"));
     assert!(run(&mut no_writes, &["LOCK.INFO", "k"]).is_ok());
