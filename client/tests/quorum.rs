@@ -164,7 +164,10 @@ fn without_the_module_quorum_locks_work_but_have_no_fence() {
     let lock = c.try_acquire("job", ms(5000)).expect("acquire on scripts");
     assert_eq!(lock.fence(), None);
     let all: Vec<&Server> = s.iter().collect();
-    assert_eq!(holders(&all, "job", lock.token()), 3);
+    // A majority at least: the acquisition returns once a majority granted,
+    // and a slow third server (its first script load, on a busy machine)
+    // may still be on its way.
+    assert!(holders(&all, "job", lock.token()) >= 2);
     assert!(c.try_acquire("job", ms(5000)).unwrap_err().is_not_acquired());
     lock.renew(ms(5000)).expect("renew");
     lock.release().expect("release");
