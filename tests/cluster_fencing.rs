@@ -77,22 +77,17 @@ fn fences_increase_across_slot_moves_and_failover_to_a_clock_30s_behind() {
     // having received those grants or their LOCK.FENCEFLOOR.
     let master = c.view(4).master_id.and_then(|id| c.index_of(&id)).expect("node 4 replicates a master");
     let key = c.key_on("failed-over:", master);
-    signal(&c, 4, "-STOP");
+    c.node(4).set_paused(true);
     let mut last = 0;
     for _ in 0..3 {
         last = grant(&c, master, &key, false);
     }
     c.kill_node(master);
-    signal(&c, 4, "-CONT");
+    c.node(4).set_paused(false);
     c.wait_until("node 4 promoted", |c| c.view(4).master && c.view(4).slots.contains(&c.slot_of(&key)));
     c.wait_ok();
     let f = grant(&c, 4, &key, false);
     assert!(f > last, "after a failover that lost the tail, to a replica 30 s behind: {f} <= {last} (by {})", last - f);
-}
-
-fn signal(c: &Cluster, i: usize, sig: &str) {
-    let ok = std::process::Command::new("kill").arg(sig).arg(c.node(i).pid().to_string()).status().unwrap().success();
-    assert!(ok, "kill {sig} node {i}");
 }
 
 /// 2000+ fenced grants through the cluster client on a few keys, with clocks
@@ -156,12 +151,12 @@ fn random_grants_moves_and_failovers_never_take_a_fence_back() {
             _ => {
                 // Lose the tail: the replica sleeps through the last grants.
                 let Some(&replica) = c.replicas_of(from).first() else { continue };
-                signal(&c, replica, "-STOP");
+                c.node(replica).set_paused(true);
                 for _ in 0..5 {
                     check(&client, key, &format!("step {step}, before losing the tail"));
                 }
                 c.kill_node(from);
-                signal(&c, replica, "-CONT");
+                c.node(replica).set_paused(false);
                 c.wait_until("the replica promoted", |c| c.view(replica).master && c.view(replica).slots.contains(&slot));
                 c.wait_ok();
                 c.restart_node(from);

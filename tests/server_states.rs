@@ -79,11 +79,11 @@ fn a_graceful_shutdown_waiting_for_a_lagging_replica_neither_grants_nor_crashes(
     until_waiting(&mut c, 1);
     // A stopped replica cannot catch up: SHUTDOWN pauses writes and waits
     // (shutdown-timeout) while the holder's TTL runs out.
-    unsafe { libc_kill(replica.pid(), 19) }; // SIGSTOP
+    replica.set_paused(true);
     let _ = redis::cmd("LOCK.ACQUIRE").arg("other").arg("t").arg(60_000).query::<i64>(&mut c).unwrap();
     let _ = redis::cmd("SHUTDOWN").query::<Value>(&mut c);
     let status = master.wait_exit(Duration::from_secs(10)).expect("the master exits");
-    unsafe { libc_kill(replica.pid(), 18) }; // SIGCONT
+    replica.set_paused(false);
     assert!(status.success(), "clean exit, not an assertion: {status:?}\n{}", master.log());
     assert!(dir.join("dump.rdb").exists(), "the final RDB was saved");
     // The waiter was never granted: its connection closed without a grant.
@@ -93,14 +93,6 @@ fn a_graceful_shutdown_waiting_for_a_lagging_replica_neither_grants_nor_crashes(
     h.join().unwrap();
     drop(master);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// `kill(2)` without a libc dependency in this test crate.
-unsafe fn libc_kill(pid: u32, signal: i32) {
-    extern "C" {
-        fn kill(pid: i32, sig: i32) -> i32;
-    }
-    kill(pid as i32, signal);
 }
 
 #[test]

@@ -49,22 +49,11 @@ fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
-/// SIGSTOP / SIGCONT: a paused server keeps its connections and data but
-/// answers nothing, like a machine in a long GC pause or a partition. A
-/// test that fails with servers paused leaves nothing behind: the `Server`
-/// guard's SIGKILL ends a stopped process too.
-fn pause(s: &Server, on: bool) {
-    let pid = libc::pid_t::try_from(s.pid()).expect("pid");
-    // SAFETY: signalling our own child process.
-    let r = unsafe { libc::kill(pid, if on { libc::SIGSTOP } else { libc::SIGCONT }) };
-    assert_eq!(r, 0, "kill({pid})");
-}
-
 #[test]
 fn two_of_five_down_still_grants_with_a_fence_and_release_frees_every_live_server() {
     let mut s = servers(5);
     s[0].kill();
-    pause(&s[1], true);
+    s[1].set_paused(true);
     let c = client(&s);
     let t = Instant::now();
     let lock = c.try_acquire("job", ms(5000)).expect("3 of 5 servers are enough");
@@ -85,7 +74,7 @@ fn three_of_five_down_is_refused_with_a_clear_error_and_leaves_nothing_behind() 
     let mut s = servers(5);
     s[0].kill();
     s[1].kill();
-    pause(&s[2], true);
+    s[2].set_paused(true);
     let c = client(&s);
     let t = Instant::now();
     let err = c.try_acquire("job", ms(5000)).expect_err("2 of 5 are not a majority");
@@ -113,8 +102,8 @@ fn a_majority_held_elsewhere_fails_fast_as_not_acquired() {
         let _: () = srv.conn().pset_ex("job", "other", 10_000).expect("SET");
     }
     // The other two are paused: the three refusals alone decide.
-    pause(&s[3], true);
-    pause(&s[4], true);
+    s[3].set_paused(true);
+    s[4].set_paused(true);
     let c = QuorumClient::open_with(&urls(&s), QuorumOptions::new().node_timeout(ms(3000))).expect("client");
     let t = Instant::now();
     let err = c.try_acquire("job", ms(5000)).expect_err("held on 3 of 5");
@@ -258,8 +247,8 @@ fn sync_watchdog_keeps_the_lock_and_drop_releases_everywhere() {
 async fn an_abandoned_async_acquire_releases_what_it_was_granted() {
     let s = servers(3);
     // Two paused servers: the attempt holds one grant while it waits for them.
-    pause(&s[1], true);
-    pause(&s[2], true);
+    s[1].set_paused(true);
+    s[2].set_paused(true);
     let c = QuorumClient::open_with(&urls(&s), QuorumOptions::new().node_timeout(ms(2000))).expect("client");
     let r = tokio::time::timeout(ms(300), c.try_acquire_async("job", ms(10_000))).await;
     assert!(r.is_err(), "still waiting for the paused servers");
@@ -270,8 +259,8 @@ async fn an_abandoned_async_acquire_releases_what_it_was_granted() {
         tokio::time::sleep(ms(5)).await;
     }
     assert_eq!(get(&s[0], "job"), None);
-    pause(&s[1], false);
-    pause(&s[2], false);
+    s[1].set_paused(false);
+    s[2].set_paused(false);
 }
 
 /// Two (here three) contenders never both hold a quorum lock within its
@@ -336,7 +325,7 @@ fn contenders_never_overlap_under_pauses_kills_and_vanishing_holders() {
             if kill {
                 s[i].kill();
             } else {
-                pause(&s[i], true);
+                s[i].set_paused(true);
             }
         }
         // Down for longer than a TTL (a killed server must stay down that
@@ -347,7 +336,7 @@ fn contenders_never_overlap_under_pauses_kills_and_vanishing_holders() {
                 s[i].restart();
                 kills += 1;
             } else {
-                pause(&s[i], false);
+                s[i].set_paused(false);
                 pauses += 1;
             }
         }
@@ -383,13 +372,13 @@ fn fences_strictly_increase_over_2000_acquisitions_with_skewed_clocks_and_random
     for i in 0..2000 {
         if i % 10 == 0 {
             for &p in &paused {
-                pause(&s[p], false);
+                s[p].set_paused(false);
             }
             paused = (0..5).collect();
             paused.sort_by_key(|_| rng.gen::<u32>());
             paused.truncate(rng.gen_range(0..=2));
             for &p in &paused {
-                pause(&s[p], true);
+                s[p].set_paused(true);
             }
         }
         if paused.contains(&0) {

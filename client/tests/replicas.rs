@@ -25,13 +25,6 @@ fn get(server: &Server, key: &str) -> Option<String> {
     redis::cmd("GET").arg(key).query(&mut server.conn()).unwrap()
 }
 
-fn kill(pid: u32, signal: i32) {
-    extern "C" {
-        fn kill(pid: i32, sig: i32) -> i32;
-    }
-    unsafe { kill(pid as i32, signal) };
-}
-
 #[test]
 fn a_lock_is_handed_out_once_its_replica_has_it_and_released_when_none_answers() {
     let master = Server::start();
@@ -55,9 +48,9 @@ fn a_lock_is_handed_out_once_its_replica_has_it_and_released_when_none_answers()
     assert_eq!(get(&replica, "q").as_deref(), Some(queued.token()));
 
     // A replica that cannot answer: the lock is released, not handed out.
-    kill(replica.pid(), 19); // SIGSTOP
+    replica.set_paused(true);
     let err = client.try_acquire_with("k2", ms(30_000), &opts).unwrap_err();
-    kill(replica.pid(), 18); // SIGCONT
+    replica.set_paused(false);
     assert!(matches!(err, Error::NotReplicated { acked: 0, wanted: 1, .. }), "{err}");
     assert_eq!(get(&master, "k2"), None, "released again");
 

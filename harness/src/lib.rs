@@ -251,6 +251,17 @@ impl Server {
         std::mem::forget(std::mem::replace(self, again));
     }
 
+    /// Stops (SIGSTOP) or continues (SIGCONT) the server: a paused server
+    /// keeps its connections and data but answers nothing, like a machine
+    /// in a long pause or behind a partition. The guard's SIGKILL on drop
+    /// ends a stopped process too, so a failing test leaves nothing behind.
+    pub fn set_paused(&self, paused: bool) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("pid fits pid_t");
+        // SAFETY: signalling our own child process.
+        let r = unsafe { libc::kill(pid, if paused { libc::SIGSTOP } else { libc::SIGCONT }) };
+        assert_eq!(r, 0, "kill({pid})");
+    }
+
     /// Waits up to `timeout` for the server to exit by itself (after
     /// `SHUTDOWN`, or a crash) and returns how it ended.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
