@@ -126,8 +126,12 @@ impl Harness {
         let replies: Vec<Value> = ops.query(&mut self.conn).expect("ops");
         let elapsed_ms = started.elapsed().as_millis() as i64 + 2;
 
+        // One MULTI/EXEC: the server reads every key at one instant (its
+        // clock is frozen while EXEC runs, on every server we test), so a
+        // short lock cannot expire between the TYPE and the PEXPIRETIME of
+        // its own copy.
         let mut reads = redis::pipe();
-        reads.ignore_errors();
+        reads.atomic().ignore_errors();
         for i in 0..cases.len() {
             for key in [format!("ref:{i}"), format!("mod:{i}")] {
                 reads.cmd("TYPE").arg(&key).cmd("GET").arg(&key).cmd("PEXPIRETIME").arg(&key);
