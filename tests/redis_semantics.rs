@@ -40,6 +40,18 @@ fn pttl(con: &mut Connection, key: &str) -> i64 {
     redis::cmd("PTTL").arg(key).query(con).unwrap()
 }
 
+/// Runs every command in one MULTI/EXEC and returns their replies:
+/// no time passes between them on the server's clock, so a short lease
+/// cannot end between two of them however slowly this test runs.
+fn at_once(con: &mut Connection, cmds: &[&[&str]]) -> Vec<Value> {
+    let mut p = redis::pipe();
+    p.atomic();
+    for args in cmds {
+        p.cmd(args[0]).arg(&args[1..]);
+    }
+    p.query(con).unwrap_or_else(|e| panic!("{cmds:?}: {e}"))
+}
+
 fn run(con: &mut Connection, args: &[&str]) {
     let mut c = redis::cmd(args[0]);
     for a in &args[1..] {
@@ -547,8 +559,7 @@ fn a_replica_refuses_lock_commands_as_writes() {
 fn an_expired_lock_can_be_acquired_again() {
     let server = Server::start();
     let mut con = server.conn();
-    assert_eq!(ok(&mut con, &["LOCK.ACQUIRE", "e:k", "tok", "50"]), 1);
-    assert_eq!(ok(&mut con, &["LOCK.ACQUIRE", "e:k", "other", "5000"]), 0);
+    assert_eq!(at_once(&mut con, &[&["LOCK.ACQUIRE", "e:k", "tok", "50"], &["LOCK.ACQUIRE", "e:k", "other", "5000"]]), [Value::Int(1), Value::Int(0)]);
     std::thread::sleep(Duration::from_millis(120));
     assert_eq!(ok(&mut con, &["LOCK.ACQUIRE", "e:k", "other", "5000"]), 1);
     assert_eq!(get(&mut con, "e:k").as_deref(), Some("other"));
@@ -572,8 +583,7 @@ fn renew_and_release_of_an_expired_lock_are_refused() {
 fn an_expired_lock_is_taken_over_by_another_run() {
     let server = Server::start();
     let mut con = server.conn();
-    assert_eq!(ok(&mut con, &["LOCK.TAKEOVER", "e:t", "tok", "run", "50"]), 1);
-    assert_eq!(ok(&mut con, &["LOCK.TAKEOVER", "e:t", "tok2", "other", "5000"]), 0);
+    assert_eq!(at_once(&mut con, &[&["LOCK.TAKEOVER", "e:t", "tok", "run", "50"], &["LOCK.TAKEOVER", "e:t", "tok2", "other", "5000"]]), [Value::Int(1), Value::Int(0)]);
     std::thread::sleep(Duration::from_millis(120));
     assert_eq!(ok(&mut con, &["LOCK.TAKEOVER", "e:t", "tok2", "other", "5000"]), 1);
     assert_eq!(get(&mut con, "e:t").as_deref(), Some(r#"{"owner":"tok2","runId":"other"}"#));
@@ -583,11 +593,19 @@ fn an_expired_lock_is_taken_over_by_another_run() {
 fn a_legacy_lock_is_taken_over_once_at_most_half_its_ttl_remains() {
     let server = Server::start();
     let mut con = server.conn();
-    run(&mut con, &["SET", "lg:k", "bare", "PX", "400"]);
-    // 400 ms left > floor(600 / 2): still fresh.
-    assert_eq!(ok(&mut con, &["LOCK.TAKEOVER", "lg:k", "tok", "run", "600"]), 0);
-    // ...but stale for a ttl of 2000 (threshold 1000).
-    assert_eq!(ok(&mut con, &["LOCK.TAKEOVER", "lg:k", "tok", "run", "2000"]), 1);
+    // In one transaction, so the remaining TTL is what was set.
+    let replies = at_once(
+        &mut con,
+        &[
+            &["SET", "lg:k", "bare", "PX", "4000"][..],
+            // 4000 ms left > floor(6000 / 2): still fresh...
+            &["LOCK.TAKEOVER", "lg:k", "tok", "run", "6000"],
+            // ...but stale for a ttl of 20000 (threshold 10000).
+            &["LOCK.TAKEOVER", "lg:k", "tok", "run", "20000"],
+            &["PTTL", "lg:k"],
+        ],
+    );
+    assert_eq!(replies[1..3], [Value::Int(0), Value::Int(1)]);
+    assert!(matches!(replies[3], Value::Int(ttl) if ttl > 10_000), "the takeover's TTL: {:?}", replies[3]);
     assert_eq!(get(&mut con, "lg:k").as_deref(), Some(r#"{"owner":"tok","runId":"run"}"#));
-    assert!(pttl(&mut con, "lg:k") > 1_000);
 }

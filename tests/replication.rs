@@ -266,7 +266,7 @@ fn a_replica_ends_with_the_masters_values_and_absolute_expiry_times() {
 
     let mut m = master.conn();
     scenario(&mut m);
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut m).unwrap();
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(&mut m).unwrap();
     assert_eq!(acked, 1, "the replica did not acknowledge");
     let on_master = master_after_scenario(&mut m);
     let on_replica = states(&mut r);

@@ -197,13 +197,21 @@ impl Server {
                 if let Ok(mut c) = self.client().get_connection() {
                     // A server still loading its data answers PING with -LOADING.
                     if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                        return true;
+                        // Another test's server may have taken the port
+                        // first (ours then exits): only ours will do.
+                        return self.answers_as_our_child(&mut c);
                     }
                 }
             }
             std::thread::sleep(Duration::from_millis(10));
         }
         false
+    }
+
+    /// Whether the server behind `c` is this guard's process.
+    fn answers_as_our_child(&self, c: &mut redis::Connection) -> bool {
+        let info: String = redis::cmd("INFO").arg("server").query(c).unwrap_or_default();
+        info.lines().filter_map(|l| l.strip_prefix("process_id:")).any(|pid| pid.trim() == self.child.id().to_string())
     }
 
     /// The TCP port on 127.0.0.1.

@@ -65,6 +65,8 @@ struct Harness {
     shas: Shas,
     failures: Vec<String>,
     compared: usize,
+    /// Cases whose outcome changed while they ran (see `run_batch`).
+    skipped: usize,
 }
 
 impl Harness {
@@ -73,7 +75,7 @@ impl Harness {
         let mut conn = server.conn();
         let mut load = |s: &str| -> String { redis::cmd("SCRIPT").arg("LOAD").arg(s).query(&mut conn).expect("load script") };
         let shas = Shas { renew: load(scripts::RENEW), release: load(scripts::RELEASE), takeover: load(scripts::TAKEOVER) };
-        Harness { _server: server, conn, shas, failures: Vec::new(), compared: 0 }
+        Harness { _server: server, conn, shas, failures: Vec::new(), compared: 0, skipped: 0 }
     }
 
     fn reference(&self, pipe: &mut redis::Pipeline, key: &str, c: &Case) {
@@ -122,9 +124,11 @@ impl Harness {
             self.reference(&mut ops, &format!("ref:{i}"), c);
             Self::module(&mut ops, &format!("mod:{i}"), c);
         }
+        let ops_from = server_ms(&mut self.conn);
         let started = Instant::now();
         let replies: Vec<Value> = ops.query(&mut self.conn).expect("ops");
         let elapsed_ms = started.elapsed().as_millis() as i64 + 2;
+        let ops_until = server_ms(&mut self.conn);
 
         // One MULTI/EXEC: the server reads every key at one instant (its
         // clock is frozen while EXEC runs, on every server we test), so a
@@ -141,6 +145,19 @@ impl Harness {
         let read_until = server_ms(&mut self.conn);
 
         for (i, c) in cases.iter().enumerate() {
+            // A stored key that expires, or a legacy lock that turns stale,
+            // while the ops run may do so between the script's command and
+            // the module's: the two then rightly decide differently. MARGIN_MS
+            // keeps such instants out of the ops unless this machine took
+            // that long to get there; the server's clock tells.
+            let during_ops = |t: i64| (ops_from - 1..=ops_until + 1).contains(&t);
+            let turns_during_ops = c.remaining.is_some_and(|r| {
+                during_ops(now_ms + r) || (matches!(c.op, Op::Takeover { .. }) && during_ops(now_ms + r - c.ttl / 2))
+            });
+            if turns_during_ops {
+                self.skipped += 1;
+                continue;
+            }
             self.compared += 1;
             let (r, m) = (normalize(&replies[2 * i]), normalize(&replies[2 * i + 1]));
             let s = &state[6 * i..6 * i + 6];
@@ -193,8 +210,10 @@ impl Harness {
     }
 
     fn assert_agreement(self, what: &str) {
+        // Skipping takes a slow run around a threshold; most cases must count.
+        assert!(self.skipped * 10 <= self.compared, "{what}: {} cases skipped, {} compared", self.skipped, self.compared);
         if self.failures.is_empty() {
-            eprintln!("{what}: module and scripts agreed on {} cases", self.compared);
+            eprintln!("{what}: module and scripts agreed on {} cases ({} skipped)", self.compared, self.skipped);
             return;
         }
         let name: String = what.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();

@@ -9,8 +9,34 @@ use std::time::{Duration, Instant};
 use redis::Value;
 use redis_lock_harness::Server;
 
+/// The lease of [`acquire`]'s holders and of every [`waiter`]: longer than
+/// any wait in these tests, so a waiter granted within its wait was served
+/// by the event under test, never by a holder's lease running out.
+pub const LEASE_MS: i64 = 60_000;
+
 pub fn acquire(c: &mut redis::Connection, key: &str, token: &str) -> i64 {
-    redis::cmd("LOCK.ACQUIRE").arg(key).arg(token).arg(60_000).query(c).expect("acquire")
+    redis::cmd("LOCK.ACQUIRE").arg(key).arg(token).arg(LEASE_MS).query(c).expect("acquire")
+}
+
+/// `key`'s absolute expiry on the server's clock (Unix ms; -1 none, -2 gone).
+pub fn expiry_ms(c: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("PEXPIRETIME").arg(key).query(c).expect("pexpiretime")
+}
+
+/// When the server granted `key` to its current holder, a [`waiter`], on the
+/// server's own clock: its lease ends [`LEASE_MS`] after the grant. Timing
+/// read this way does not depend on how fast this machine runs the test.
+pub fn granted_at_ms(c: &mut redis::Connection, key: &str) -> i64 {
+    let expiry = expiry_ms(c, key);
+    assert!(expiry > 0, "{key} has no lease: {expiry}");
+    expiry - LEASE_MS
+}
+
+/// Turns Redis's own active expiry off, so that a key whose lease ends is
+/// freed only by the module's timer (or a read): a grant then proves the
+/// timer fired, with no bound on how long this machine took.
+pub fn without_active_expiry(c: &mut redis::Connection) {
+    let _: () = redis::cmd("DEBUG").arg("SET-ACTIVE-EXPIRE").arg(0).query(c).expect("DEBUG SET-ACTIVE-EXPIRE 0");
 }
 
 pub fn release(c: &mut redis::Connection, key: &str, token: &str) -> i64 {
@@ -31,7 +57,7 @@ pub fn info_field(c: &mut redis::Connection, name: &str) -> u64 {
 
 /// Waits until `n` clients are blocked in the server.
 pub fn until_waiting(c: &mut redis::Connection, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
     while info_field(c, "waiting") != n {
         assert!(Instant::now() < deadline, "expected {n} waiting clients");
         thread::sleep(Duration::from_millis(2));
@@ -44,13 +70,13 @@ pub fn waiter(server: &Server, key: &str, token: &str, timeout_ms: u64, tx: mpsc
     waiter_on(server.conn(), key, token, &["WAIT", &timeout_ms.to_string()], tx)
 }
 
-/// `LOCK.ACQUIRE key token 60000 options...` on `c` from a new thread; an
+/// `LOCK.ACQUIRE key token LEASE_MS options...` on `c` from a new thread; an
 /// error reply arrives as a `SimpleString` holding its text.
 pub fn waiter_on(mut c: redis::Connection, key: &str, token: &str, options: &[&str], tx: mpsc::Sender<(String, Value, Instant)>) -> thread::JoinHandle<()> {
     let (key, token) = (key.to_string(), token.to_string());
     let options: Vec<String> = options.iter().map(|o| o.to_string()).collect();
     thread::spawn(move || {
-        let reply = redis::cmd("LOCK.ACQUIRE").arg(&key).arg(&token).arg(60_000).arg(&options).query::<Value>(&mut c);
+        let reply = redis::cmd("LOCK.ACQUIRE").arg(&key).arg(&token).arg(LEASE_MS).arg(&options).query::<Value>(&mut c);
         let _ = tx.send((token, reply.unwrap_or_else(|e| Value::SimpleString(e.to_string())), Instant::now()));
     })
 }
