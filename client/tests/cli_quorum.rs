@@ -63,19 +63,23 @@ fn two_processes_take_turns_and_a_third_finds_it_held() {
     let dir = std::env::temp_dir().join(format!("redis-lock-cli-quorum-cs-{}", std::process::id()));
     let _ = std::fs::remove_dir(&dir);
     // mkdir is atomic: it fails if the other process is inside too.
-    let cs = format!("mkdir {0} || exit 99; sleep 0.3; rmdir {0}", dir.display());
+    let cs = format!("mkdir {0} || exit 99; sleep 1.5; rmdir {0}", dir.display());
     let t = Instant::now();
     let kids: Vec<_> = (0..2)
-        .map(|_| cli(&all, &["run", "--ttl", "2000", "--wait", "5000", "job", "--", "sh", "-c", &cs]).stderr(Stdio::piped()).spawn().expect("spawn"))
+        .map(|_| cli(&all, &["run", "--ttl", "2000", "--wait", "20000", "job", "--", "sh", "-c", &cs]).stderr(Stdio::piped()).spawn().expect("spawn"))
         .collect();
-    std::thread::sleep(Duration::from_millis(100));
+    // The third comes while the first is inside its critical section.
+    while !dir.exists() {
+        assert!(t.elapsed() < Duration::from_secs(20), "neither process got the lock");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let third = cli(&all, &["run", "--ttl", "2000", "job", "--", "true"]).output().expect("run");
     assert_eq!(third.status.code(), Some(75), "held by one of the two: {}", stderr(&third));
     for k in kids {
         let o = k.wait_with_output().expect("wait");
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     }
-    assert!(t.elapsed() >= Duration::from_millis(600), "the two critical sections ran one after the other");
+    assert!(t.elapsed() >= Duration::from_millis(3000), "the two critical sections ran one after the other");
 }
 
 #[test]

@@ -13,7 +13,7 @@ fn ms(n: u64) -> Duration {
 
 fn replica_of(master: &Server) -> Server {
     let replica = Server::builder().arg("replicaof", &format!("127.0.0.1 {}", master.port())).start();
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
     while !redis::cmd("INFO").arg("replication").query::<String>(&mut replica.conn()).unwrap().contains("master_link_status:up") {
         assert!(Instant::now() < deadline, "replica did not sync");
         std::thread::sleep(ms(20));
@@ -30,7 +30,7 @@ fn a_lock_is_handed_out_once_its_replica_has_it_and_released_when_none_answers()
     let master = Server::start();
     let replica = replica_of(&master);
     let client = LockClient::open(&master.url()).unwrap();
-    let opts = LockOptions::new().wait_for_replicas(1, ms(500));
+    let opts = LockOptions::new().wait_for_replicas(1, ms(1500));
 
     let lock = client.try_acquire_with("k", ms(30_000), &opts).unwrap();
     assert_eq!(get(&replica, "k").as_deref(), Some(lock.token()), "the replica has the grant when the lock is handed out");
@@ -41,7 +41,7 @@ fn a_lock_is_handed_out_once_its_replica_has_it_and_released_when_none_answers()
     let holder = client.try_acquire("q", ms(30_000)).unwrap();
     let c2 = client.clone();
     let o2 = opts.clone();
-    let waiter = std::thread::spawn(move || c2.acquire_with("q", ms(30_000), ms(5_000), &o2));
+    let waiter = std::thread::spawn(move || c2.acquire_with("q", ms(30_000), ms(20_000), &o2));
     std::thread::sleep(ms(100));
     holder.release().unwrap();
     let queued = waiter.join().unwrap().unwrap();
@@ -65,7 +65,7 @@ fn async_locks_wait_for_replicas_too() {
     let replica = replica_of(&master);
     let client = LockClient::open(&master.url()).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let lock = rt.block_on(client.try_acquire_with_async("a", ms(30_000), &LockOptions::new().wait_for_replicas(1, ms(500)))).unwrap();
+    let lock = rt.block_on(client.try_acquire_with_async("a", ms(30_000), &LockOptions::new().wait_for_replicas(1, ms(1500)))).unwrap();
     assert_eq!(get(&replica, "a").as_deref(), Some(lock.token()));
     let err = rt.block_on(client.try_acquire_with_async("b", ms(30_000), &LockOptions::new().wait_for_replicas(2, ms(200)))).unwrap_err();
     assert!(matches!(err, Error::NotReplicated { acked: 1, wanted: 2, .. }), "{err}");
@@ -75,7 +75,7 @@ fn async_locks_wait_for_replicas_too() {
 fn in_a_cluster_the_owners_replica_has_the_grant() {
     let c = Cluster::start(3, 1);
     let client = LockClient::open_cluster(&c.urls()).unwrap();
-    let opts = LockOptions::new().wait_for_replicas(1, ms(500));
+    let opts = LockOptions::new().wait_for_replicas(1, ms(1500));
     for m in c.masters() {
         let key = c.key_on("rep:", m);
         let lock = client.try_acquire_with(&key, ms(30_000), &opts).unwrap();

@@ -13,7 +13,7 @@ fn ms(n: u64) -> Duration {
 }
 
 fn client(s: &Server) -> LockClient {
-    LockClient::open_with(&s.url(), ClientOptions::new().response_timeout(ms(500)).connect_timeout(ms(500))).expect("client")
+    LockClient::open_with(&s.url(), ClientOptions::new().response_timeout(ms(2000)).connect_timeout(ms(2000))).expect("client")
 }
 
 fn get(s: &Server, key: &str) -> Option<String> {
@@ -35,6 +35,14 @@ fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
     f()
 }
+
+/// The lease of the watchdog scenarios: its renewals (every third of it)
+/// may be late by most of it on a loaded machine and still keep the lock.
+const LEASE: u64 = 1_500;
+
+/// How long a scenario waits for what must happen: only a failure waits
+/// this long, so it can be generous.
+const PATIENCE: Duration = Duration::from_secs(10);
 
 /// The scenarios; each takes a fresh server.
 mod s {
@@ -59,15 +67,12 @@ mod s {
         let t = Instant::now();
         assert!(b.acquire("k", ms(5000), ms(150)).unwrap_err().is_not_acquired());
         assert!(t.elapsed() >= ms(150), "acquire gave up early: {:?}", t.elapsed());
-        assert!(t.elapsed() < ms(1000));
         // A waiter gets the lock soon after the holder lets go.
         let releaser = thread::spawn(move || {
             thread::sleep(ms(200));
             la.release().expect("a releases");
         });
-        let t = Instant::now();
-        let lb = b.acquire("k", ms(5000), ms(3000)).expect("b gets it after release");
-        assert!(t.elapsed() < ms(1500), "took {:?}", t.elapsed());
+        let lb = b.acquire("k", ms(5000), PATIENCE).expect("b gets it after release");
         releaser.join().expect("releaser");
         assert_eq!(get(&s, "k").as_deref(), Some(lb.token()));
         assert_ne!(lb.token(), "");
@@ -84,10 +89,10 @@ mod s {
 
     pub fn not_held_after_expiry(s: Server) {
         let c = client(&s);
-        let l = c.try_acquire("k", ms(200)).expect("acquire");
+        let l = c.try_acquire("k", ms(1000)).expect("acquire");
         assert!(l.is_held());
-        l.renew(ms(200)).expect("renew while held");
-        thread::sleep(ms(300));
+        l.renew(ms(1000)).expect("renew while held");
+        thread::sleep(ms(1300));
         assert!(!l.is_held());
         assert_eq!(l.loss_reason(), Some(LossReason::Expired));
         assert!(matches!(l.renew(ms(200)), Err(Error::NotHeld { .. })));
@@ -108,10 +113,10 @@ mod s {
 
     pub fn renew_resets_ttl(s: Server) {
         let c = client(&s);
-        let l = c.try_acquire("k", ms(300)).expect("acquire");
+        let l = c.try_acquire("k", ms(2000)).expect("acquire");
         l.renew(ms(10_000)).expect("renew");
-        assert!(pttl(&s, "k") > 9000);
-        thread::sleep(ms(400));
+        assert!(pttl(&s, "k") > 2000);
+        thread::sleep(ms(2300));
         assert!(l.is_held(), "validity follows the renewal's TTL");
     }
 
@@ -139,16 +144,16 @@ mod s {
         let l = c.try_acquire("k", ms(5000)).expect("acquire again");
         let sig = l.lost_signal();
         drop(l);
-        assert_eq!(sig.wait_timeout(ms(100)), None);
+        assert_eq!(sig.wait_timeout(PATIENCE), None);
         assert_eq!(get(&s, "k"), None);
     }
 
     pub fn watchdog_keeps_lock_alive(s: Server) {
         let c = client(&s);
-        let l = c.try_acquire_with("k", ms(200), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("acquire");
+        let l = c.try_acquire_with("k", ms(LEASE), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("acquire");
         let other = client(&s);
         let t = Instant::now();
-        while t.elapsed() < ms(1100) {
+        while t.elapsed() < ms(LEASE * 7 / 3) {
             assert!(other.try_acquire("k", ms(200)).unwrap_err().is_not_acquired());
             thread::sleep(ms(50));
         }
@@ -164,35 +169,33 @@ mod s {
 
     pub fn loss_signalled_when_deleted(s: Server) {
         let c = client(&s);
-        let l = c.try_acquire_with("k", ms(300), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("acquire");
+        // Seen by the next renewal (NotOwner), before the lease would have
+        // run out (Expired).
+        let l = c.try_acquire_with("k", ms(LEASE), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("acquire");
         let sig = l.lost_signal();
         let _: () = s.conn().del("k").expect("DEL");
-        let t = Instant::now();
-        assert_eq!(sig.wait_timeout(ms(2000)), Some(LossReason::NotOwner));
-        assert!(t.elapsed() <= ms(300), "loss seen after {:?}", t.elapsed());
+        assert_eq!(sig.wait_timeout(PATIENCE), Some(LossReason::NotOwner));
         assert!(!l.is_held());
         assert!(l.renew(ms(300)).unwrap_err().is_not_held());
     }
 
     pub fn loss_signalled_when_overwritten(s: Server) {
         let c = client(&s);
-        let l = c.try_acquire_with("k", ms(300), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("acquire");
+        let l = c.try_acquire_with("k", ms(LEASE), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("acquire");
         let _: () = s.conn().pset_ex("k", "someone-else", 10_000).expect("SET");
-        let t = Instant::now();
-        assert_eq!(l.lost_signal().wait_timeout(ms(2000)), Some(LossReason::NotOwner));
-        assert!(t.elapsed() <= ms(300), "loss seen after {:?}", t.elapsed());
+        assert_eq!(l.lost_signal().wait_timeout(PATIENCE), Some(LossReason::NotOwner));
         drop(l);
         assert_eq!(get(&s, "k").as_deref(), Some("someone-else"), "drop of a lost lock must not delete the new owner's key");
     }
 
     pub fn watchdog_max_lifetime(s: Server) {
         let c = client(&s);
-        let opts = LockOptions::new().watchdog(WatchdogOptions::new().max_lifetime(ms(300)));
-        let l = c.try_acquire_with("k", ms(200), &opts).expect("acquire");
+        let opts = LockOptions::new().watchdog(WatchdogOptions::new().max_lifetime(ms(LEASE)));
         let t = Instant::now();
-        assert_eq!(l.lost_signal().wait_timeout(ms(3000)), Some(LossReason::MaxLifetime));
-        assert!(t.elapsed() >= ms(300) && t.elapsed() < ms(800), "lost after {:?}", t.elapsed());
-        assert!(eventually(ms(300), || get(&s, "k").is_none()), "the key expires once renewals stop");
+        let l = c.try_acquire_with("k", ms(LEASE), &opts).expect("acquire");
+        assert_eq!(l.lost_signal().wait_timeout(PATIENCE), Some(LossReason::MaxLifetime));
+        assert!(t.elapsed() >= ms(LEASE), "lost after {:?}", t.elapsed());
+        assert!(eventually(PATIENCE, || get(&s, "k").is_none()), "the key expires once renewals stop");
     }
 
     pub fn same_run_takeover(s: Server) {
@@ -212,9 +215,9 @@ mod s {
     pub fn stale_legacy_takeover(s: Server) {
         let c = client(&s);
         let mut con = s.conn();
-        let _: () = con.pset_ex("k", "legacy-token", 1000).expect("SET");
-        // Remaining ~1000 ms > 1000/2: the legacy holder is alive.
-        assert!(c.takeover("k", "run-1", ms(1000)).unwrap_err().is_not_acquired());
+        let _: () = con.pset_ex("k", "legacy-token", 10_000).expect("SET");
+        // Remaining ~10 s > 10 s / 2: the legacy holder is alive.
+        assert!(c.takeover("k", "run-1", ms(10_000)).unwrap_err().is_not_acquired());
         assert_eq!(get(&s, "k").as_deref(), Some("legacy-token"));
         // Remaining ~400 ms <= 500: stale, taken.
         let _: () = con.pset_ex("k", "legacy-token", 400).expect("SET");
@@ -279,18 +282,17 @@ mod s {
         assert!(matches!(l.renew(ms(5000)), Err(Error::Redis(_))));
         assert!(matches!(l.release(), Err(Error::Redis(_))));
         assert!(matches!(c.try_acquire("k2", ms(5000)), Err(Error::Redis(_))));
-        assert!(t.elapsed() < ms(3000), "took {:?}", t.elapsed());
+        assert!(t.elapsed() < PATIENCE, "took {:?}", t.elapsed());
     }
 
     pub fn watchdog_reports_unreachable_server(mut s: Server) {
         let c = client(&s);
-        let l = c.try_acquire_with("k", ms(400), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("acquire");
+        let l = c.try_acquire_with("k", ms(LEASE), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("acquire");
         let t = Instant::now();
         s.kill();
-        assert_eq!(l.lost_signal().wait_timeout(ms(3000)), Some(LossReason::Expired));
-        assert!(t.elapsed() <= ms(450), "loss seen after {:?}", t.elapsed());
+        assert_eq!(l.lost_signal().wait_timeout(PATIENCE), Some(LossReason::Expired));
         drop(l); // must not hang on the dead server
-        assert!(t.elapsed() < ms(2000));
+        assert!(t.elapsed() < PATIENCE + PATIENCE, "took {:?}", t.elapsed());
     }
 
     // ---- async ----
@@ -321,15 +323,13 @@ mod s {
     pub fn async_watchdog_and_loss_future(s: Server) {
         rt().block_on(async {
             let c = client(&s);
-            let l = c.try_acquire_with_async("k", ms(200), &LockOptions::new().watchdog(WatchdogOptions::new())).await.expect("acquire");
-            tokio::time::sleep(ms(1000)).await;
-            assert!(l.is_held(), "watchdog kept it for 5 TTLs");
+            let l = c.try_acquire_with_async("k", ms(LEASE), &LockOptions::new().watchdog(WatchdogOptions::new())).await.expect("acquire");
+            tokio::time::sleep(ms(LEASE * 7 / 3)).await;
+            assert!(l.is_held(), "watchdog kept it for over 2 TTLs");
             assert_eq!(get(&s, "k").as_deref(), Some(l.token()));
             let _: () = s.conn().del("k").expect("DEL");
-            let t = Instant::now();
-            let r = tokio::time::timeout(ms(2000), l.lost()).await.expect("loss future resolves");
-            assert_eq!(r, Some(LossReason::NotOwner));
-            assert!(t.elapsed() <= ms(200), "loss seen after {:?}", t.elapsed());
+            let r = tokio::time::timeout(PATIENCE, l.lost()).await.expect("loss future resolves");
+            assert_eq!(r, Some(LossReason::NotOwner), "seen by a renewal before the lease ran out");
         });
     }
 
@@ -339,9 +339,9 @@ mod s {
             let l = c.try_acquire_async("k", ms(5000)).await.expect("acquire");
             let sig = l.lost_signal();
             drop(l);
-            assert_eq!(tokio::time::timeout(ms(500), sig.lost()).await.expect("signal ends"), None);
+            assert_eq!(tokio::time::timeout(PATIENCE, sig.lost()).await.expect("signal ends"), None);
             let mut con = s.client().get_multiplexed_async_connection().await.expect("conn");
-            let end = Instant::now() + ms(1000);
+            let end = Instant::now() + PATIENCE;
             loop {
                 let v: Option<String> = redis::AsyncCommands::get(&mut con, "k").await.expect("GET");
                 if v.is_none() {
@@ -360,7 +360,7 @@ mod s {
             s.kill();
             let t = Instant::now();
             assert!(matches!(l.renew_async(ms(5000)).await, Err(Error::Redis(_))));
-            assert!(t.elapsed() < ms(3000), "took {:?}", t.elapsed());
+            assert!(t.elapsed() < PATIENCE, "took {:?}", t.elapsed());
         });
     }
 }

