@@ -75,6 +75,8 @@ pub struct Builder {
     clock_offset_ms: Option<i64>,
     /// Commands for an `appendonly.aof` the server loads at start.
     aof: Option<Vec<u8>>,
+    /// See [`Builder::config_file`].
+    config: Option<String>,
 }
 
 impl Builder {
@@ -95,6 +97,15 @@ impl Builder {
     /// another server can start from its RDB or AOF.
     pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dir = Some(dir.into());
+        self
+    }
+
+    /// Starts the server from a configuration file holding `text` (written
+    /// as `redis.conf` in its directory, before the harness's own options),
+    /// as `redis-server redis.conf` starts: e.g. module configs set at load.
+    /// `CONFIG REWRITE` writes back to that file ([`Server::config_path`]).
+    pub fn config_file(mut self, text: &str) -> Self {
+        self.config = Some(text.to_string());
         self
     }
 
@@ -120,6 +131,9 @@ impl Builder {
     }
 }
 
+/// The name of [`Builder::config_file`]'s file in the server's directory.
+const CONFIG_FILE: &str = "redis.conf";
+
 /// A running redis-server, killed when dropped.
 pub struct Server {
     child: Child,
@@ -138,7 +152,7 @@ impl Server {
 
     /// A server to configure before starting.
     pub fn builder() -> Builder {
-        Builder { module: true, args: Vec::new(), dir: None, port: None, clock_offset_ms: None, aof: None }
+        Builder { module: true, args: Vec::new(), dir: None, port: None, clock_offset_ms: None, aof: None, config: None }
     }
 
     fn launch(builder: Builder) -> Server {
@@ -156,6 +170,9 @@ impl Server {
                 std::fs::write(dir.join("appendonly.aof"), aof).expect("write the AOF");
             }
         }
+        if let Some(text) = &builder.config {
+            std::fs::write(dir.join(CONFIG_FILE), text).expect("write redis.conf");
+        }
         let module = builder.module.then(module_path);
         let binary = server_binary();
         // A free port can be taken between our probe and the server's bind;
@@ -164,6 +181,9 @@ impl Server {
         for _ in 0..5 {
             let port = builder.port.unwrap_or_else(free_port);
             let mut cmd = Command::new(&binary);
+            if builder.config.is_some() {
+                cmd.arg(dir.join(CONFIG_FILE));
+            }
             cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
                 .args(["--dir", dir.to_str().expect("utf-8 temp dir"), "--logfile", "server.log", "--daemonize", "no"])
                 .args(["--enable-debug-command", "yes"]);
@@ -222,6 +242,11 @@ impl Server {
     /// `redis://127.0.0.1:PORT/`
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The configuration file it started from ([`Builder::config_file`]).
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join(CONFIG_FILE)
     }
 
     /// The server's working directory (RDB, AOF and `server.log` live here).
