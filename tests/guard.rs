@@ -338,9 +338,9 @@ fn register_history(guarded: bool, seed: u64) -> (Vec<Entry>, Result<Value, Stri
         thread::sleep(Duration::from_millis(rng.gen_range(20..120)));
         let i = rng.gen_range(0..holders.children.len());
         if rng.gen_bool(0.5) {
-            let _ = holders.children[i].kill();
-            let _ = holders.children[i].wait();
-            holders.children.swap_remove(i);
+            let mut killed = holders.children.swap_remove(i);
+            let _ = killed.kill();
+            let _ = killed.wait();
             holders.spawn();
         } else {
             holders.signal(i, "STOP");
