@@ -76,6 +76,13 @@ required!(
     RedisModule_RegisterCommandFilter,
     RedisModule_CommandFilterArgsCount,
     RedisModule_CommandFilterArgGet,
+    // LOCK.GUARD
+    RedisModule_CallReplyType,
+    RedisModule_ReplyWithCallReply,
+    RedisModule_IsKeysPositionRequest,
+    RedisModule_KeyAtPosWithFlags,
+    RedisModule_GetCommandKeysWithFlags,
+    RedisModule_Free,
 );
 
 /// `rm!(RedisModule_OpenKey)` is that API function, which [`missing`] has

@@ -29,6 +29,8 @@ pub enum Failure {
     FencesExhausted,
     /// A WAIT that would block beyond `lock.max-waiters`.
     TooManyWaiters,
+    /// An error reply composed elsewhere (LOCK.GUARD's NOTHELD and refusals).
+    Error(&'static CStr),
 }
 
 impl From<ArgError> for Failure {
@@ -54,6 +56,8 @@ pub enum Reply {
     Blocked,
     /// Field/value pairs (LOCK.INFO).
     Fields(Vec<(&'static CStr, Value)>),
+    /// What an inner command replied, forwarded as it is (LOCK.GUARD).
+    Call(crate::guard::CallReply),
 }
 
 #[derive(Debug)]

@@ -45,11 +45,13 @@ pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_
                 }
                 raw::REDISMODULE_OK as c_int
             }
+            Ok(Ok(Reply::Call(reply))) => reply.send(ctx),
             Ok(Err(Failure::Arity)) => rm!(RedisModule_WrongArity)(ctx),
             Ok(Err(Failure::Arg(e))) => rm!(RedisModule_ReplyWithError)(ctx, e.reply_cstr().as_ptr()),
             Ok(Err(Failure::WrongType)) => rm!(RedisModule_ReplyWithError)(ctx, WRONGTYPE.as_ptr()),
             Ok(Err(Failure::FencesExhausted)) => rm!(RedisModule_ReplyWithError)(ctx, EXHAUSTED.as_ptr()),
             Ok(Err(Failure::TooManyWaiters)) => rm!(RedisModule_ReplyWithError)(ctx, TOO_MANY_WAITERS.as_ptr()),
+            Ok(Err(Failure::Error(e))) => rm!(RedisModule_ReplyWithError)(ctx, e.as_ptr()),
             Err(_) => rm!(RedisModule_ReplyWithError)(ctx, INTERNAL.as_ptr()),
         };
     }

@@ -13,6 +13,7 @@ mod config;
 mod entry;
 mod errors;
 mod fence;
+mod guard;
 mod key;
 mod registration;
 mod stats;

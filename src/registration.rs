@@ -11,6 +11,7 @@ use redis_module::raw::{self, RedisModuleCommandArg, RedisModuleCommandKeySpec, 
 use crate::api::rm;
 use crate::entry::command_fn;
 use crate::commands;
+use crate::guard;
 
 command_fn!(acquire_cmd => commands::acquire);
 command_fn!(renew_cmd => commands::renew);
@@ -31,6 +32,8 @@ enum Arg {
     Flag(&'static CStr, &'static CStr),
     /// An optional keyword and its integer (`WAIT timeout-ms`).
     Option(&'static CStr, &'static CStr),
+    /// Any number of strings, none included (`[arg ...]`).
+    Rest(&'static CStr),
 }
 
 struct Command {
@@ -63,6 +66,13 @@ struct Command {
 /// BLPOP, RENEW as PEXPIRE, RELEASE as DEL (but `fast`, as flagged: it
 /// deletes one string), TAKEOVER as SET, INFO as GET. LOCK.FENCEFLOOR is
 /// replication plumbing no application needs: `admin` and `dangerous`.
+///
+/// LOCK.GUARD runs any command, so it is `write` (Redis refuses it where
+/// writes are refused: read-only replicas, `min-replicas-to-write`, MISCONF)
+/// but not `deny-oom` (the inner command's own flag decides, see
+/// `crate::guard`) nor `fast`; `getkeys-api` reports the inner command's
+/// keys, which no key spec can locate. Categories: `write slow`, as the
+/// general case of what it may run.
 const COMMANDS: &[Command] = &[
     Command {
         name: c"lock.acquire",
@@ -130,6 +140,16 @@ const COMMANDS: &[Command] = &[
         complexity: c"O(1)",
         args: &[Arg::Int(c"fence")],
     },
+    Command {
+        name: c"lock.guard",
+        handler: guard::command,
+        flags: c"write getkeys-api",
+        key: Some(raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS),
+        acl: c"write slow",
+        summary: c"Runs a command only while the token holds the lock, in the same step, replying what it replied; else NOTHELD and nothing runs",
+        complexity: c"O(1) for a bare token, O(N) for a structured value of N bytes, plus the command's own complexity",
+        args: &[Arg::Key(c"key"), Arg::Str(c"token"), Arg::Str(c"command"), Arg::Rest(c"arg")],
+    },
 ];
 
 /// Registers every command. The `@lock` ACL category is added where the
@@ -169,7 +189,7 @@ fn set_info(handle: *mut raw::RedisModuleCommand, cmd: &Command) -> bool {
     };
     // Each list ends with an all-zero entry.
     // SAFETY: both structs are plain data; all zeroes is their terminator.
-    let mut specs = [unsafe { std::mem::zeroed::<RedisModuleCommandKeySpec>() }, unsafe { std::mem::zeroed() }];
+    let mut specs = [unsafe { std::mem::zeroed::<RedisModuleCommandKeySpec>() }, unsafe { std::mem::zeroed() }, unsafe { std::mem::zeroed() }];
     if let Some(flags) = cmd.key {
         specs[0] = RedisModuleCommandKeySpec {
             notes: null(),
@@ -179,6 +199,9 @@ fn set_info(handle: *mut raw::RedisModuleCommand, cmd: &Command) -> bool {
             find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
             fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 { range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 { lastkey: 0, keystep: 1, limit: 0 } },
         };
+        if has_flag(cmd, b"getkeys-api") {
+            specs[1] = inner_keys_spec();
+        }
     }
     let mut args: Vec<RedisModuleCommandArg> = cmd.args.iter().map(|&a| arg(a)).collect();
     args.push(unsafe { std::mem::zeroed() });
@@ -197,16 +220,39 @@ fn set_info(handle: *mut raw::RedisModuleCommand, cmd: &Command) -> bool {
     unsafe { rm!(RedisModule_SetCommandInfo)(handle, &info) == raw::REDISMODULE_OK as c_int }
 }
 
+/// Whether `flag` is one of the command's flags.
+fn has_flag(cmd: &Command, flag: &[u8]) -> bool {
+    cmd.flags.to_bytes().split(|&b| b == b' ').any(|f| f == flag)
+}
+
+/// The key spec of keys only the getkeys API can report (LOCK.GUARD's inner
+/// command): where they are and how they are used are unknown to the spec.
+/// `VARIABLE_FLAGS` makes Redis ask the module for every call's keys
+/// instead of trusting the specs.
+fn inner_keys_spec() -> RedisModuleCommandKeySpec {
+    RedisModuleCommandKeySpec {
+        notes: c"the keys of the inner command, reported through the getkeys API".as_ptr(),
+        flags: u64::from(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_INCOMPLETE | raw::REDISMODULE_CMD_KEY_VARIABLE_FLAGS),
+        begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_UNKNOWN,
+        // SAFETY: plain data; with an unknown search type Redis reads neither union.
+        bs: unsafe { std::mem::zeroed() },
+        find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_UNKNOWN,
+        fk: unsafe { std::mem::zeroed() },
+    }
+}
+
 fn arg(a: Arg) -> RedisModuleCommandArg {
     use raw::{RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER as INTEGER, RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY as KEY};
     use raw::{RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN as PURE_TOKEN, RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING as STRING};
     let optional = raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int;
+    let multiple = raw::REDISMODULE_CMD_ARG_MULTIPLE as c_int;
     let (name, type_, token, flags) = match a {
         Arg::Key(n) => (n, KEY, None, 0),
         Arg::Str(n) => (n, STRING, None, 0),
         Arg::Int(n) => (n, INTEGER, None, 0),
         Arg::Flag(n, t) => (n, PURE_TOKEN, Some(t), optional),
         Arg::Option(n, t) => (n, INTEGER, Some(t), optional),
+        Arg::Rest(n) => (n, STRING, None, optional | multiple),
     };
     RedisModuleCommandArg {
         name: name.as_ptr(),

@@ -41,6 +41,11 @@ pub static WAITS_TIMED_OUT: Counter = Counter::new();
 /// or its grant could not be made (fences exhausted, expiry overflowing).
 /// waits_started = granted + timed_out + cancelled + waiting.
 pub static WAITS_CANCELLED: Counter = Counter::new();
+/// LOCK.GUARD calls whose token held the lock: the inner command was handed
+/// to Redis (its reply may still be an error: ACL, OOM, arity, its own).
+pub static GUARDED: Counter = Counter::new();
+/// LOCK.GUARD replies of NOTHELD: nothing ran.
+pub static GUARD_REFUSALS: Counter = Counter::new();
 
 /// Clients blocked in WAIT right now (kept by `crate::wait`); lets every
 /// command skip the wait state when it is 0.
@@ -53,7 +58,7 @@ pub fn waiting() -> u64 {
 
 /// The `INFO lock` section (fields appear as `lock_<name>`).
 pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c_int) {
-    let fields: [(&CStr, u64); 11] = [
+    let fields: [(&CStr, u64); 13] = [
         (c"grants", GRANTS.get()),
         (c"refusals", REFUSALS.get()),
         (c"renewals", RENEWALS.get()),
@@ -65,6 +70,8 @@ pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c
         (c"waits_timed_out", WAITS_TIMED_OUT.get()),
         (c"waits_cancelled", WAITS_CANCELLED.get()),
         (c"waiting", waiting()),
+        (c"guarded", GUARDED.get()),
+        (c"guard_refusals", GUARD_REFUSALS.get()),
     ];
     rm!(RedisModule_InfoAddSection)(ctx, std::ptr::null());
     for (name, value) in fields {

@@ -59,17 +59,17 @@ fn commands_carry_their_native_twins_acl_categories() {
         return;
     }
     let expected: &[(&str, &[&str])] = &[
-        ("write", &["lock.acquire", "lock.renew", "lock.release", "lock.takeover", "lock.fencefloor"]),
+        ("write", &["lock.acquire", "lock.renew", "lock.release", "lock.takeover", "lock.fencefloor", "lock.guard"]),
         ("read", &["lock.info"]),
         ("blocking", &["lock.acquire"]),
-        ("slow", &["lock.acquire"]),
+        ("slow", &["lock.acquire", "lock.guard"]),
         ("fast", &["lock.renew", "lock.release", "lock.takeover", "lock.info", "lock.fencefloor"]),
         ("dangerous", &["lock.fencefloor"]),
         ("admin", &["lock.fencefloor"]),
     ];
     for (category, commands) in expected {
         let listed = in_category(&mut admin, category);
-        for cmd in ["lock.acquire", "lock.renew", "lock.release", "lock.takeover", "lock.info", "lock.fencefloor"] {
+        for cmd in ["lock.acquire", "lock.renew", "lock.release", "lock.takeover", "lock.info", "lock.fencefloor", "lock.guard"] {
             assert_eq!(listed.iter().any(|c| c == cmd), commands.contains(&cmd), "@{category} and {cmd}: {listed:?}");
         }
     }
@@ -77,7 +77,7 @@ fn commands_carry_their_native_twins_acl_categories() {
     // (Redis 7.4+, Valkey 8.1+).
     if let Ok(mut listed) = redis::cmd("ACL").arg("CAT").arg("lock").query::<Vec<String>>(&mut admin) {
         listed.sort();
-        assert_eq!(listed, ["lock.acquire", "lock.fencefloor", "lock.info", "lock.release", "lock.renew", "lock.takeover"]);
+        assert_eq!(listed, ["lock.acquire", "lock.fencefloor", "lock.guard", "lock.info", "lock.release", "lock.renew", "lock.takeover"]);
     }
     let mut no_writes = user(&server, &["+@all", "-@write", "~*"]);
     assert!(run(&mut no_writes, &["LOCK.ACQUIRE", "k", "t", "1000"]).unwrap_err().to_lowercase().contains("noperm"));

@@ -110,6 +110,7 @@ fn command_docs_describe_every_command_and_its_arguments() {
         ("lock.takeover", &["key", "token", "run-id", "ttl-ms", "fence"]),
         ("lock.info", &["key"]),
         ("lock.fencefloor", &["fence"]),
+        ("lock.guard", &["key", "token", "command", "arg"]),
     ] {
         let docs: Value = redis::cmd("COMMAND").arg("DOCS").arg(name).query(&mut c).unwrap();
         let words = strings_in(&docs);

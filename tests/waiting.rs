@@ -261,15 +261,7 @@ fn grants_to_waiters_reach_replicas_as_effects() {
     let master = Server::start();
     let replica = Server::builder().arg("replicaof", &format!("127.0.0.1 {}", master.port())).start();
     let mut r = replica.conn();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
-        if info.contains("master_link_status:up") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "replica did not sync");
-        thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_link(&mut r);
     let mut m = master.conn();
     assert_eq!(acquire(&mut m, "k", "holder"), 1);
     let (tx, rx) = mpsc::channel();

@@ -8,6 +8,7 @@
 //! - [`args`]: argument validation and its error replies.
 //! - [`encode`]: the structured value as Go's encoding/json writes it.
 //! - [`fence`]: fencing token numbering.
+//! - [`guard`]: LOCK.GUARD's ownership rule and the inner commands it refuses.
 //! - [`scripts`]: the reference Lua scripts.
 
 pub mod args;
@@ -16,6 +17,7 @@ pub mod cluster;
 pub mod cluster_fence;
 pub mod encode;
 pub mod fence;
+pub mod guard;
 pub mod lock;
 pub mod scripts;
 

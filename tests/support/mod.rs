@@ -55,6 +55,19 @@ pub fn info_field(c: &mut redis::Connection, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no lock_{name} in INFO"))
 }
 
+/// Waits until a replica's link to its master is up (it has synced).
+pub fn wait_for_link(replica: &mut redis::Connection) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let info: String = redis::cmd("INFO").arg("replication").query(replica).expect("info");
+        if info.contains("master_link_status:up") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "replica did not sync");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Waits until `n` clients are blocked in the server.
 pub fn until_waiting(c: &mut redis::Connection, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
