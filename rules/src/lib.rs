@@ -8,6 +8,7 @@
 //! - [`args`]: argument validation and its error replies.
 //! - [`encode`]: the structured value as Go's encoding/json writes it.
 //! - [`fence`]: fencing token numbering.
+//! - [`holders`]: semaphores and read-write locks (several holders per key).
 //! - [`scripts`]: the reference Lua scripts.
 
 pub mod args;
@@ -16,6 +17,7 @@ pub mod cluster;
 pub mod cluster_fence;
 pub mod encode;
 pub mod fence;
+pub mod holders;
 pub mod lock;
 pub mod scripts;
 
