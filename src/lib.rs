@@ -13,8 +13,11 @@ mod config;
 mod entry;
 mod errors;
 mod fence;
+mod holders;
 mod key;
 mod registration;
+mod rwlock;
+mod semaphore;
 mod stats;
 mod wait;
 
