@@ -98,5 +98,5 @@ fn randomized_against_a_model() {
     let report = holders::random_run(&server, Family::ReadWrite, ops, seed);
     assert!(report.resyncs * 20 <= ops, "too many steps could not be ordered: {}", report.resyncs);
     assert!(report.timer_grants > 20, "few places freed at lease ends: {}", report.timer_grants);
-    assert!(report.fences > 500);
+    assert!(report.fences * 40 > ops, "few fenced grants: {}", report.fences);
 }

@@ -279,5 +279,5 @@ fn randomized_against_a_model() {
     let report = holders::random_run(&server, Family::Semaphore { limit: 3 }, ops, seed);
     assert!(report.resyncs * 20 <= ops, "too many steps could not be ordered: {}", report.resyncs);
     assert!(report.timer_grants > 20, "the run freed few permits at lease ends: {}", report.timer_grants);
-    assert!(report.fences > 500);
+    assert!(report.fences * 40 > ops, "few fenced grants: {}", report.fences);
 }
