@@ -281,3 +281,108 @@ fn randomized_against_a_model() {
     assert!(report.timer_grants > 20, "the run freed few permits at lease ends: {}", report.timer_grants);
     assert!(report.fences * 40 > ops, "few fenced grants: {}", report.fences);
 }
+
+/// A mixed workload of semaphores and read-write locks with waits: grants,
+/// refusals, renewals, releases handing over to waiters, a lease ending
+/// with a waiter (the queue's timer), a waiter that times out.
+fn mixed_workload(server: &Server) {
+    let mut c = server.conn();
+    let (tx, rx) = mpsc::channel();
+    assert_eq!(acq(&mut c, "m:sem", "a", 2, 60_000, &["FENCE"]).clone() != R::Nil, true);
+    assert_eq!(acq(&mut c, "m:sem", "b", 2, 200, &[]), R::Int(1));
+    assert_eq!(acq(&mut c, "m:sem", "c", 2, 60_000, &[]), R::Int(0));
+    let h1 = spawn_call(server, "w1", &["LOCK.SEM.ACQUIRE", "m:sem", "w1", "2", "60000", "FENCE", "WAIT", "10000"], tx.clone());
+    until_waiting(&mut c, 1);
+    let h2 = spawn_call(server, "w2", &["LOCK.SEM.ACQUIRE", "m:sem", "w2", "2", "60000", "WAIT", "10000"], tx.clone());
+    until_waiting(&mut c, 2);
+    // b's lease ends: w1 gets its permit from the timer.
+    let (t, r, _) = rx.recv_timeout(Duration::from_secs(5)).expect("w1 granted");
+    assert!(t == "w1" && matches!(r, R::Int(f) if f > 1), "{t} {r:?}");
+    assert_eq!(call(&mut c, &["LOCK.SEM.RENEW", "m:sem", "a", "90000"]), R::Int(1));
+    assert_eq!(call(&mut c, &["LOCK.SEM.RELEASE", "m:sem", "a"]), R::Int(1));
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).expect("w2 granted").1, R::Int(1));
+    h1.join().unwrap();
+    h2.join().unwrap();
+    // A read-write lock: readers, a writer that waits, a reader that times out behind it.
+    assert_eq!(call(&mut c, &["LOCK.RW.ACQUIRE", "m:rw", "r1", "READ", "60000"]), R::Int(1));
+    assert_eq!(call(&mut c, &["LOCK.RW.ACQUIRE", "m:rw", "r2", "READ", "60000", "FENCE"]) != R::Nil, true);
+    let hw = spawn_call(server, "w", &["LOCK.RW.ACQUIRE", "m:rw", "w", "WRITE", "60000", "FENCE", "WAIT", "10000"], tx.clone());
+    until_waiting(&mut c, 1);
+    let hr = spawn_call(server, "r3", &["LOCK.RW.ACQUIRE", "m:rw", "r3", "READ", "60000", "WAIT", "100"], tx.clone());
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).expect("r3 times out").1, R::Int(0));
+    assert_eq!(call(&mut c, &["LOCK.RW.RELEASE", "m:rw", "r1"]), R::Int(1));
+    assert_eq!(call(&mut c, &["LOCK.RW.RELEASE", "m:rw", "r2"]), R::Int(1));
+    assert!(matches!(rx.recv_timeout(Duration::from_secs(5)).expect("w granted").1, R::Int(f) if f > 1));
+    assert_eq!(call(&mut c, &["LOCK.RW.RENEW", "m:rw", "w", "120000"]), R::Int(1));
+    hw.join().unwrap();
+    hr.join().unwrap();
+    // A key emptied by its last release.
+    assert_eq!(acq(&mut c, "m:gone", "x", 1, 60_000, &[]), R::Int(1));
+    assert_eq!(call(&mut c, &["LOCK.SEM.RELEASE", "m:gone", "x"]), R::Int(1));
+}
+
+fn digest(c: &mut redis::Connection) -> String {
+    redis::cmd("DEBUG").arg("DIGEST").query(c).expect("debug digest")
+}
+
+#[test]
+fn a_replica_and_an_aof_replay_end_with_the_masters_exact_sets() {
+    let dir = std::env::temp_dir().join(format!("redis-lock-sem-aof-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut master = Server::builder().dir(&dir).arg("appendonly", "yes").arg("appendfsync", "always").start();
+    let replica = Server::builder().arg("replicaof", &format!("127.0.0.1 {}", master.port())).start();
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !redis::cmd("INFO").arg("replication").query::<String>(&mut m).unwrap().contains("state=online")
+        || !redis::cmd("INFO").arg("replication").query::<String>(&mut r).unwrap().contains("master_link_status:up")
+    {
+        assert!(Instant::now() < deadline, "the replica never came online");
+        thread::sleep(Duration::from_millis(20));
+    }
+    mixed_workload(&master);
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    let want = digest(&mut m);
+    assert_ne!(want, "0000000000000000000000000000000000000000", "the workload left keys");
+    // WAIT counted the replica's acknowledgement; give it a moment more to apply.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while digest(&mut r) != want && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(digest(&mut r), want, "replica digest (values and expiry times)");
+    for key in ["m:sem", "m:rw"] {
+        assert_eq!(stored(&mut r, key), stored(&mut m, key), "{key} on the replica");
+        assert_eq!(pexpiretime(&mut r, key), pexpiretime(&mut m, key), "{key}'s expiry on the replica");
+    }
+    let (_, sem) = stored(&mut m, "m:sem");
+    assert_eq!(sem.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(), ["w1", "w2"]);
+    // The AOF holds the effects with absolute times; a restart replays them.
+    master.restart();
+    let mut m = master.conn();
+    assert_eq!(digest(&mut m), want, "AOF replay digest");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_waiter_during_a_reshard_is_never_granted_on_the_source() {
+    let cluster = redis_lock_harness::Cluster::start(3, 0);
+    let m = cluster.masters();
+    let key = cluster.key_in_slot("sem:", cluster.view(m[0]).slots[0]);
+    let mut source = cluster.node(m[0]).conn();
+    assert_eq!(acq(&mut source, &key, "h1", 2, 60_000, &[]), R::Int(1));
+    assert_eq!(acq(&mut source, &key, "h2", 2, 60_000, &[]), R::Int(1));
+    let before = stored(&mut source, &key);
+    let (tx, rx) = mpsc::channel();
+    let h = spawn_call(cluster.node(m[0]), "w", &["LOCK.SEM.ACQUIRE", &key, "w", "2", "60000", "WAIT", "20000"], tx);
+    until_waiting(&mut source, 1);
+    cluster.reshard(m[0], m[1], 1);
+    assert_eq!(cluster.owner_of(&key), m[1]);
+    let (_, reply, _) = rx.recv_timeout(Duration::from_secs(10)).expect("the waiter is answered");
+    assert!(matches!(&reply, R::Err(e) if e.starts_with("TRYAGAIN") || e.starts_with("MOVED")), "{reply:?}");
+    assert_eq!(info_field(&mut source, "waits_granted"), 0, "no grant on the source");
+    assert_eq!(info_field(&mut source, "sem_grants"), 2);
+    let mut target = cluster.node(m[1]).conn();
+    assert_eq!(stored(&mut target, &key), before, "the set moved intact, without the waiter");
+    h.join().unwrap();
+}
