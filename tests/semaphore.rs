@@ -386,3 +386,49 @@ fn a_waiter_during_a_reshard_is_never_granted_on_the_source() {
     assert_eq!(stored(&mut target, &key), before, "the set moved intact, without the waiter");
     h.join().unwrap();
 }
+
+#[test]
+fn registration_key_specs_acl_categories_and_docs() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let text = |v: &redis::Value| format!("{v:?}").to_lowercase();
+    for (cmd, flags, key_flags, args) in [
+        ("lock.sem.acquire", "blocking", "insert", &["key", "token", "limit", "ttl-ms", "fence", "timeout-ms"][..]),
+        ("lock.sem.renew", "write", "update", &["key", "token", "ttl-ms"]),
+        ("lock.sem.release", "write", "delete", &["key", "token"]),
+        ("lock.sem.info", "readonly", "ro", &["key"]),
+        ("lock.rw.acquire", "blocking", "insert", &["key", "token", "mode", "ttl-ms", "fence", "timeout-ms"]),
+        ("lock.rw.renew", "write", "update", &["key", "token", "ttl-ms"]),
+        ("lock.rw.release", "write", "delete", &["key", "token"]),
+        ("lock.rw.info", "readonly", "ro", &["key"]),
+    ] {
+        let info: redis::Value = redis::cmd("COMMAND").arg("INFO").arg(cmd).query(&mut c).unwrap();
+        let t = text(&info);
+        assert!(t.contains(flags) && t.contains(key_flags), "{cmd}: {t}");
+        assert!(!t.contains("\"fast\""), "{cmd} reads every holder: not fast");
+        let docs: redis::Value = redis::cmd("COMMAND").arg("DOCS").arg(cmd).query(&mut c).unwrap();
+        let d = text(&docs);
+        for a in args {
+            assert!(d.contains(&format!("\"{a}\"")), "{cmd} documents {a}: {d}");
+        }
+        assert!(d.contains("summary") && d.contains("complexity"), "{cmd}");
+    }
+    // Categories as the native twins (ZADD, ZREM, ZRANGE), where modules may set them.
+    if harness_has_acl_categories(&mut c) {
+        let cat = |c: &mut redis::Connection, name: &str| -> Vec<String> { redis::cmd("ACL").arg("CAT").arg(name).query(c).unwrap() };
+        let (write, read, sorted, blocking) = (cat(&mut c, "write"), cat(&mut c, "read"), cat(&mut c, "sortedset"), cat(&mut c, "blocking"));
+        for cmd in ["lock.sem.acquire", "lock.sem.renew", "lock.sem.release", "lock.rw.acquire", "lock.rw.renew", "lock.rw.release"] {
+            assert!(write.iter().any(|x| x == cmd) && sorted.iter().any(|x| x == cmd), "{cmd}");
+        }
+        for cmd in ["lock.sem.info", "lock.rw.info"] {
+            assert!(read.iter().any(|x| x == cmd) && !write.iter().any(|x| x == cmd), "{cmd}");
+        }
+        assert!(blocking.iter().any(|x| x == "lock.sem.acquire") && blocking.iter().any(|x| x == "lock.rw.acquire"));
+    }
+}
+
+/// Whether this server lets modules set ACL categories (Redis 7.2+, Valkey).
+fn harness_has_acl_categories(c: &mut redis::Connection) -> bool {
+    let write: Vec<String> = redis::cmd("ACL").arg("CAT").arg("write").query(c).unwrap();
+    write.iter().any(|x| x == "lock.acquire")
+}
