@@ -41,18 +41,24 @@ import server_cost as sc  # noqa: E402
 TTL = 600_000
 TOKEN = sc.TOKEN
 
-ACQUIRE_LUA = """
-local now = tonumber(ARGV[3])
+# KEYS: the free-permit counter, the `<name>:timeout` sorted set, the
+# channel. Both scripts first drop the leases that ended by ARGV[2] (now).
+PRUNE_LUA = """
+local now = tonumber(ARGV[2])
 local ended = redis.call('zrangebyscore', KEYS[2], 0, now, 'limit', 0, 100)
 if #ended > 0 then
   redis.call('zrem', KEYS[2], unpack(ended))
   local free = redis.call('incrby', KEYS[1], #ended)
   if free > 0 then redis.call('publish', KEYS[3], free) end
 end
+"""
+
+# ARGV: permit id, now, lease end.
+ACQUIRE_LUA = PRUNE_LUA + """
 local free = redis.call('get', KEYS[1])
 if free ~= false and tonumber(free) >= 1 then
   redis.call('decrby', KEYS[1], 1)
-  redis.call('zadd', KEYS[2], ARGV[2], ARGV[1])
+  redis.call('zadd', KEYS[2], ARGV[3], ARGV[1])
   local ttl = redis.call('pttl', KEYS[1])
   if ttl > 0 then redis.call('pexpire', KEYS[2], ttl) end
   return 'OK'
@@ -60,18 +66,12 @@ end
 return nil
 """
 
-RELEASE_LUA = """
-local now = tonumber(ARGV[2])
-local ended = redis.call('zrangebyscore', KEYS[3], 0, now, 'limit', 0, 100)
-if #ended > 0 then
-  redis.call('zrem', KEYS[3], unpack(ended))
-  local free = redis.call('incrby', KEYS[1], #ended)
-  if free > 0 then redis.call('publish', KEYS[2], free) end
-end
-local removed = redis.call('zrem', KEYS[3], ARGV[1])
+# ARGV: permit id, now.
+RELEASE_LUA = PRUNE_LUA + """
+local removed = redis.call('zrem', KEYS[2], ARGV[1])
 if removed == 0 then return 0 end
 redis.call('incrby', KEYS[1], removed)
-redis.call('publish', KEYS[2], removed)
+redis.call('publish', KEYS[3], removed)
 return removed
 """
 
@@ -112,8 +112,8 @@ def impls(sha_acq: str, sha_rel: str) -> list:
              lambda i: ["LOCK.RW.RELEASE", key(i), TOKEN], 1, 1),
         Impl("Lua semaphore, Redisson's algorithm",
              lambda i: [["SET", key(i), 3], ["ZADD", key(i) + ":timeout", deadline, others[0], deadline, others[1]]],
-             lambda i: ["EVALSHA", sha_acq, 3, key(i), key(i) + ":timeout", key(i) + ":channel", TOKEN, deadline, now_ms()],
-             lambda i: ["EVALSHA", sha_rel, 3, key(i), key(i) + ":channel", key(i) + ":timeout", TOKEN, now_ms()], b"OK", 1),
+             lambda i: ["EVALSHA", sha_acq, 3, key(i), key(i) + ":timeout", key(i) + ":channel", TOKEN, now_ms(), deadline],
+             lambda i: ["EVALSHA", sha_rel, 3, key(i), key(i) + ":timeout", key(i) + ":channel", TOKEN, now_ms()], b"OK", 1),
         Impl("exclusive lock (LOCK.ACQUIRE/RELEASE), free key",
              lambda i: [],
              lambda i: ["LOCK.ACQUIRE", key(i), TOKEN, TTL],

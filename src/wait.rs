@@ -309,25 +309,39 @@ fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId) -> Step {
         }
         return Step::Done;
     }
-    let Some(w) = pop_head(ctx, key) else { return Step::Done };
-    let now = ctx.now_ms();
-    let Some(at) = now.checked_add(w.ttl) else {
-        // now + ttl no longer fits: the wait cannot be served.
-        finish(ctx, w.refusal(), w, &stats::WAITS_CANCELLED);
-        return Step::Next;
-    };
-    // Issued before the key changes, so that an exhausted fence space
-    // refuses the grant instead of granting with a nil reply.
-    let fence = match w.fence.then(|| fence::issue(ctx, now)) {
-        Some(None) => {
-            finish(ctx, Answer::FencesExhausted, w, &stats::WAITS_CANCELLED);
-            return Step::Next;
-        }
-        Some(Some(f)) => Some(f),
-        None => None,
+    let (w, at, fence) = match take_head(ctx, key, ctx.now_ms(), |now, ttl| now.checked_add(ttl)) {
+        Ok(head) => head,
+        Err(step) => return step,
     };
     k.set(NewValue::Arg(w.token), at);
     drop(k);
+    answer_grant(ctx, w, fence, &stats::GRANTS);
+    check_by(ctx, key, at.saturating_add(1));
+    Step::Done
+}
+
+/// Takes the head for a grant at `now`: with its lease end (`end(now,
+/// ttl)`) and, with FENCE, its fence, issued before the key changes so that
+/// an exhausted fence space refuses the grant instead of granting with a
+/// nil reply. A head that cannot be served is answered: `Err(Step::Next)`.
+fn take_head(ctx: Ctx, key: &QueueId, now: i64, end: impl Fn(i64, i64) -> Option<i64>) -> Result<(Waiter, i64, Option<u64>), Step> {
+    let w = pop_head(ctx, key).ok_or(Step::Done)?;
+    let Some(at) = end(now, w.ttl) else {
+        // now + ttl no longer fits: the wait cannot be served.
+        finish(ctx, w.refusal(), w, &stats::WAITS_CANCELLED);
+        return Err(Step::Next);
+    };
+    match w.fence.then(|| fence::issue(ctx, now)) {
+        Some(None) => {
+            finish(ctx, Answer::FencesExhausted, w, &stats::WAITS_CANCELLED);
+            Err(Step::Next)
+        }
+        fence => Ok((w, at, fence.flatten())),
+    }
+}
+
+/// Answers a granted waiter: 1, or its fence (told to replicas and the AOF).
+fn answer_grant(ctx: Ctx, w: Waiter, fence: Option<u64>, grants: &stats::Counter) {
     let reply = match fence {
         Some(f) => {
             ctx.replicate_fence_floor(f);
@@ -335,10 +349,8 @@ fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId) -> Step {
         }
         None => Answer::Int(1),
     };
-    stats::GRANTS.add();
+    grants.add();
     finish(ctx, reply, w, &stats::WAITS_GRANTED);
-    check_by(ctx, key, at.saturating_add(1));
-    Step::Done
 }
 
 /// A semaphore's or read-write lock's head: granted while the rules admit
@@ -376,30 +388,14 @@ fn grant_holder(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId, want: Wan
         drop(k);
         return answer_head(ctx, key, answer);
     }
-    let Some(w) = pop_head(ctx, key) else { return Step::Done };
-    let Ok(at) = lease_end(now, w.ttl) else {
-        finish(ctx, w.refusal(), w, &stats::WAITS_CANCELLED);
-        return Step::Next;
-    };
-    let fence = match w.fence.then(|| fence::issue(ctx, now)) {
-        Some(None) => {
-            finish(ctx, Answer::FencesExhausted, w, &stats::WAITS_CANCELLED);
-            return Step::Next;
-        }
-        other => other.flatten(),
+    let (w, at, fence) = match take_head(ctx, key, now, |now, ttl| lease_end(now, ttl).ok()) {
+        Ok(head) => head,
+        Err(step) => return step,
     };
     let after = granted(loaded.live.clone(), want, bytes(w.token), at);
     k.commit(&loaded, &after, counters.expired);
     drop(k);
-    let reply = match fence {
-        Some(f) => {
-            ctx.replicate_fence_floor(f);
-            Answer::Int(f as i64)
-        }
-        None => Answer::Int(1),
-    };
-    stats::holder_grants(want).add();
-    finish(ctx, reply, w, &stats::WAITS_GRANTED);
+    answer_grant(ctx, w, fence, stats::holder_grants(want));
     Step::Next
 }
 

@@ -648,6 +648,27 @@ impl Run<'_> {
         }
     }
 
+    /// What an acquire with WAIT sent at `sent.0` did: granted at once
+    /// (`reply`, as `grant` predicted), or queued (`None`).
+    fn waited(&mut self, reply: Option<R>, w: Waiter, grant: bool, sent: (i64, i64), owner: Option<usize>, desc: &str) {
+        let late = self.late(sent.0, sent.1);
+        match reply {
+            Some(r) => {
+                if !late {
+                    assert!(grant, "{desc}: answered {r:?} instead of waiting");
+                    self.check_grant_reply(&Msg { actor: w.actor, reply: r.clone(), client_id: 0 }, w.fence, desc);
+                }
+                if !matches!(r, R::Nil | R::Int(0)) {
+                    self.model.grant(&w.token, w.mode, w.ttl, sent, owner);
+                }
+            }
+            None => {
+                assert!(late || !grant, "{desc}: waits instead of being granted");
+                self.model.queue.push_back(w);
+            }
+        }
+    }
+
     /// One random operation; returns a description ("none": nothing done).
     fn step(&mut self) -> String {
         let t0 = now_ms();
@@ -692,23 +713,9 @@ impl Run<'_> {
             desc = format!("acquire {token} {mode:?} ttl {ttl} WAIT {timeout}");
             let r = self.send_wait(a, self.acquire_args(&token, mode, ttl, fence, Some(timeout)), &desc);
             t1 = now_ms();
-            let late = self.late(t0, t1);
-            match r {
-                Some(r) => {
-                    if !late {
-                        assert!(grant, "{desc}: answered {r:?} instead of waiting");
-                        self.check_grant_reply(&Msg { actor: a, reply: r.clone(), client_id: 0 }, fence, &desc);
-                    }
-                    if !matches!(r, R::Nil | R::Int(0)) {
-                        self.model.grant(&token, mode, ttl, (t0, t1), (ttl == 60_000).then_some(a));
-                    }
-                }
-                None => {
-                    assert!(late || !grant, "{desc}: waits instead of being granted");
-                    let timeout = (timeout > 0).then_some((t0 + timeout, t1 + timeout));
-                    self.model.queue.push_back(Waiter { actor: a, token, mode, ttl, fence, timeout });
-                }
-            }
+            let timeout = (timeout > 0).then_some((t0 + timeout, t1 + timeout));
+            let w = Waiter { actor: a, token, mode, ttl, fence, timeout };
+            self.waited(r, w, grant, (t0, t1), (ttl == 60_000).then_some(a), &desc);
         } else if roll < 45 {
             // A redis-cli process waits; killed -9 later, or granted (then it
             // exits at once: a dead holder, freed at its lease end).
@@ -720,22 +727,8 @@ impl Run<'_> {
             desc = format!("redis-cli {token} {mode:?} ttl {ttl} WAIT 0");
             let r = self.send_wait(id, args, &desc);
             t1 = now_ms();
-            let late = self.late(t0, t1);
-            match r {
-                Some(r) => {
-                    if !late {
-                        assert!(grant, "{desc}: answered {r:?} instead of waiting");
-                        self.check_grant_reply(&Msg { actor: id, reply: r.clone(), client_id: 0 }, true, &desc);
-                    }
-                    if !matches!(r, R::Nil | R::Int(0)) {
-                        self.model.grant(&token, mode, ttl, (t0, t1), None);
-                    }
-                }
-                None => {
-                    assert!(late || !grant, "{desc}: waits instead of being granted");
-                    self.model.queue.push_back(Waiter { actor: id, token, mode, ttl, fence: true, timeout: None });
-                }
-            }
+            let w = Waiter { actor: id, token, mode, ttl, fence: true, timeout: None };
+            self.waited(r, w, grant, (t0, t1), None, &desc);
         } else if roll < 62 {
             // Renew a live holder (or a token that holds nothing).
             let Some(a) = self.idle_actor() else { return "none".into() };
@@ -781,17 +774,18 @@ impl Run<'_> {
                 let _ = child.wait();
                 let m = self.recv_from(w.actor);
                 assert!(matches!(m.reply, R::Err(_)), "{desc}: a killed waiter was answered {:?}", m.reply);
-                // The server notices the closed socket on its own.
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while lock_info(&mut self.c, "waiting") as usize >= self.model.queue.len() {
-                    assert!(Instant::now() < deadline, "{desc}: the server kept the waiter");
-                    thread::sleep(Duration::from_micros(200));
-                }
             } else {
                 let id = self.actors[w.actor].client_id;
                 let _: Value = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id).query(&mut self.c).expect("client kill");
                 let m = self.recv_waiter(w.actor);
                 assert!(matches!(m.reply, R::Err(_)), "{desc}: {:?}", m.reply);
+            }
+            // The server notices a closed socket on its own, and may free a
+            // killed client later (Valkey 8.1 does): wait until it has.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while lock_info(&mut self.c, "waiting") as usize >= self.model.queue.len() {
+                assert!(Instant::now() < deadline, "{desc}: the server kept the waiter");
+                thread::sleep(Duration::from_micros(200));
             }
             self.model.queue.remove(i);
             // Those it unblocks (readers behind a writer) are granted from a timer.
