@@ -83,6 +83,14 @@ required!(
     RedisModule_KeyAtPosWithFlags,
     RedisModule_GetCommandKeysWithFlags,
     RedisModule_Free,
+    // Semaphores and read-write locks (src/holders.rs).
+    RedisModule_ZsetAdd,
+    RedisModule_ZsetRem,
+    RedisModule_ZsetFirstInScoreRange,
+    RedisModule_ZsetRangeEndReached,
+    RedisModule_ZsetRangeCurrentElement,
+    RedisModule_ZsetRangeNext,
+    RedisModule_ZsetRangeStop,
 );
 
 /// `rm!(RedisModule_OpenKey)` is that API function, which [`missing`] has

@@ -31,6 +31,8 @@ pub enum Failure {
     TooManyWaiters,
     /// An error reply composed elsewhere (LOCK.GUARD's NOTHELD and refusals).
     Error(&'static CStr),
+    /// A semaphore acquired with another limit than its stored one (this).
+    LimitDiffers(u64),
 }
 
 impl From<ArgError> for Failure {
@@ -65,6 +67,8 @@ pub enum Value {
     Int(i64),
     Bytes(Vec<u8>),
     Nil,
+    /// Holders and their remaining lease in ms (LOCK.SEM.INFO, LOCK.RW.INFO).
+    Holders(Vec<(Vec<u8>, i64)>),
 }
 
 type Outcome = Result<Reply, Failure>;
@@ -97,7 +101,7 @@ fn grant_reply(ctx: Ctx, granted: bool, opts: GrantOptions) -> Outcome {
 
 /// Whether a grant can go ahead: with FENCE, only while fences remain, so
 /// that an exhausted space refuses before the key changes.
-fn check_fence_space(ctx: Ctx, opts: GrantOptions) -> Result<(), Failure> {
+pub fn check_fence_space(ctx: Ctx, opts: GrantOptions) -> Result<(), Failure> {
     if opts.fence && redis_lock_rules::fence::next(fence::raise(0), ctx.now_ms()).is_none() {
         return Err(Failure::FencesExhausted);
     }
@@ -128,7 +132,7 @@ fn acquire_with(ctx: Ctx, key: *mut RedisModuleString, token: *mut RedisModuleSt
         }
         let holder = k.expires_at();
         drop(k);
-        wait::block(ctx, key, token, ttl, opts.fence, deadline, holder);
+        wait::block(ctx, key, token, wait::Claim::Lock, ttl, opts.fence, deadline, holder);
         return Ok(Reply::Blocked);
     }
     grant_reply(ctx, granted, opts)

@@ -12,7 +12,7 @@ use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 
 use crate::api::rm;
 use crate::commands::{Argv, Failure, Reply, Value};
-use crate::errors::{EXHAUSTED, INTERNAL, TOO_MANY_WAITERS, WRONGTYPE};
+use crate::errors::{limit_differs, EXHAUSTED, INTERNAL, TOO_MANY_WAITERS, WRONGTYPE};
 use crate::key::Ctx;
 
 /// Runs `handler` on the command's arguments and sends its reply.
@@ -41,6 +41,15 @@ pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_
                         Value::Int(n) => rm!(RedisModule_ReplyWithLongLong)(ctx, n),
                         Value::Bytes(b) => rm!(RedisModule_ReplyWithStringBuffer)(ctx, b.as_ptr().cast(), b.len()),
                         Value::Nil => rm!(RedisModule_ReplyWithNull)(ctx),
+                        // A flat array: token, ttl-ms, token, ttl-ms, … (as ZRANGE … WITHSCORES).
+                        Value::Holders(holders) => {
+                            rm!(RedisModule_ReplyWithArray)(ctx, 2 * holders.len() as std::ffi::c_long);
+                            for (token, ttl) in holders {
+                                rm!(RedisModule_ReplyWithStringBuffer)(ctx, token.as_ptr().cast(), token.len());
+                                rm!(RedisModule_ReplyWithLongLong)(ctx, ttl);
+                            }
+                            raw::REDISMODULE_OK as c_int
+                        }
                     };
                 }
                 raw::REDISMODULE_OK as c_int
@@ -52,6 +61,7 @@ pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_
             Ok(Err(Failure::FencesExhausted)) => rm!(RedisModule_ReplyWithError)(ctx, EXHAUSTED.as_ptr()),
             Ok(Err(Failure::TooManyWaiters)) => rm!(RedisModule_ReplyWithError)(ctx, TOO_MANY_WAITERS.as_ptr()),
             Ok(Err(Failure::Error(e))) => rm!(RedisModule_ReplyWithError)(ctx, e.as_ptr()),
+            Ok(Err(Failure::LimitDiffers(limit))) => rm!(RedisModule_ReplyWithError)(ctx, limit_differs(limit).as_ptr()),
             Err(_) => rm!(RedisModule_ReplyWithError)(ctx, INTERNAL.as_ptr()),
         };
     }

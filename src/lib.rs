@@ -14,8 +14,11 @@ mod entry;
 mod errors;
 mod fence;
 mod guard;
+mod holders;
 mod key;
 mod registration;
+mod rwlock;
+mod semaphore;
 mod stats;
 mod wait;
 

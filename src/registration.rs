@@ -11,7 +11,7 @@ use redis_module::raw::{self, RedisModuleCommandArg, RedisModuleCommandKeySpec, 
 use crate::api::rm;
 use crate::entry::command_fn;
 use crate::commands;
-use crate::guard;
+use crate::{guard, rwlock, semaphore};
 
 command_fn!(acquire_cmd => commands::acquire);
 command_fn!(renew_cmd => commands::renew);
@@ -19,6 +19,14 @@ command_fn!(release_cmd => commands::release);
 command_fn!(takeover_cmd => commands::takeover);
 command_fn!(info_cmd => commands::info);
 command_fn!(fence_floor_cmd => commands::fence_floor);
+command_fn!(sem_acquire_cmd => semaphore::sem_acquire);
+command_fn!(sem_renew_cmd => semaphore::sem_renew);
+command_fn!(sem_release_cmd => semaphore::sem_release);
+command_fn!(sem_info_cmd => semaphore::sem_info);
+command_fn!(rw_acquire_cmd => rwlock::rw_acquire);
+command_fn!(rw_renew_cmd => rwlock::rw_renew);
+command_fn!(rw_release_cmd => rwlock::rw_release);
+command_fn!(rw_info_cmd => rwlock::rw_info);
 
 type CommandFn = unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
 
@@ -149,6 +157,106 @@ const COMMANDS: &[Command] = &[
         summary: c"Runs a command only while the token holds the lock, in the same step, replying what it replied; else NOTHELD and nothing runs",
         complexity: c"O(1) for a bare token, O(N) for a structured value of N bytes, plus the command's own complexity",
         args: &[Arg::Key(c"key"), Arg::Str(c"token"), Arg::Str(c"command"), Arg::Rest(c"arg")],
+    },
+    // Semaphores and read-write locks: sorted sets, so their native twins
+    // are ZADD (acquire, renew), ZREM (release) and ZRANGE (info), with
+    // BZPOPMIN's `blocking`. Each reads every holder of the key (O(N)), so
+    // none is `fast`. RENEW and RELEASE are not `deny-oom`, as LOCK.RENEW and
+    // LOCK.RELEASE are not: a server at its memory limit still lets holders
+    // renew and leave.
+    Command {
+        name: c"lock.sem.acquire",
+        handler: sem_acquire_cmd,
+        flags: c"write deny-oom blocking",
+        key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT),
+        acl: c"write sortedset slow blocking",
+        summary: c"Takes one of a semaphore's limit permits for the token, optionally with a fencing token, or waits in line for one",
+        complexity: c"O(N) where N is the number of holders",
+        args: &[
+            Arg::Key(c"key"),
+            Arg::Str(c"token"),
+            Arg::Int(c"limit"),
+            Arg::Int(c"ttl-ms"),
+            Arg::Flag(c"fence", c"FENCE"),
+            Arg::Option(c"timeout-ms", c"WAIT"),
+        ],
+    },
+    Command {
+        name: c"lock.sem.renew",
+        handler: sem_renew_cmd,
+        flags: c"write",
+        key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE),
+        acl: c"write sortedset slow",
+        summary: c"Gives a semaphore holder's permit a new lease of ttl-ms",
+        complexity: c"O(N) where N is the number of holders",
+        args: &[Arg::Key(c"key"), Arg::Str(c"token"), Arg::Int(c"ttl-ms")],
+    },
+    Command {
+        name: c"lock.sem.release",
+        handler: sem_release_cmd,
+        flags: c"write",
+        key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_DELETE),
+        acl: c"write sortedset slow",
+        summary: c"Returns a semaphore holder's permit, handing it to the first waiter",
+        complexity: c"O(N) where N is the number of holders",
+        args: &[Arg::Key(c"key"), Arg::Str(c"token")],
+    },
+    Command {
+        name: c"lock.sem.info",
+        handler: sem_info_cmd,
+        flags: c"readonly",
+        key: Some(raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS),
+        acl: c"read sortedset slow",
+        summary: c"Describes a semaphore: limit, holders with their remaining lease, waiters",
+        complexity: c"O(N) where N is the number of holders",
+        args: &[Arg::Key(c"key")],
+    },
+    Command {
+        name: c"lock.rw.acquire",
+        handler: rw_acquire_cmd,
+        flags: c"write deny-oom blocking",
+        key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT),
+        acl: c"write sortedset slow blocking",
+        summary: c"Takes a read-write lock for the token in mode READ (shared) or WRITE (exclusive), optionally with a fencing token, or waits in line",
+        complexity: c"O(N) where N is the number of holders",
+        args: &[
+            Arg::Key(c"key"),
+            Arg::Str(c"token"),
+            Arg::Str(c"mode"),
+            Arg::Int(c"ttl-ms"),
+            Arg::Flag(c"fence", c"FENCE"),
+            Arg::Option(c"timeout-ms", c"WAIT"),
+        ],
+    },
+    Command {
+        name: c"lock.rw.renew",
+        handler: rw_renew_cmd,
+        flags: c"write",
+        key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE),
+        acl: c"write sortedset slow",
+        summary: c"Gives a read-write lock holder a new lease of ttl-ms",
+        complexity: c"O(N) where N is the number of holders",
+        args: &[Arg::Key(c"key"), Arg::Str(c"token"), Arg::Int(c"ttl-ms")],
+    },
+    Command {
+        name: c"lock.rw.release",
+        handler: rw_release_cmd,
+        flags: c"write",
+        key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_DELETE),
+        acl: c"write sortedset slow",
+        summary: c"Releases a read-write lock holder, handing the lock to the first waiters it admits",
+        complexity: c"O(N) where N is the number of holders",
+        args: &[Arg::Key(c"key"), Arg::Str(c"token")],
+    },
+    Command {
+        name: c"lock.rw.info",
+        handler: rw_info_cmd,
+        flags: c"readonly",
+        key: Some(raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS),
+        acl: c"read sortedset slow",
+        summary: c"Describes a read-write lock: mode, holders with their remaining lease, waiters",
+        complexity: c"O(N) where N is the number of holders",
+        args: &[Arg::Key(c"key")],
     },
 ];
 

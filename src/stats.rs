@@ -6,6 +6,7 @@
 use std::ffi::{c_int, CStr};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use redis_lock_rules::holders::{Family, Want};
 use redis_module::raw::RedisModuleInfoCtx;
 
 use crate::api::rm;
@@ -47,6 +48,22 @@ pub static GUARDED: Counter = Counter::new();
 /// LOCK.GUARD replies of NOTHELD: nothing ran.
 pub static GUARD_REFUSALS: Counter = Counter::new();
 
+/// Semaphores (LOCK.SEM.*): permits granted (also to waiters), replies of
+/// 0 or nil, renewals and releases that took effect, and holders removed at
+/// the end of their lease (pruned by a command or the queue's timer).
+pub static SEM_GRANTS: Counter = Counter::new();
+pub static SEM_REFUSALS: Counter = Counter::new();
+pub static SEM_RENEWALS: Counter = Counter::new();
+pub static SEM_RELEASES: Counter = Counter::new();
+pub static SEM_EXPIRED: Counter = Counter::new();
+/// Read-write locks (LOCK.RW.*), as the semaphore's.
+pub static RW_READ_GRANTS: Counter = Counter::new();
+pub static RW_WRITE_GRANTS: Counter = Counter::new();
+pub static RW_REFUSALS: Counter = Counter::new();
+pub static RW_RENEWALS: Counter = Counter::new();
+pub static RW_RELEASES: Counter = Counter::new();
+pub static RW_EXPIRED: Counter = Counter::new();
+
 /// Clients blocked in WAIT right now (kept by `crate::wait`); lets every
 /// command skip the wait state when it is 0.
 pub static WAITING: AtomicU64 = AtomicU64::new(0);
@@ -58,7 +75,7 @@ pub fn waiting() -> u64 {
 
 /// The `INFO lock` section (fields appear as `lock_<name>`).
 pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c_int) {
-    let fields: [(&CStr, u64); 13] = [
+    let fields: [(&CStr, u64); 24] = [
         (c"grants", GRANTS.get()),
         (c"refusals", REFUSALS.get()),
         (c"renewals", RENEWALS.get()),
@@ -72,9 +89,44 @@ pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c
         (c"waiting", waiting()),
         (c"guarded", GUARDED.get()),
         (c"guard_refusals", GUARD_REFUSALS.get()),
+        (c"sem_grants", SEM_GRANTS.get()),
+        (c"sem_refusals", SEM_REFUSALS.get()),
+        (c"sem_renewals", SEM_RENEWALS.get()),
+        (c"sem_releases", SEM_RELEASES.get()),
+        (c"sem_expired", SEM_EXPIRED.get()),
+        (c"rw_read_grants", RW_READ_GRANTS.get()),
+        (c"rw_write_grants", RW_WRITE_GRANTS.get()),
+        (c"rw_refusals", RW_REFUSALS.get()),
+        (c"rw_renewals", RW_RENEWALS.get()),
+        (c"rw_releases", RW_RELEASES.get()),
+        (c"rw_expired", RW_EXPIRED.get()),
     ];
     rm!(RedisModule_InfoAddSection)(ctx, std::ptr::null());
     for (name, value) in fields {
         rm!(RedisModule_InfoAddFieldULongLong)(ctx, name.as_ptr(), value);
+    }
+}
+
+/// The grant counter of an acquirer of a semaphore or read-write lock.
+pub fn holder_grants(want: Want) -> &'static Counter {
+    match want {
+        Want::Permit { .. } => &SEM_GRANTS,
+        Want::Read => &RW_READ_GRANTS,
+        Want::Write => &RW_WRITE_GRANTS,
+    }
+}
+
+/// A family's counters besides its grants.
+pub struct FamilyCounters {
+    pub refusals: &'static Counter,
+    pub renewals: &'static Counter,
+    pub releases: &'static Counter,
+    pub expired: &'static Counter,
+}
+
+pub fn holder_counters(family: Family) -> FamilyCounters {
+    match family {
+        Family::Semaphore => FamilyCounters { refusals: &SEM_REFUSALS, renewals: &SEM_RENEWALS, releases: &SEM_RELEASES, expired: &SEM_EXPIRED },
+        Family::ReadWrite => FamilyCounters { refusals: &RW_REFUSALS, renewals: &RW_RENEWALS, releases: &RW_RELEASES, expired: &RW_EXPIRED },
     }
 }

@@ -42,6 +42,7 @@ use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
+use redis_lock_rules::holders::{admit, granted, lease_end, Admit, Want};
 use redis_lock_rules::Entry;
 use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisModuleString, RedisModuleTimerID};
 
@@ -50,6 +51,7 @@ use crate::cluster;
 use crate::config;
 use crate::errors;
 use crate::fence;
+use crate::holders::HoldersKey;
 use crate::key::{bytes, Ctx, LockKey, NewValue};
 use crate::stats::{self, waiting, WAITING};
 
@@ -64,6 +66,17 @@ pub const PAUSE_RETRY_MS: i64 = 10;
 /// A queue: a database index and a key name.
 type QueueId = (c_int, Vec<u8>);
 
+/// What a waiter waits for. One queue per key serves all of them in
+/// arrival order: a `LOCK.ACQUIRE` waiter on a semaphore's key waits, as on
+/// any existing key, until the key is gone, and those behind it wait too.
+#[derive(Clone, Copy, Debug)]
+pub enum Claim {
+    /// The exclusive lock (`LOCK.ACQUIRE … WAIT`).
+    Lock,
+    /// A place among a semaphore's or read-write lock's holders.
+    Holder(Want),
+}
+
 struct Waiter {
     client: u64,
     /// Tells this wait from the same client's later ones.
@@ -73,6 +86,7 @@ struct Waiter {
     token: *mut RedisModuleString,
     ttl: i64,
     fence: bool,
+    claim: Claim,
     /// When the wait gives up (Unix ms; none: never).
     deadline: Option<i64>,
     /// The timer of the deadline, or of the next piece of a long wait.
@@ -86,6 +100,14 @@ impl Waiter {
             Answer::Nil
         } else {
             Answer::Int(0)
+        }
+    }
+
+    /// The counter of its refusal (0 or nil).
+    fn refusals(&self) -> &'static stats::Counter {
+        match self.claim {
+            Claim::Lock => &stats::REFUSALS,
+            Claim::Holder(want) => stats::holder_counters(want.family()).refusals,
         }
     }
 
@@ -198,7 +220,7 @@ pub fn has_room() -> bool {
 /// Blocks the calling client until `token` is granted `name` or the wait
 /// ends at `deadline` (Unix ms; none: never). `expires_at` is the current
 /// holder's deadline, if any.
-pub fn block(ctx: Ctx, name: *mut RedisModuleString, token: *mut RedisModuleString, ttl: i64, fence: bool, deadline: Option<i64>, expires_at: Option<i64>) {
+pub fn block(ctx: Ctx, name: *mut RedisModuleString, token: *mut RedisModuleString, claim: Claim, ttl: i64, fence: bool, deadline: Option<i64>, expires_at: Option<i64>) {
     ensure_subscribed(ctx);
     let client = unsafe { rm!(RedisModule_GetClientId)(ctx.0) };
     let seq = NEXT_WAIT.fetch_add(1, Ordering::Relaxed);
@@ -219,7 +241,7 @@ pub fn block(ctx: Ctx, name: *mut RedisModuleString, token: *mut RedisModuleStri
     {
         let mut s = state();
         s.0.by_client.insert(client, key.clone());
-        s.0.queues.entry(key.clone()).or_default().waiters.push_back(Waiter { client, seq, bc, token, ttl, fence, deadline, timeout });
+        s.0.queues.entry(key.clone()).or_default().waiters.push_back(Waiter { client, seq, bc, token, ttl, fence, claim, deadline, timeout });
     }
     WAITING.fetch_add(1, Ordering::Relaxed);
     stats::WAITS_STARTED.add();
@@ -229,8 +251,10 @@ pub fn block(ctx: Ctx, name: *mut RedisModuleString, token: *mut RedisModuleStri
     }
 }
 
-/// Grants the free lock `name` to the head of its queue, if anyone waits
-/// and a grant may be made here now.
+/// Grants `name` to the head of its queue while the head can be granted
+/// (the exclusive lock: once; a semaphore: while permits are free; a
+/// read-write lock: a writer alone, or the readers up to the next writer),
+/// if anyone waits and a grant may be made here now.
 pub fn grant_next(ctx: Ctx, name: *mut RedisModuleString) {
     if waiting() == 0 {
         return;
@@ -250,48 +274,145 @@ pub fn grant_next(ctx: Ctx, name: *mut RedisModuleString) {
     // A head that cannot be served is answered and the next one tried, so
     // one unservable waiter never strands the rest.
     loop {
-        let mut k = LockKey::open(ctx, name);
-        if !matches!(k.entry(), Entry::Absent) {
-            // Someone holds it (only a script or a non-module writer can
-            // take a key with a queue): wait for that holder's deadline.
-            let holder = k.expires_at();
-            drop(k);
-            if let Some(at) = holder {
-                check_by(ctx, &key, at.saturating_add(1));
-            }
+        let step = match head_claim(&key) {
+            None => return,
+            Some(Claim::Lock) => grant_lock(ctx, name, &key),
+            Some(Claim::Holder(want)) => grant_holder(ctx, name, &key, want),
+        };
+        if let Step::Done = step {
             return;
         }
-        let Some(w) = pop_head(ctx, &key) else { return };
-        let now = ctx.now_ms();
-        let Some(at) = now.checked_add(w.ttl) else {
-            // now + ttl no longer fits: the wait cannot be served.
-            finish(ctx, w.refusal(), w, &stats::WAITS_CANCELLED);
-            continue;
-        };
-        // Issued before the key changes, so that an exhausted fence space
-        // refuses the grant instead of granting with a nil reply.
-        let fence = match w.fence.then(|| fence::issue(ctx, now)) {
-            Some(None) => {
-                finish(ctx, Answer::FencesExhausted, w, &stats::WAITS_CANCELLED);
-                continue;
-            }
-            Some(Some(f)) => Some(f),
-            None => None,
-        };
-        k.set(NewValue::Arg(w.token), at);
-        drop(k);
-        let reply = match fence {
-            Some(f) => {
-                ctx.replicate_fence_floor(f);
-                Answer::Int(f as i64)
-            }
-            None => Answer::Int(1),
-        };
-        stats::GRANTS.add();
-        finish(ctx, reply, w, &stats::WAITS_GRANTED);
-        check_by(ctx, &key, at.saturating_add(1));
-        return;
     }
+}
+
+/// After one waiter was dealt with: try the next one, or stop.
+enum Step {
+    Next,
+    Done,
+}
+
+/// The head's claim, if anyone waits on `key`.
+fn head_claim(key: &QueueId) -> Option<Claim> {
+    state().0.queues.get(key)?.waiters.front().map(|w| w.claim)
+}
+
+/// The exclusive lock's head: granted if the key is absent.
+fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId) -> Step {
+    let mut k = LockKey::open(ctx, name);
+    if !matches!(k.entry(), Entry::Absent) {
+        // Someone holds it (only a script or a non-module writer can
+        // take a key with a queue): wait for that holder's deadline.
+        let holder = k.expires_at();
+        drop(k);
+        if let Some(at) = holder {
+            check_by(ctx, key, at.saturating_add(1));
+        }
+        return Step::Done;
+    }
+    let (w, at, fence) = match take_head(ctx, key, ctx.now_ms(), |now, ttl| now.checked_add(ttl)) {
+        Ok(head) => head,
+        Err(step) => return step,
+    };
+    k.set(NewValue::Arg(w.token), at);
+    drop(k);
+    answer_grant(ctx, w, fence, &stats::GRANTS);
+    check_by(ctx, key, at.saturating_add(1));
+    Step::Done
+}
+
+/// Takes the head for a grant at `now`: with its lease end (`end(now,
+/// ttl)`) and, with FENCE, its fence, issued before the key changes so that
+/// an exhausted fence space refuses the grant instead of granting with a
+/// nil reply. A head that cannot be served is answered: `Err(Step::Next)`.
+fn take_head(ctx: Ctx, key: &QueueId, now: i64, end: impl Fn(i64, i64) -> Option<i64>) -> Result<(Waiter, i64, Option<u64>), Step> {
+    let w = pop_head(ctx, key).ok_or(Step::Done)?;
+    let Some(at) = end(now, w.ttl) else {
+        // now + ttl no longer fits: the wait cannot be served.
+        finish(ctx, w.refusal(), w, &stats::WAITS_CANCELLED);
+        return Err(Step::Next);
+    };
+    match w.fence.then(|| fence::issue(ctx, now)) {
+        Some(None) => {
+            finish(ctx, Answer::FencesExhausted, w, &stats::WAITS_CANCELLED);
+            Err(Step::Next)
+        }
+        fence => Ok((w, at, fence.flatten())),
+    }
+}
+
+/// Answers a granted waiter: 1, or its fence (told to replicas and the AOF).
+fn answer_grant(ctx: Ctx, w: Waiter, fence: Option<u64>, grants: &stats::Counter) {
+    let reply = match fence {
+        Some(f) => {
+            ctx.replicate_fence_floor(f);
+            Answer::Int(f as i64)
+        }
+        None => Answer::Int(1),
+    };
+    grants.add();
+    finish(ctx, reply, w, &stats::WAITS_GRANTED);
+}
+
+/// A semaphore's or read-write lock's head: granted while the rules admit
+/// it; otherwise the queue waits for the earliest lease end. A head the key
+/// can never admit (another type, another family, another limit, a token
+/// that already holds) is answered as its command would be now.
+fn grant_holder(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId, want: Want) -> Step {
+    let Some(token) = head_token(key) else { return Step::Done };
+    let now = ctx.now_ms();
+    let mut k = HoldersKey::open(ctx, name);
+    let counters = stats::holder_counters(want.family());
+    let Ok(loaded) = k.load_live(now) else {
+        drop(k);
+        return answer_head(ctx, key, Some(Answer::Error(errors::WRONGTYPE.into())));
+    };
+    let verdict = admit(loaded.live.as_ref(), want, bytes(token));
+    let answer = match verdict {
+        Admit::Grant => None,
+        Admit::Wait => {
+            k.prune(&loaded, counters.expired);
+            let next = loaded.live.as_ref().and_then(|h| h.first_deadline());
+            drop(k);
+            if let Some(at) = next {
+                // One ms past the lease end: it has ended by then.
+                check_by(ctx, key, at.saturating_add(1));
+            }
+            return Step::Done;
+        }
+        // Its own command would be refused now: 0, or nil with FENCE.
+        Admit::AlreadyHolds => Some(None),
+        Admit::LimitDiffers(limit) => Some(Some(Answer::Error(errors::limit_differs(limit)))),
+        Admit::WrongFamily => Some(Some(Answer::Error(errors::WRONGTYPE.into()))),
+    };
+    if let Some(answer) = answer {
+        drop(k);
+        return answer_head(ctx, key, answer);
+    }
+    let (w, at, fence) = match take_head(ctx, key, now, |now, ttl| lease_end(now, ttl).ok()) {
+        Ok(head) => head,
+        Err(step) => return step,
+    };
+    let after = granted(loaded.live.clone(), want, bytes(w.token), at);
+    k.commit(&loaded, &after, counters.expired);
+    drop(k);
+    answer_grant(ctx, w, fence, stats::holder_grants(want));
+    Step::Next
+}
+
+/// The head's token (retained by the queue while it waits).
+fn head_token(key: &QueueId) -> Option<*mut RedisModuleString> {
+    state().0.queues.get(key)?.waiters.front().map(|w| w.token)
+}
+
+/// Ends the head's wait with `answer` (none: its refusal); it is not granted.
+fn answer_head(ctx: Ctx, key: &QueueId, answer: Option<Answer>) -> Step {
+    let Some(w) = pop_head(ctx, key) else { return Step::Done };
+    let answer = answer.unwrap_or_else(|| {
+        w.refusals().add();
+        w.refusal()
+    });
+    finish(ctx, answer, w, &stats::WAITS_CANCELLED);
+    Step::Next
 }
 
 /// Whether writes are paused (`CLIENT PAUSE`, `FAILOVER`, a shutdown
@@ -326,9 +447,16 @@ fn remove_client(ctx: Ctx, client: u64, seq: Option<u64>) -> Option<Waiter> {
     let q = s.0.queues.get_mut(&key)?;
     let i = q.waiters.iter().position(|w| w.client == client && seq.is_none_or(|n| w.seq == n))?;
     let w = q.waiters.remove(i)?;
+    // A head that leaves can unblock those behind it: readers behind a
+    // writer that gave up are admitted beside the readers holding now.
+    let new_head = i == 0 && !q.waiters.is_empty();
     s.0.drop_if_empty(ctx, &key);
     s.0.by_client.remove(&client);
     WAITING.fetch_sub(1, Ordering::Relaxed);
+    drop(s);
+    if new_head {
+        check_by(ctx, &key, ctx.now_ms());
+    }
     Some(w)
 }
 
@@ -374,7 +502,7 @@ unsafe extern "C" fn on_wait_timeout(ctx: *mut RedisModuleCtx, data: *mut c_void
             }
         }
         if let Some(w) = remove_client(ctx, client, Some(seq)) {
-            stats::REFUSALS.add();
+            w.refusals().add();
             finish(ctx, w.refusal(), w, &stats::WAITS_TIMED_OUT);
         }
     }));
@@ -434,7 +562,8 @@ fn ensure_subscribed(ctx: Ctx) {
     }
     s.0.subscribed = true;
     drop(s);
-    let types = raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED;
+    // ZSET: a holder removed by hand (`ZREM`) frees a permit too.
+    let types = raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED | raw::REDISMODULE_NOTIFY_ZSET;
     // Version 1 of both events' data is what Redis 6.0 and later send.
     let flush = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
     let swap = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_SWAPDB, dataver: 1 };
@@ -515,14 +644,17 @@ unsafe extern "C" fn on_timeout(ctx: *mut RedisModuleCtx, _argv: *mut *mut Redis
     let refusal = match remove_client(Ctx(ctx), client, None) {
         Some(w) => {
             stats::WAITS_TIMED_OUT.add();
+            w.refusals().add();
             w.let_go(Ctx(ctx));
             // Redis frees a handle blocked this way only once it is unblocked.
             rm!(RedisModule_UnblockClient)(w.bc, std::ptr::null_mut());
             w.refusal()
         }
-        None => Answer::Int(0),
+        None => {
+            stats::REFUSALS.add();
+            Answer::Int(0)
+        }
     };
-    stats::REFUSALS.add();
     reply(ctx, Some(&refusal))
 }
 

@@ -77,7 +77,10 @@ fn commands_carry_their_native_twins_acl_categories() {
     // (Redis 7.4+, Valkey 8.1+).
     if let Ok(mut listed) = redis::cmd("ACL").arg("CAT").arg("lock").query::<Vec<String>>(&mut admin) {
         listed.sort();
-        assert_eq!(listed, ["lock.acquire", "lock.fencefloor", "lock.guard", "lock.info", "lock.release", "lock.renew", "lock.takeover"]);
+        let mut all = ["lock.acquire", "lock.fencefloor", "lock.guard", "lock.info", "lock.release", "lock.renew", "lock.takeover"].to_vec();
+        all.extend(["lock.rw.acquire", "lock.rw.info", "lock.rw.release", "lock.rw.renew", "lock.sem.acquire", "lock.sem.info", "lock.sem.release", "lock.sem.renew"]);
+        all.sort();
+        assert_eq!(listed, all);
     }
     let mut no_writes = user(&server, &["+@all", "-@write", "~*"]);
     assert!(run(&mut no_writes, &["LOCK.ACQUIRE", "k", "t", "1000"]).unwrap_err().to_lowercase().contains("noperm"));

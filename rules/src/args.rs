@@ -27,6 +27,10 @@ pub enum ArgError {
     /// `WAIT timeout-ms` ends past the 64-bit millisecond clock (BLPOP's
     /// "timeout is out of range").
     TimeoutOutOfRange,
+    /// A semaphore's limit is not a positive integer up to 2^53.
+    LimitInvalid,
+    /// A read-write lock's mode is neither READ nor WRITE.
+    ModeInvalid,
 }
 
 impl ArgError {
@@ -42,6 +46,8 @@ impl ArgError {
             ArgError::FenceNotInteger => c"ERR fence must be a non-negative integer",
             ArgError::FloorTooFar => c"ERR fence floor is more than 24 h ahead of this server's clock",
             ArgError::TimeoutOutOfRange => c"ERR timeout is out of range",
+            ArgError::LimitInvalid => c"ERR limit must be a positive integer (at most 9007199254740992)",
+            ArgError::ModeInvalid => c"ERR mode must be READ or WRITE",
         }
     }
 

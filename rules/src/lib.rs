@@ -9,6 +9,7 @@
 //! - [`encode`]: the structured value as Go's encoding/json writes it.
 //! - [`fence`]: fencing token numbering.
 //! - [`guard`]: LOCK.GUARD's ownership rule and the inner commands it refuses.
+//! - [`holders`]: semaphores and read-write locks (several holders per key).
 //! - [`scripts`]: the reference Lua scripts.
 
 pub mod args;
@@ -18,6 +19,7 @@ pub mod cluster_fence;
 pub mod encode;
 pub mod fence;
 pub mod guard;
+pub mod holders;
 pub mod lock;
 pub mod scripts;
 

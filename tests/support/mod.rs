@@ -6,6 +6,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub mod holders;
+
 use redis::Value;
 use redis_lock_harness::Server;
 

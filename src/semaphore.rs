@@ -1,0 +1,178 @@
+//! The LOCK.SEM.* handlers, and the flow they share with LOCK.RW.*
+//! (`crate::rwlock`): a key with several holders, each with its own token
+//! and lease. The rules (`redis_lock_rules::holders`) decide on the live
+//! holders; `crate::holders` stores the result; `crate::wait` queues and
+//! serves those who wait.
+//!
+//! Every write command first drops the holders whose lease has ended (the
+//! permit of a dead holder is free at its own lease end, whoever else still
+//! holds), unless it answers with an error: then it changes nothing.
+
+use redis_lock_rules::args::{check_key_and_token, parse_grant_options, parse_ttl, wait_deadline, GrantOptions, Grammar};
+use redis_lock_rules::holders::{admit, granted, lease_end, parse_limit, Admit, Family, Holders, Kind, Want};
+use redis_module::raw::RedisModuleString;
+
+use crate::commands::{check_fence_space, Argv, Failure, Reply, Value};
+use crate::fence;
+use crate::holders::HoldersKey;
+use crate::key::{bytes, Ctx};
+use crate::stats::{holder_counters, holder_grants};
+use crate::wait::{self, Claim};
+
+type Outcome = Result<Reply, Failure>;
+
+/// LOCK.SEM.ACQUIRE key token limit ttl-ms [FENCE] [WAIT timeout-ms]
+pub fn sem_acquire(ctx: Ctx, argv: Argv) -> Outcome {
+    let &[_, key, token, limit, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
+    check_key_and_token(bytes(key), bytes(token))?;
+    let want = Want::Permit { limit: parse_limit(bytes(limit))? };
+    let ttl = parse_ttl(bytes(ttl))?;
+    acquire(ctx, key, token, want, ttl, parse_grant_options(Grammar::Acquire, options.iter().map(|&o| bytes(o)))?)
+}
+
+/// LOCK.SEM.RENEW key token ttl-ms
+pub fn sem_renew(ctx: Ctx, argv: Argv) -> Outcome {
+    renew(ctx, Family::Semaphore, argv)
+}
+
+/// LOCK.SEM.RELEASE key token
+pub fn sem_release(ctx: Ctx, argv: Argv) -> Outcome {
+    release(ctx, Family::Semaphore, argv)
+}
+
+/// LOCK.SEM.INFO key
+pub fn sem_info(ctx: Ctx, argv: Argv) -> Outcome {
+    info(ctx, Family::Semaphore, argv)
+}
+
+/// Grants `token` a place among `key`'s holders, or queues it (`WAIT`), or
+/// refuses. Those already in line are served first and a newcomer never
+/// passes them.
+pub fn acquire(ctx: Ctx, key: *mut RedisModuleString, token: *mut RedisModuleString, want: Want, ttl: i64, opts: GrantOptions) -> Outcome {
+    let now = ctx.now_ms();
+    let at = lease_end(now, ttl)?;
+    let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
+    check_fence_space(ctx, opts)?;
+    let counters = holder_counters(want.family());
+    if wait::waiters_on(ctx, bytes(key)) > 0 {
+        // A permit freed (a lease ended) goes to the head of the line.
+        wait::grant_next(ctx, key);
+    }
+    let queued = wait::waiters_on(ctx, bytes(key)) > 0;
+    let mut k = HoldersKey::open(ctx, key);
+    let loaded = k.load_live(now).map_err(|_| Failure::WrongType)?;
+    match admit(loaded.live.as_ref(), want, bytes(token)) {
+        Admit::LimitDiffers(limit) => return Err(Failure::LimitDiffers(limit)),
+        Admit::WrongFamily => return Err(Failure::WrongType),
+        Admit::Grant if !queued => {
+            // Issued before the key changes: an exhausted space refuses.
+            let fence = opts.fence.then(|| fence::issue(ctx, now).ok_or(Failure::FencesExhausted)).transpose()?;
+            let after = granted(loaded.live.clone(), want, bytes(token), at);
+            k.commit(&loaded, &after, counters.expired);
+            holder_grants(want).add();
+            return Ok(match fence {
+                Some(f) => {
+                    ctx.replicate_fence_floor(f);
+                    Reply::Int(f as i64)
+                }
+                None => Reply::Int(1),
+            });
+        }
+        Admit::AlreadyHolds => {}
+        Admit::Grant | Admit::Wait => {
+            if let Some(deadline) = wait_until.filter(|_| wait::may_block(ctx)) {
+                if !wait::has_room() {
+                    return Err(Failure::TooManyWaiters);
+                }
+                k.prune(&loaded, counters.expired);
+                let next = loaded.live.as_ref().and_then(Holders::first_deadline);
+                drop(k);
+                wait::block(ctx, key, token, Claim::Holder(want), ttl, opts.fence, deadline, next);
+                return Ok(Reply::Blocked);
+            }
+        }
+    }
+    k.prune(&loaded, counters.expired);
+    counters.refusals.add();
+    Ok(if opts.fence { Reply::Nil } else { Reply::Int(0) })
+}
+
+/// The live holders of a key of `family`: `None` when none is left (the key
+/// is then free, whatever it was); `WRONGTYPE` for another type or family.
+fn live_of(family: Family, live: Option<&Holders>) -> Result<Option<&Holders>, Failure> {
+    match live.filter(|h| !h.holders.is_empty()) {
+        Some(h) if h.kind.family() != family => Err(Failure::WrongType),
+        other => Ok(other),
+    }
+}
+
+/// `… RENEW key token ttl-ms`: a new lease end for a live holder.
+pub fn renew(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
+    let &[_, key, token, ttl] = argv else { return Err(Failure::Arity) };
+    check_key_and_token(bytes(key), bytes(token))?;
+    let now = ctx.now_ms();
+    let at = lease_end(now, parse_ttl(bytes(ttl))?)?;
+    let counters = holder_counters(family);
+    let mut k = HoldersKey::open(ctx, key);
+    let loaded = k.load_live(now).map_err(|_| Failure::WrongType)?;
+    match live_of(family, loaded.live.as_ref())? {
+        Some(live) if live.holds(bytes(token)) => {
+            let mut after = live.clone();
+            after.put(bytes(token), at);
+            k.commit(&loaded, &after, counters.expired);
+            counters.renewals.add();
+            Ok(Reply::Int(1))
+        }
+        _ => {
+            k.prune(&loaded, counters.expired);
+            counters.refusals.add();
+            Ok(Reply::Int(0))
+        }
+    }
+}
+
+/// `… RELEASE key token`: the holder leaves; its place goes to the head of
+/// the line in the same command.
+pub fn release(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
+    let &[_, key, token] = argv else { return Err(Failure::Arity) };
+    check_key_and_token(bytes(key), bytes(token))?;
+    let counters = holder_counters(family);
+    let mut k = HoldersKey::open(ctx, key);
+    let loaded = k.load_live(ctx.now_ms()).map_err(|_| Failure::WrongType)?;
+    match live_of(family, loaded.live.as_ref())? {
+        Some(live) if live.holds(bytes(token)) => {
+            let mut after = live.clone();
+            after.remove(bytes(token));
+            k.commit(&loaded, &after, counters.expired);
+            drop(k);
+            counters.releases.add();
+            wait::grant_next(ctx, key);
+            Ok(Reply::Int(1))
+        }
+        _ => {
+            k.prune(&loaded, counters.expired);
+            counters.refusals.add();
+            Ok(Reply::Int(0))
+        }
+    }
+}
+
+/// `… INFO key`: the live holders with their remaining lease, the limit or
+/// mode, and the waiters. Reads only (works on replicas).
+pub fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
+    let &[_, key] = argv else { return Err(Failure::Arity) };
+    let now = ctx.now_ms();
+    let k = HoldersKey::open_read(ctx, key);
+    let loaded = k.load_live(now).map_err(|_| Failure::WrongType)?;
+    let Some(live) = live_of(family, loaded.live.as_ref())? else { return Ok(Reply::Nil) };
+    let (name, value) = match live.kind {
+        Kind::Semaphore { limit } => (c"limit", Value::Int(limit as i64)),
+        Kind::ReadWrite { writer } => (c"mode", Value::Bytes(if writer { b"write".to_vec() } else { b"read".to_vec() })),
+    };
+    let holders = live.holders.iter().map(|h| (h.token.clone(), h.deadline - now)).collect();
+    Ok(Reply::Fields(vec![
+        (name, value),
+        (c"holders", Value::Holders(holders)),
+        (c"waiters", Value::Int(wait::waiters_on(ctx, bytes(key)) as i64)),
+    ]))
+}

@@ -1,0 +1,434 @@
+//! LOCK.SEM.*: a counting semaphore of `limit` permits, each holder with its
+//! own token and lease, stored as a plain sorted set; waits in the server's
+//! FIFO queue; and a randomized run against a model.
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis_lock_harness::Server;
+
+mod support;
+use support::holders::{self, call, now_ms, pexpiretime, spawn_call, stored, Family, R};
+use support::*;
+
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+fn acq(c: &mut redis::Connection, key: &str, token: &str, limit: u64, ttl: i64, opts: &[&str]) -> R {
+    let (limit, ttl) = (limit.to_string(), ttl.to_string());
+    let mut args = vec!["LOCK.SEM.ACQUIRE", key, token, &limit, &ttl];
+    args.extend_from_slice(opts);
+    call(c, &args)
+}
+
+#[test]
+fn permits_up_to_the_limit_each_with_its_own_lease_in_a_plain_sorted_set() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let t0 = now_ms();
+    assert_eq!(acq(&mut c, "s", "a", 2, 30_000, &[]), R::Int(1));
+    let R::Int(fence) = acq(&mut c, "s", "b", 2, 60_000, &["FENCE"]) else { panic!("a fence") };
+    assert!(fence > 0);
+    let t1 = now_ms();
+    // Full: refused, with FENCE nil; the same token again: refused.
+    assert_eq!(acq(&mut c, "s", "c", 2, 30_000, &[]), R::Int(0));
+    assert_eq!(acq(&mut c, "s", "c", 2, 30_000, &["FENCE"]), R::Nil);
+    assert_eq!(acq(&mut c, "s", "a", 2, 30_000, &["WAIT", "100"]), R::Int(0), "a holder does not wait for itself");
+    // Another limit is an error naming the stored one, and changes nothing.
+    assert_eq!(acq(&mut c, "s", "c", 3, 30_000, &[]), R::Err("ERR limit differs from the semaphore's: its limit is 2".into()));
+    let (tag, hs) = stored(&mut c, "s");
+    assert_eq!(tag, Some(2), "the tag member \"\" holds the limit");
+    assert_eq!(hs.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    assert!(hs[0].1 >= t0 + 30_000 && hs[0].1 <= t1 + 30_000, "{hs:?}");
+    assert!(hs[1].1 >= t0 + 60_000 && hs[1].1 <= t1 + 60_000, "{hs:?}");
+    assert_eq!(pexpiretime(&mut c, "s"), hs[1].1, "the key ends with its last lease");
+    // Renew moves one lease (and the key's end with the last one).
+    assert_eq!(call(&mut c, &["LOCK.SEM.RENEW", "s", "a", "90000"]), R::Int(1));
+    assert_eq!(call(&mut c, &["LOCK.SEM.RENEW", "s", "zz", "90000"]), R::Int(0));
+    let (_, hs) = stored(&mut c, "s");
+    assert_eq!(hs[1].0, "a");
+    assert_eq!(pexpiretime(&mut c, "s"), hs[1].1);
+    // INFO: limit, holders (earliest lease end first) with ttl, waiters.
+    let info: redis::Value = redis::cmd("LOCK.SEM.INFO").arg("s").query(&mut c).unwrap();
+    let redis::Value::Array(f) = info else { panic!("{info:?}") };
+    assert_eq!(f[0], redis::Value::BulkString(b"limit".to_vec()));
+    assert_eq!(f[1], redis::Value::Int(2));
+    assert_eq!(f[2], redis::Value::BulkString(b"holders".to_vec()));
+    let redis::Value::Array(h) = &f[3] else { panic!("{f:?}") };
+    assert_eq!(h[0], redis::Value::BulkString(b"b".to_vec()));
+    assert!(matches!(h[1], redis::Value::Int(ms) if ms > 50_000 && ms <= 60_000), "{h:?}");
+    assert_eq!(h[2], redis::Value::BulkString(b"a".to_vec()));
+    assert_eq!(f[4], redis::Value::BulkString(b"waiters".to_vec()));
+    assert_eq!(f[5], redis::Value::Int(0));
+    // Release: one permit back; the last one deletes the key.
+    assert_eq!(call(&mut c, &["LOCK.SEM.RELEASE", "s", "a"]), R::Int(1));
+    assert_eq!(call(&mut c, &["LOCK.SEM.RELEASE", "s", "a"]), R::Int(0));
+    assert_eq!(pexpiretime(&mut c, "s"), stored(&mut c, "s").1[0].1, "the key's end follows its last lease down");
+    assert_eq!(call(&mut c, &["LOCK.SEM.RELEASE", "s", "b"]), R::Int(1));
+    assert_eq!(call(&mut c, &["EXISTS", "s"]), R::Int(0));
+    assert_eq!(call(&mut c, &["LOCK.SEM.INFO", "s"]), R::Nil);
+    // Free again: any limit may start it anew.
+    assert_eq!(acq(&mut c, "s", "c", 5, 1000, &[]), R::Int(1));
+    assert_eq!(stored(&mut c, "s").0, Some(5));
+    for name in ["sem_grants", "sem_refusals", "sem_renewals", "sem_releases"] {
+        assert!(info_field(&mut c, name) > 0, "{name}");
+    }
+    assert_eq!(info_field(&mut c, "sem_grants"), 3);
+    assert_eq!(info_field(&mut c, "sem_refusals"), 5);
+}
+
+#[test]
+fn a_dead_holders_permit_frees_at_its_own_lease_end() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(acq(&mut c, "s", "short", 2, 300, &[]), R::Int(1));
+    assert_eq!(acq(&mut c, "s", "long", 2, 60_000, &[]), R::Int(1));
+    let short_end = stored(&mut c, "s").1[0].1;
+    assert_eq!(acq(&mut c, "s", "x", 2, 60_000, &[]), R::Int(0));
+    // Without waiters nothing needs a timer: the next command sees the permit free.
+    thread::sleep(Duration::from_millis((short_end - now_ms() + 5).max(0) as u64));
+    assert_eq!(acq(&mut c, "s", "x", 2, 60_000, &[]), R::Int(1), "freed at its own lease end, not the last one");
+    let (_, hs) = stored(&mut c, "s");
+    assert!(hs.iter().all(|(t, _)| t != "short"), "pruned: {hs:?}");
+    assert_eq!(info_field(&mut c, "sem_expired"), 1);
+    // With a waiter, the queue's timer grants it right after the lease end.
+    assert_eq!(call(&mut c, &["LOCK.SEM.RENEW", "s", "x", "300"]), R::Int(1));
+    let x_end = stored(&mut c, "s").1[0].1;
+    let (tx, rx) = mpsc::channel();
+    let h = spawn_call(&server, "w", &["LOCK.SEM.ACQUIRE", "s", "w", "2", "60000", "FENCE", "WAIT", "10000"], tx);
+    until_waiting(&mut c, 1);
+    let (_, reply, _) = rx.recv_timeout(Duration::from_secs(10)).expect("granted");
+    assert!(matches!(reply, R::Int(f) if f > 1), "{reply:?}");
+    let (_, hs) = stored(&mut c, "s");
+    let w_end = hs.iter().find(|(t, _)| t == "w").expect("w holds").1;
+    let granted_at = w_end - 60_000;
+    assert!(granted_at > x_end, "granted at {granted_at}, before the lease end {x_end}");
+    assert!(hs.iter().all(|(t, _)| t != "x"), "{hs:?}");
+    eprintln!("granted {} ms after the lease end", granted_at - x_end);
+    h.join().unwrap();
+}
+
+#[test]
+fn waiters_get_one_permit_each_in_arrival_order_and_newcomers_queue_behind_them() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(acq(&mut c, "s", "h1", 2, 60_000, &[]), R::Int(1));
+    assert_eq!(acq(&mut c, "s", "h2", 2, 60_000, &[]), R::Int(1));
+    let (tx, rx) = mpsc::channel();
+    let mut hs = Vec::new();
+    for i in 0..6 {
+        let token = format!("w{i}");
+        hs.push(spawn_call(&server, &token, &["LOCK.SEM.ACQUIRE", "s", &token, "2", "60000", "FENCE", "WAIT", "20000"], tx.clone()));
+        until_waiting(&mut c, i + 1);
+    }
+    let mut holder = ["h1".to_string(), "h2".to_string()];
+    let mut last = 0;
+    for i in 0..6 {
+        let leaving = holder[i % 2].clone();
+        assert_eq!(call(&mut c, &["LOCK.SEM.RELEASE", "s", &leaving]), R::Int(1));
+        let (token, reply, _) = rx.recv_timeout(Duration::from_secs(5)).expect("a waiter is granted");
+        assert_eq!(token, format!("w{i}"), "FIFO");
+        let R::Int(f) = reply else { panic!("{reply:?}") };
+        assert!(f > last, "fences increase");
+        last = f;
+        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err(), "one wake per freed permit");
+        holder[i % 2] = token;
+        assert_eq!(stored(&mut c, "s").1.len(), 2, "never more than the limit");
+    }
+    for h in hs {
+        h.join().unwrap();
+    }
+    // A newcomer never passes a waiter: with one waiting for a full
+    // semaphore, a permit that frees while writes are paused goes to it.
+    assert_eq!(call(&mut c, &["LOCK.SEM.RELEASE", "s", &holder[0]]), R::Int(1));
+    assert_eq!(call(&mut c, &["LOCK.SEM.RENEW", "s", &holder[1], "200"]), R::Int(1));
+    assert_eq!(acq(&mut c, "s", "x", 2, 60_000, &[]), R::Int(1));
+    let h = spawn_call(&server, "first", &["LOCK.SEM.ACQUIRE", "s", "first", "2", "60000", "WAIT", "20000"], tx.clone());
+    until_waiting(&mut c, 1);
+    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(500).arg("WRITE").query(&mut c).unwrap();
+    let newcomer = spawn_call(&server, "newcomer", &["LOCK.SEM.ACQUIRE", "s", "newcomer", "2", "60000"], tx);
+    let (token, reply, _) = rx.recv_timeout(Duration::from_secs(5)).expect("first answered");
+    let (token2, reply2, _) = rx.recv_timeout(Duration::from_secs(5)).expect("newcomer answered");
+    let mut got = [(token, reply), (token2, reply2)];
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(got, [("first".to_string(), R::Int(1)), ("newcomer".to_string(), R::Int(0))]);
+    h.join().unwrap();
+    newcomer.join().unwrap();
+}
+
+#[test]
+fn errors_change_nothing_and_name_the_problem() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(acq(&mut c, "s", "a", 1, 60_000, &[]), R::Int(1));
+    let before = stored(&mut c, "s");
+    let arity = |cmd: &str| R::Err(format!("ERR wrong number of arguments for '{}' command", cmd.to_lowercase()));
+    let cases: &[(&[&str], R)] = &[
+        (&["LOCK.SEM.ACQUIRE", "s", "b", "1"], arity("lock.sem.acquire")),
+        (&["LOCK.SEM.RENEW", "s", "a"], arity("lock.sem.renew")),
+        (&["LOCK.SEM.RENEW", "s", "a", "1000", "FLOOR", "5"], arity("lock.sem.renew")),
+        (&["LOCK.SEM.RELEASE", "s", "a", "x"], arity("lock.sem.release")),
+        (&["LOCK.SEM.INFO"], arity("lock.sem.info")),
+        (&["LOCK.SEM.ACQUIRE", "s", "", "1", "1000"], R::Err("ERR lock key and token are required".into())),
+        (&["LOCK.SEM.ACQUIRE", "s", "b", "0", "1000"], R::Err("ERR limit must be a positive integer (at most 9007199254740992)".into())),
+        (&["LOCK.SEM.ACQUIRE", "s", "b", "9007199254740993", "1000"], R::Err("ERR limit must be a positive integer (at most 9007199254740992)".into())),
+        (&["LOCK.SEM.ACQUIRE", "s", "b", "1", "-5"], R::Err("ERR ttl-ms must be a positive integer (milliseconds)".into())),
+        (&["LOCK.SEM.ACQUIRE", "s", "b", "1", "9007199254740992"], R::Err("ERR ttl-ms is too large: the expiry time would overflow".into())),
+        (&["LOCK.SEM.ACQUIRE", "s", "b", "1", "1000", "WAIT"], R::Err("ERR syntax error".into())),
+        (&["LOCK.SEM.ACQUIRE", "s", "b", "1", "1000", "WAIT", "-1"], R::Err("ERR WAIT timeout-ms must be 0 (no timeout) or a positive integer (milliseconds)".into())),
+        (&["LOCK.SEM.ACQUIRE", "s", "b", "1", "1000", "WAIT", "9223372036854775807"], R::Err("ERR timeout is out of range".into())),
+        (&["LOCK.SEM.ACQUIRE", "s", "b", "2", "1000"], R::Err("ERR limit differs from the semaphore's: its limit is 1".into())),
+        (&["LOCK.SEM.RENEW", "s", "a", "0"], R::Err("ERR ttl-ms must be a positive integer (milliseconds)".into())),
+        (&["LOCK.RW.ACQUIRE", "s", "b", "READ", "1000"], R::Err(WRONGTYPE.into())),
+        (&["LOCK.RW.RENEW", "s", "a", "1000"], R::Err(WRONGTYPE.into())),
+        (&["LOCK.RW.RELEASE", "s", "a"], R::Err(WRONGTYPE.into())),
+        (&["LOCK.RW.INFO", "s"], R::Err(WRONGTYPE.into())),
+        (&["LOCK.RENEW", "s", "a", "1000"], R::Err(WRONGTYPE.into())),
+        (&["LOCK.RELEASE", "s", "a"], R::Err(WRONGTYPE.into())),
+        (&["LOCK.INFO", "s"], R::Err(WRONGTYPE.into())),
+    ];
+    for (args, want) in cases {
+        assert_eq!(&call(&mut c, args), want, "{args:?}");
+        assert_eq!(stored(&mut c, "s"), before, "{args:?} changed the key");
+    }
+    // LOCK.ACQUIRE is SET NX: an existing key of any type is refused.
+    assert_eq!(call(&mut c, &["LOCK.ACQUIRE", "s", "a", "1000"]), R::Int(0));
+    // The other way round: a lock, a plain string, a foreign sorted set.
+    assert_eq!(call(&mut c, &["LOCK.ACQUIRE", "l", "a", "60000"]), R::Int(1));
+    let _: () = redis::cmd("ZADD").arg("z").arg(1).arg("m").query(&mut c).unwrap();
+    let _: () = redis::cmd("ZADD").arg("badtag").arg(2.5).arg("").arg(1e15).arg("m").query(&mut c).unwrap();
+    for key in ["l", "z", "badtag"] {
+        for args in [&["LOCK.SEM.ACQUIRE", key, "b", "1", "1000", "WAIT", "100"][..], &["LOCK.SEM.RENEW", key, "a", "1000"], &["LOCK.SEM.RELEASE", key, "a"], &["LOCK.SEM.INFO", key]] {
+            assert_eq!(call(&mut c, args), R::Err(WRONGTYPE.into()), "{args:?}");
+        }
+    }
+    assert_eq!(call(&mut c, &["GET", "l"]), R::Other(redis::Value::BulkString(b"a".to_vec())));
+    assert_eq!(info_field(&mut c, "waiting"), 0);
+}
+
+#[test]
+fn waiters_survive_del_flushall_swapdb_and_a_foreign_zrem_and_leave_on_role_change() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let (tx, rx) = mpsc::channel();
+    for (i, how) in ["DEL", "FLUSHALL", "SWAPDB", "ZREM"].into_iter().enumerate() {
+        assert_eq!(acq(&mut c, "s", "h", 1, 60_000, &[]), R::Int(1));
+        let token = format!("w{i}");
+        let h = spawn_call(&server, &token, &["LOCK.SEM.ACQUIRE", "s", &token, "1", "60000", "WAIT", "10000"], tx.clone());
+        until_waiting(&mut c, 1);
+        let started = Instant::now();
+        match how {
+            "DEL" => assert_eq!(call(&mut c, &["DEL", "s"]), R::Int(1)),
+            "FLUSHALL" => assert!(matches!(call(&mut c, &["FLUSHALL"]), R::Other(_))),
+            "SWAPDB" => assert!(matches!(call(&mut c, &["SWAPDB", "0", "1"]), R::Other(_))),
+            _ => assert_eq!(call(&mut c, &["ZREM", "s", "h"]), R::Int(1)),
+        }
+        let (t, reply, at) = rx.recv_timeout(Duration::from_secs(5)).unwrap_or_else(|_| panic!("granted after {how}"));
+        assert_eq!((t.as_str(), reply), (token.as_str(), R::Int(1)), "{how}");
+        assert!(at - started < Duration::from_secs(2), "{how}");
+        let (tag, hs) = stored(&mut c, "s");
+        assert_eq!((tag, hs.len(), hs[0].0.as_str()), (Some(1), 1, token.as_str()), "{how}");
+        h.join().unwrap();
+        let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+    }
+    // Paused writes: nothing is granted until the pause ends.
+    assert_eq!(acq(&mut c, "s", "h", 1, 100, &[]), R::Int(1));
+    let h = spawn_call(&server, "p", &["LOCK.SEM.ACQUIRE", "s", "p", "1", "60000", "WAIT", "10000"], tx.clone());
+    until_waiting(&mut c, 1);
+    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(500).arg("WRITE").query(&mut c).unwrap();
+    let paused = Instant::now();
+    let (_, reply, at) = rx.recv_timeout(Duration::from_secs(5)).expect("granted after the pause");
+    assert_eq!(reply, R::Int(1));
+    assert!(at - paused >= Duration::from_millis(450), "granted {:?} into a 500 ms pause", at - paused);
+    h.join().unwrap();
+    // lock.max-waiters caps these waits too.
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("lock.max-waiters").arg(1).query(&mut c).unwrap();
+    let h = spawn_call(&server, "m1", &["LOCK.SEM.ACQUIRE", "s", "m1", "1", "60000", "WAIT", "0"], tx.clone());
+    until_waiting(&mut c, 1);
+    assert_eq!(acq(&mut c, "s", "m2", 1, 60_000, &["WAIT", "0"]), R::Err("ERR too many clients waiting: lock.max-waiters reached; retry later or raise it".into()));
+    // A master that becomes a replica answers its waiters at once.
+    let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(1).query(&mut c).unwrap();
+    let (_, reply, _) = rx.recv_timeout(Duration::from_secs(5)).expect("answered on the role change");
+    assert!(matches!(&reply, R::Err(e) if e.contains("UNBLOCKED")), "{reply:?}");
+    h.join().unwrap();
+    let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut c).unwrap();
+    assert_eq!(info_field(&mut c, "waiting"), 0);
+}
+
+#[test]
+fn a_lease_at_the_end_of_the_exact_range_leaves_the_server_responsive() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let ttl = (1i64 << 53) - now_ms() - 1000;
+    assert_eq!(acq(&mut c, "s", "far", 1, ttl, &[]), R::Int(1));
+    let (tx, rx) = mpsc::channel();
+    let h = spawn_call(&server, "w", &["LOCK.SEM.ACQUIRE", "s", "w", "1", "1000", "WAIT", "300"], tx);
+    until_waiting(&mut c, 1);
+    let (_, reply, _) = rx.recv_timeout(Duration::from_secs(5)).expect("times out");
+    assert_eq!(reply, R::Int(0));
+    h.join().unwrap();
+    assert_eq!(call(&mut c, &["PING"]), R::Other(redis::Value::SimpleString("PONG".into())));
+    assert_eq!(stored(&mut c, "s").1[0].0, "far");
+}
+
+#[test]
+fn randomized_against_a_model() {
+    let server = Server::start();
+    let ops = std::env::var("SEM_OPS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
+    let seed = std::env::var("SEM_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let report = holders::random_run(&server, Family::Semaphore { limit: 3 }, ops, seed);
+    assert!(report.resyncs * 20 <= ops, "too many steps could not be ordered: {}", report.resyncs);
+    assert!(report.timer_grants > 20, "the run freed few permits at lease ends: {}", report.timer_grants);
+    assert!(report.fences * 40 > ops, "few fenced grants: {}", report.fences);
+}
+
+/// A mixed workload of semaphores and read-write locks with waits: grants,
+/// refusals, renewals, releases handing over to waiters, a lease ending
+/// with a waiter (the queue's timer), a waiter that times out.
+fn mixed_workload(server: &Server) {
+    let mut c = server.conn();
+    let (tx, rx) = mpsc::channel();
+    assert_eq!(acq(&mut c, "m:sem", "a", 2, 60_000, &["FENCE"]).clone() != R::Nil, true);
+    assert_eq!(acq(&mut c, "m:sem", "b", 2, 200, &[]), R::Int(1));
+    assert_eq!(acq(&mut c, "m:sem", "c", 2, 60_000, &[]), R::Int(0));
+    let h1 = spawn_call(server, "w1", &["LOCK.SEM.ACQUIRE", "m:sem", "w1", "2", "60000", "FENCE", "WAIT", "10000"], tx.clone());
+    until_waiting(&mut c, 1);
+    let h2 = spawn_call(server, "w2", &["LOCK.SEM.ACQUIRE", "m:sem", "w2", "2", "60000", "WAIT", "10000"], tx.clone());
+    until_waiting(&mut c, 2);
+    // b's lease ends: w1 gets its permit from the timer.
+    let (t, r, _) = rx.recv_timeout(Duration::from_secs(5)).expect("w1 granted");
+    assert!(t == "w1" && matches!(r, R::Int(f) if f > 1), "{t} {r:?}");
+    assert_eq!(call(&mut c, &["LOCK.SEM.RENEW", "m:sem", "a", "90000"]), R::Int(1));
+    assert_eq!(call(&mut c, &["LOCK.SEM.RELEASE", "m:sem", "a"]), R::Int(1));
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).expect("w2 granted").1, R::Int(1));
+    h1.join().unwrap();
+    h2.join().unwrap();
+    // A read-write lock: readers, a writer that waits, a reader that times out behind it.
+    assert_eq!(call(&mut c, &["LOCK.RW.ACQUIRE", "m:rw", "r1", "READ", "60000"]), R::Int(1));
+    assert_eq!(call(&mut c, &["LOCK.RW.ACQUIRE", "m:rw", "r2", "READ", "60000", "FENCE"]) != R::Nil, true);
+    let hw = spawn_call(server, "w", &["LOCK.RW.ACQUIRE", "m:rw", "w", "WRITE", "60000", "FENCE", "WAIT", "10000"], tx.clone());
+    until_waiting(&mut c, 1);
+    let hr = spawn_call(server, "r3", &["LOCK.RW.ACQUIRE", "m:rw", "r3", "READ", "60000", "WAIT", "100"], tx.clone());
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).expect("r3 times out").1, R::Int(0));
+    assert_eq!(call(&mut c, &["LOCK.RW.RELEASE", "m:rw", "r1"]), R::Int(1));
+    assert_eq!(call(&mut c, &["LOCK.RW.RELEASE", "m:rw", "r2"]), R::Int(1));
+    assert!(matches!(rx.recv_timeout(Duration::from_secs(5)).expect("w granted").1, R::Int(f) if f > 1));
+    assert_eq!(call(&mut c, &["LOCK.RW.RENEW", "m:rw", "w", "120000"]), R::Int(1));
+    hw.join().unwrap();
+    hr.join().unwrap();
+    // A key emptied by its last release.
+    assert_eq!(acq(&mut c, "m:gone", "x", 1, 60_000, &[]), R::Int(1));
+    assert_eq!(call(&mut c, &["LOCK.SEM.RELEASE", "m:gone", "x"]), R::Int(1));
+}
+
+fn digest(c: &mut redis::Connection) -> String {
+    redis::cmd("DEBUG").arg("DIGEST").query(c).expect("debug digest")
+}
+
+#[test]
+fn a_replica_and_an_aof_replay_end_with_the_masters_exact_sets() {
+    let dir = std::env::temp_dir().join(format!("redis-lock-sem-aof-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut master = Server::builder().dir(&dir).arg("appendonly", "yes").arg("appendfsync", "always").start();
+    let replica = Server::builder().arg("replicaof", &format!("127.0.0.1 {}", master.port())).start();
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !redis::cmd("INFO").arg("replication").query::<String>(&mut m).unwrap().contains("state=online")
+        || !redis::cmd("INFO").arg("replication").query::<String>(&mut r).unwrap().contains("master_link_status:up")
+    {
+        assert!(Instant::now() < deadline, "the replica never came online");
+        thread::sleep(Duration::from_millis(20));
+    }
+    mixed_workload(&master);
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    let want = digest(&mut m);
+    assert_ne!(want, "0000000000000000000000000000000000000000", "the workload left keys");
+    // WAIT counted the replica's acknowledgement; give it a moment more to apply.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while digest(&mut r) != want && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(digest(&mut r), want, "replica digest (values and expiry times)");
+    for key in ["m:sem", "m:rw"] {
+        assert_eq!(stored(&mut r, key), stored(&mut m, key), "{key} on the replica");
+        assert_eq!(pexpiretime(&mut r, key), pexpiretime(&mut m, key), "{key}'s expiry on the replica");
+    }
+    let (_, sem) = stored(&mut m, "m:sem");
+    assert_eq!(sem.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(), ["w1", "w2"]);
+    // The AOF holds the effects with absolute times; a restart replays them.
+    master.restart();
+    let mut m = master.conn();
+    assert_eq!(digest(&mut m), want, "AOF replay digest");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_waiter_during_a_reshard_is_never_granted_on_the_source() {
+    let cluster = redis_lock_harness::Cluster::start(3, 0);
+    let m = cluster.masters();
+    let key = cluster.key_in_slot("sem:", cluster.view(m[0]).slots[0]);
+    let mut source = cluster.node(m[0]).conn();
+    assert_eq!(acq(&mut source, &key, "h1", 2, 60_000, &[]), R::Int(1));
+    assert_eq!(acq(&mut source, &key, "h2", 2, 60_000, &[]), R::Int(1));
+    let before = stored(&mut source, &key);
+    let (tx, rx) = mpsc::channel();
+    let h = spawn_call(cluster.node(m[0]), "w", &["LOCK.SEM.ACQUIRE", &key, "w", "2", "60000", "WAIT", "20000"], tx);
+    until_waiting(&mut source, 1);
+    cluster.reshard(m[0], m[1], 1);
+    assert_eq!(cluster.owner_of(&key), m[1]);
+    let (_, reply, _) = rx.recv_timeout(Duration::from_secs(10)).expect("the waiter is answered");
+    assert!(matches!(&reply, R::Err(e) if e.starts_with("TRYAGAIN") || e.starts_with("MOVED")), "{reply:?}");
+    assert_eq!(info_field(&mut source, "waits_granted"), 0, "no grant on the source");
+    assert_eq!(info_field(&mut source, "sem_grants"), 2);
+    let mut target = cluster.node(m[1]).conn();
+    assert_eq!(stored(&mut target, &key), before, "the set moved intact, without the waiter");
+    h.join().unwrap();
+}
+
+#[test]
+fn registration_key_specs_acl_categories_and_docs() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let text = |v: &redis::Value| format!("{v:?}").to_lowercase();
+    for (cmd, flags, key_flags, args) in [
+        ("lock.sem.acquire", "blocking", "insert", &["key", "token", "limit", "ttl-ms", "fence", "timeout-ms"][..]),
+        ("lock.sem.renew", "write", "update", &["key", "token", "ttl-ms"]),
+        ("lock.sem.release", "write", "delete", &["key", "token"]),
+        ("lock.sem.info", "readonly", "ro", &["key"]),
+        ("lock.rw.acquire", "blocking", "insert", &["key", "token", "mode", "ttl-ms", "fence", "timeout-ms"]),
+        ("lock.rw.renew", "write", "update", &["key", "token", "ttl-ms"]),
+        ("lock.rw.release", "write", "delete", &["key", "token"]),
+        ("lock.rw.info", "readonly", "ro", &["key"]),
+    ] {
+        let info: redis::Value = redis::cmd("COMMAND").arg("INFO").arg(cmd).query(&mut c).unwrap();
+        let t = text(&info);
+        assert!(t.contains(flags) && t.contains(key_flags), "{cmd}: {t}");
+        assert!(!t.contains("\"fast\""), "{cmd} reads every holder: not fast");
+        let docs: redis::Value = redis::cmd("COMMAND").arg("DOCS").arg(cmd).query(&mut c).unwrap();
+        let d = text(&docs);
+        for a in args {
+            assert!(d.contains(&format!("\"{a}\"")), "{cmd} documents {a}: {d}");
+        }
+        assert!(d.contains("summary") && d.contains("complexity"), "{cmd}");
+    }
+    // Categories as the native twins (ZADD, ZREM, ZRANGE), where modules may set them.
+    if harness_has_acl_categories(&mut c) {
+        let cat = |c: &mut redis::Connection, name: &str| -> Vec<String> { redis::cmd("ACL").arg("CAT").arg(name).query(c).unwrap() };
+        let (write, read, sorted, blocking) = (cat(&mut c, "write"), cat(&mut c, "read"), cat(&mut c, "sortedset"), cat(&mut c, "blocking"));
+        for cmd in ["lock.sem.acquire", "lock.sem.renew", "lock.sem.release", "lock.rw.acquire", "lock.rw.renew", "lock.rw.release"] {
+            assert!(write.iter().any(|x| x == cmd) && sorted.iter().any(|x| x == cmd), "{cmd}");
+        }
+        for cmd in ["lock.sem.info", "lock.rw.info"] {
+            assert!(read.iter().any(|x| x == cmd) && !write.iter().any(|x| x == cmd), "{cmd}");
+        }
+        assert!(blocking.iter().any(|x| x == "lock.sem.acquire") && blocking.iter().any(|x| x == "lock.rw.acquire"));
+    }
+}
+
+/// Whether this server lets modules set ACL categories (Redis 7.2+, Valkey).
+fn harness_has_acl_categories(c: &mut redis::Connection) -> bool {
+    let write: Vec<String> = redis::cmd("ACL").arg("CAT").arg("write").query(c).unwrap();
+    write.iter().any(|x| x == "lock.acquire")
+}
