@@ -75,6 +75,8 @@ pub struct Builder {
     clock_offset_ms: Option<i64>,
     /// Commands for an `appendonly.aof` the server loads at start.
     aof: Option<Vec<u8>>,
+    /// See [`Builder::config_file`].
+    config: Option<PathBuf>,
 }
 
 impl Builder {
@@ -95,6 +97,20 @@ impl Builder {
     /// another server can start from its RDB or AOF.
     pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dir = Some(dir.into());
+        self
+    }
+
+    /// Starts `redis-server CONF` in the file's folder, the way a user starts
+    /// one, so the file's own `dir` and `loadmodule` paths resolve as they
+    /// would for that user; the test defaults (a free port, loopback, no
+    /// persistence) and [`Builder::arg`]s go on top. The harness loads no
+    /// module of its own (the file says which) and leaves the folder in place.
+    pub fn config_file(mut self, conf: impl Into<PathBuf>) -> Self {
+        let conf = std::path::absolute(conf.into()).expect("the configuration file's path");
+        let folder = conf.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+        self.dir = Some(folder);
+        self.config = Some(conf);
+        self.module = false;
         self
     }
 
@@ -138,7 +154,7 @@ impl Server {
 
     /// A server to configure before starting.
     pub fn builder() -> Builder {
-        Builder { module: true, args: Vec::new(), dir: None, port: None, clock_offset_ms: None, aof: None }
+        Builder { module: true, args: Vec::new(), dir: None, port: None, clock_offset_ms: None, aof: None, config: None }
     }
 
     fn launch(builder: Builder) -> Server {
@@ -164,8 +180,16 @@ impl Server {
         for _ in 0..5 {
             let port = builder.port.unwrap_or_else(free_port);
             let mut cmd = Command::new(&binary);
+            if let Some(conf) = &builder.config {
+                // The file's `dir` applies (relative to its folder), not ours.
+                cmd.current_dir(&dir).arg(conf.file_name().expect("a configuration file"));
+            } else {
+                cmd.args(["--dir", dir.to_str().expect("utf-8 temp dir")]);
+            }
+            // Absolute: a configuration file's `dir` may move the server elsewhere.
+            let log = std::path::absolute(dir.join("server.log")).expect("the log's path");
             cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .args(["--dir", dir.to_str().expect("utf-8 temp dir"), "--logfile", "server.log", "--daemonize", "no"])
+                .args(["--logfile", log.to_str().expect("utf-8 temp dir"), "--daemonize", "no"])
                 .args(["--enable-debug-command", "yes"]);
             if let Some(m) = &module {
                 cmd.args(["--loadmodule", m.to_str().expect("utf-8 module path")]);
