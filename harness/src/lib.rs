@@ -104,12 +104,10 @@ impl Builder {
     /// one, so the file's own `dir` and `loadmodule` paths resolve as they
     /// would for that user; the test defaults (a free port, loopback, no
     /// persistence) and [`Builder::arg`]s go on top. The harness loads no
-    /// module of its own (the file says which) and leaves the folder in place.
+    /// module of its own (the file says which); [`Server::dir`] then holds
+    /// only the log.
     pub fn config_file(mut self, conf: impl Into<PathBuf>) -> Self {
-        let conf = std::path::absolute(conf.into()).expect("the configuration file's path");
-        let folder = conf.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-        self.dir = Some(folder);
-        self.config = Some(conf);
+        self.config = Some(std::path::absolute(conf.into()).expect("the configuration file's path"));
         self.module = false;
         self
     }
@@ -182,7 +180,7 @@ impl Server {
             let mut cmd = Command::new(&binary);
             if let Some(conf) = &builder.config {
                 // The file's `dir` applies (relative to its folder), not ours.
-                cmd.current_dir(&dir).arg(conf.file_name().expect("a configuration file"));
+                cmd.current_dir(conf.parent().expect("a file's folder")).arg(conf);
             } else {
                 cmd.args(["--dir", dir.to_str().expect("utf-8 temp dir")]);
             }
