@@ -41,6 +41,7 @@ fn unpack(scratch: &Path) -> PathBuf {
     assert!(tarball.is_file(), "no package at {}: run scripts/package", tarball.display());
     let name = tarball.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".tar.gz")).expect("a .tar.gz");
     assert!(name.starts_with("redis-lock-") && name.ends_with("-x86_64-linux-gnu.2.17"), "unexpected package name {name}");
+    let _ = std::fs::remove_dir_all(scratch); // a killed run's leftovers
     std::fs::create_dir_all(scratch).unwrap();
     let status = Command::new("tar").arg("-xzf").arg(&tarball).arg("-C").arg(scratch).status().expect("run tar");
     assert!(status.success(), "tar -xzf {} failed", tarball.display());
@@ -77,7 +78,7 @@ fn packaged_module_and_cli_serve_the_core_commands() {
     assert_eq!(names(&folder), CONTENTS);
 
     let sums = Command::new("sha256sum").args(["--check", "--strict", "SHA256SUMS"]).current_dir(&folder).output().expect("run sha256sum");
-    assert!(sums.status.success(), "SHA256SUMS do not match: {}", String::from_utf8_lossy(&sums.stdout));
+    assert!(sums.status.success(), "SHA256SUMS do not match: {}{}", String::from_utf8_lossy(&sums.stdout), String::from_utf8_lossy(&sums.stderr));
     let listed = String::from_utf8_lossy(&sums.stdout);
     for file in ["libredis_lock.so", "redis-lock", "redis.conf", "LICENSE"] {
         assert!(listed.contains(&format!("{file}: OK")), "SHA256SUMS does not cover {file}: {listed}");
@@ -109,7 +110,7 @@ fn packaged_module_and_cli_serve_the_core_commands() {
     let exists: i64 = redis::cmd("EXISTS").arg("pkg:k").query(&mut c).unwrap();
     assert_eq!(exists, 0);
 
-    // FENCE: each grant's fence is above the last.
+    // FENCE: a grant replies its fence, a refusal nil.
     let first: i64 = redis::cmd("LOCK.ACQUIRE").arg("pkg:f").arg("a").arg(LEASE_MS).arg("FENCE").query(&mut c).unwrap();
     assert!(first > 0, "fence {first}");
     let refused: Option<i64> = redis::cmd("LOCK.ACQUIRE").arg("pkg:f").arg("b").arg(LEASE_MS).arg("FENCE").query(&mut c).unwrap();
