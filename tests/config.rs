@@ -32,9 +32,13 @@ fn the_default_is_no_cap_of_the_modules_own() {
 
 #[test]
 fn a_line_in_the_config_file_sets_it_at_load_and_config_rewrite_keeps_it() {
-    // The module is loaded by the harness's --loadmodule; the file's line
-    // is queued until the module registers the config, as in redis.conf.
-    let server = Server::builder().config_file("lock.max-waiters 1\n").start();
+    // As in this repository's redis.conf: the config's line after the
+    // module's loadmodule line.
+    let dir = std::env::temp_dir().join(format!("redis-lock-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("redis.conf");
+    std::fs::write(&conf, format!("loadmodule {}\nlock.max-waiters 1\n", module_path().display())).unwrap();
+    let server = Server::builder().config_file(&conf).start();
     let mut c = server.conn();
     assert_eq!(max_waiters(&mut c), "1");
     // The cap is in force: one waiter blocks, the second is refused.
@@ -53,7 +57,9 @@ fn a_line_in_the_config_file_sets_it_at_load_and_config_rewrite_keeps_it() {
 
     let _: () = redis::cmd("CONFIG").arg("SET").arg("lock.max-waiters").arg(250).query(&mut c).unwrap();
     let _: () = redis::cmd("CONFIG").arg("REWRITE").query(&mut c).unwrap();
-    let file = std::fs::read_to_string(server.config_path()).unwrap();
+    let file = std::fs::read_to_string(&conf).unwrap();
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
     assert!(file.lines().any(|l| l == "lock.max-waiters 250"), "CONFIG REWRITE wrote:\n{file}");
 }
 

@@ -76,7 +76,7 @@ pub struct Builder {
     /// Commands for an `appendonly.aof` the server loads at start.
     aof: Option<Vec<u8>>,
     /// See [`Builder::config_file`].
-    config: Option<String>,
+    config: Option<PathBuf>,
 }
 
 impl Builder {
@@ -100,12 +100,15 @@ impl Builder {
         self
     }
 
-    /// Starts the server from a configuration file holding `text` (written
-    /// as `redis.conf` in its directory, before the harness's own options),
-    /// as `redis-server redis.conf` starts: e.g. module configs set at load.
-    /// `CONFIG REWRITE` writes back to that file ([`Server::config_path`]).
-    pub fn config_file(mut self, text: &str) -> Self {
-        self.config = Some(text.to_string());
+    /// Starts `redis-server CONF` in the file's folder, the way a user starts
+    /// one, so the file's own `dir` and `loadmodule` paths resolve as they
+    /// would for that user; the test defaults (a free port, loopback, no
+    /// persistence) and [`Builder::arg`]s go on top. The harness loads no
+    /// module of its own (the file says which); [`Server::dir`] then holds
+    /// only the log.
+    pub fn config_file(mut self, conf: impl Into<PathBuf>) -> Self {
+        self.config = Some(std::path::absolute(conf.into()).expect("the configuration file's path"));
+        self.module = false;
         self
     }
 
@@ -130,9 +133,6 @@ impl Builder {
         Server::launch(self)
     }
 }
-
-/// The name of [`Builder::config_file`]'s file in the server's directory.
-const CONFIG_FILE: &str = "redis.conf";
 
 /// A running redis-server, killed when dropped.
 pub struct Server {
@@ -170,9 +170,6 @@ impl Server {
                 std::fs::write(dir.join("appendonly.aof"), aof).expect("write the AOF");
             }
         }
-        if let Some(text) = &builder.config {
-            std::fs::write(dir.join(CONFIG_FILE), text).expect("write redis.conf");
-        }
         let module = builder.module.then(module_path);
         let binary = server_binary();
         // A free port can be taken between our probe and the server's bind;
@@ -181,11 +178,16 @@ impl Server {
         for _ in 0..5 {
             let port = builder.port.unwrap_or_else(free_port);
             let mut cmd = Command::new(&binary);
-            if builder.config.is_some() {
-                cmd.arg(dir.join(CONFIG_FILE));
+            if let Some(conf) = &builder.config {
+                // The file's `dir` applies (relative to its folder), not ours.
+                cmd.current_dir(conf.parent().expect("a file's folder")).arg(conf);
+            } else {
+                cmd.args(["--dir", dir.to_str().expect("utf-8 temp dir")]);
             }
+            // Absolute: a configuration file's `dir` may move the server elsewhere.
+            let log = std::path::absolute(dir.join("server.log")).expect("the log's path");
             cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .args(["--dir", dir.to_str().expect("utf-8 temp dir"), "--logfile", "server.log", "--daemonize", "no"])
+                .args(["--logfile", log.to_str().expect("utf-8 temp dir"), "--daemonize", "no"])
                 .args(["--enable-debug-command", "yes"]);
             if let Some(m) = &module {
                 cmd.args(["--loadmodule", m.to_str().expect("utf-8 module path")]);
@@ -242,11 +244,6 @@ impl Server {
     /// `redis://127.0.0.1:PORT/`
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    /// The configuration file it started from ([`Builder::config_file`]).
-    pub fn config_path(&self) -> PathBuf {
-        self.dir.join(CONFIG_FILE)
     }
 
     /// The server's working directory (RDB, AOF and `server.log` live here).
