@@ -1,0 +1,190 @@
+//! The command line, as clap parses it: subcommands, flags, their help.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use clap_complete::Shell;
+
+use crate::EXIT_HELD;
+
+/// Exit statuses, shown at the end of `--help`.
+const EXIT_STATUS: &str = "\
+Exit status:
+  run:          CMD's status (128+N if CMD died of signal N); 75 (or -E CODE) if
+                the lock is held by someone else; 79 if the lock was lost while
+                CMD ran; 69 on a redis error (with several --url: no majority of
+                the servers answered); 126/127 if CMD cannot be run; 2 on usage errors
+  info:         0 if KEY exists (even as another type), 1 if not, 69 on a redis error
+  release:      0 if released, 1 if TOKEN does not own KEY, 69 on a redis error
+  list:         0 once every server was listed, 69 if one could not be
+  completions:  0";
+
+#[derive(Parser, Debug)]
+#[command(name = "redis-lock", version, about = "Run a command under a Redis lock; inspect, list and release locks.", after_help = EXIT_STATUS)]
+#[command(arg_required_else_help = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Run CMD while holding the lock KEY; exit with CMD's status.
+    ///
+    /// Acquires KEY, keeps it renewed (every TTL/3) while CMD runs and
+    /// releases it when CMD exits. If the lock is lost, CMD gets SIGTERM, then SIGKILL after the grace
+    /// period. With several --url options the lock is a quorum lock: held on
+    /// a majority of those independent servers. CMD finds its lock in
+    /// REDIS_LOCK_KEY, REDIS_LOCK_TOKEN and, when the grant carries one
+    /// (the module's fencing token), REDIS_LOCK_FENCE.
+    #[command(after_help = EXIT_STATUS)]
+    Run(RunArgs),
+    /// Show one lock: owner, run-id, format, ttl-ms, fence, waiters.
+    ///
+    /// What KEY holds as LOCK.INFO reports it (format: legacy or
+    /// structured; ttl-ms -1: no expiry), one `name: value` line each.
+    #[command(after_help = EXIT_STATUS)]
+    Info {
+        #[command(flatten)]
+        target: Target,
+        /// The lock's key.
+        key: String,
+    },
+    /// Release KEY if TOKEN owns it (on every server, with several --url).
+    #[command(after_help = EXIT_STATUS)]
+    Release {
+        #[command(flatten)]
+        target: Target,
+        /// The lock's key.
+        key: String,
+        /// The token that holds it (`run` gives it to CMD as REDIS_LOCK_TOKEN).
+        token: String,
+    },
+    /// List the locks matching PATTERN on a server, a cluster or several servers.
+    ///
+    /// Every key matching PATTERN (SCAN's glob) on one server, on every
+    /// master of a cluster (--cluster), or on each of several servers
+    /// (several --url: a quorum's), sorted by key. Keys come from SCAN ... MATCH ... COUNT, never KEYS; each batch is
+    /// described by one pipeline of LOCK.INFO (without the module: GET and
+    /// PTTL, read together by a script). A key of another type is listed
+    /// with format `other`.
+    #[command(after_help = EXIT_STATUS)]
+    List(ListArgs),
+    /// Print a shell completion script.
+    ///
+    /// For instance `redis-lock completions bash > /etc/bash_completion.d/redis-lock`.
+    Completions {
+        #[arg(value_enum)]
+        shell: Shell,
+    },
+}
+
+/// Where the locks are: one server, a cluster, or several servers.
+#[derive(Args, Debug)]
+pub struct Target {
+    /// Redis URL (default: $REDIS_URL, else redis://127.0.0.1:6379/). Repeat
+    /// it for a quorum over several servers (run, release, list);
+    /// redis+cluster://HOST:PORT[,HOST:PORT...]/ is a Redis Cluster.
+    #[arg(long = "url", value_name = "URL")]
+    pub urls: Vec<String>,
+    /// The URL(s) are seed nodes of one Redis Cluster (repeat --url for
+    /// more seeds), not a quorum.
+    #[arg(long)]
+    pub cluster: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Lock TTL in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    pub ttl: u64,
+    /// How long to wait for a held lock, in milliseconds (default: 0, fail
+    /// at once).
+    #[arg(long, value_name = "MS", conflicts_with_all = ["wait_seconds", "nonblock"])]
+    pub wait: Option<u64>,
+    /// How long to wait for a held lock, in seconds; fractions allowed (as
+    /// flock -w).
+    #[arg(short = 'w', long, visible_alias = "timeout", value_name = "SECONDS", value_parser = seconds, conflicts_with = "nonblock")]
+    pub wait_seconds: Option<Duration>,
+    /// Fail at once if the lock is held (as flock -n; the default when no
+    /// wait is given).
+    #[arg(short = 'n', long)]
+    pub nonblock: bool,
+    /// Exit status when the lock is held by someone else (as flock -E).
+    #[arg(short = 'E', long, value_name = "CODE", default_value_t = EXIT_HELD)]
+    pub conflict_exit_code: u8,
+    /// SIGTERM-to-SIGKILL grace after a loss, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    pub grace: u64,
+    /// Stop renewing after this long, in milliseconds (default: none).
+    #[arg(long, value_name = "MS")]
+    pub max_lifetime: Option<u64>,
+    /// Lock token (default: 128 random bits, hex).
+    #[arg(long)]
+    pub token: Option<String>,
+    /// Acquire-or-takeover for this run id (default: plain acquire; one
+    /// server or a cluster only).
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// The lock's key.
+    pub key: String,
+    /// The command to run under the lock, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+impl RunArgs {
+    /// How long to wait for a held lock: `--wait` or `-w`, else not at all.
+    pub fn wait(&self) -> Duration {
+        match (self.wait, self.wait_seconds) {
+            (Some(ms), _) => Duration::from_millis(ms),
+            (None, Some(d)) => d,
+            (None, None) => Duration::ZERO,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// One JSON array of objects (server, key, owner, run_id, format,
+    /// ttl_ms, fence, waiters) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Keys per SCAN call and per LOCK.INFO pipeline.
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub count: u32,
+    /// A SCAN MATCH glob.
+    #[arg(default_value = "*")]
+    pub pattern: String,
+}
+
+/// `-w`'s SECONDS: a non-negative decimal, fractions allowed.
+fn seconds(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("{s:?} is not a non-negative number of seconds"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_take_fractions_and_refuse_the_rest() {
+        assert_eq!(seconds("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(seconds("0"), Ok(Duration::ZERO));
+        assert_eq!(seconds("2"), Ok(Duration::from_secs(2)));
+        for bad in ["", "-1", "abc", "inf", "NaN", "1e30"] {
+            assert!(seconds(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,45 @@
+//! `redis-lock info`: one key's lock state, one `name: value` line each.
+
+use std::process::ExitCode;
+
+use redis_lock_client::{Backend, ClientOptions, Error};
+
+use crate::args::Target;
+use crate::{redis_fail, usage, Fail};
+
+/// `redis-lock info [--url URL] [--cluster] KEY`
+pub fn cmd_info(target: &Target, key: &str) -> Result<ExitCode, Fail> {
+    let client = target.open(ClientOptions::new())?;
+    let info = match client.info(key) {
+        Ok(Some(info)) => info,
+        Ok(None) => {
+            println!("key: {key}\nstate: absent (not locked)");
+            return Ok(ExitCode::from(1));
+        }
+        // The key exists, so acquire is refused, but it is no lock value.
+        Err(Error::Redis(e)) if e.code() == Some("WRONGTYPE") => {
+            println!("key: {key}\nstate: holds another type (not a lock value)");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e @ Error::InvalidArgument(_)) => return Err(usage(e.to_string())),
+        Err(e) => return Err(redis_fail(e)),
+    };
+    // LOCK.INFO's field names, one per line.
+    println!("key: {key}");
+    println!("owner: {}", info.owner.as_deref().unwrap_or("(none: no token can own this value)"));
+    println!("run-id: {}", info.run_id.as_deref().unwrap_or("(none)"));
+    println!("format: {}", info.format.as_str());
+    match info.ttl {
+        Some(ttl) => println!("ttl-ms: {}", ttl.as_millis()),
+        None => println!("ttl-ms: -1 (no expiry)"),
+    }
+    match info.fence {
+        Some(f) => println!("fence: {f}"),
+        None => println!("fence: (unknown)"),
+    }
+    println!("waiters: {}", info.waiters);
+    if client.backend() == Backend::Scripts {
+        println!("backend: scripts (no lock module: no fences, no server-side waiters)");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,75 @@
+//! `redis-lock`: run a command under a lock; inspect, list and release locks.
+//!
+//! ```text
+//! redis-lock run [--url URL]... [--cluster] [--ttl MS] [--wait MS | -w SECONDS | -n] [-E CODE]
+//!                [--grace MS] [--max-lifetime MS] [--token TOKEN] [--run-id RUN_ID] KEY -- CMD [ARGS...]
+//! redis-lock info [--url URL] [--cluster] KEY
+//! redis-lock release [--url URL]... [--cluster] KEY TOKEN
+//! redis-lock list [--url URL]... [--cluster] [--json] [--count N] [PATTERN]
+//! redis-lock completions bash|zsh|fish|elvish|powershell
+//! ```
+//!
+//! With several `--url`s, `run` and `release` work on a quorum lock over
+//! those servers (`QuorumClient`) and `list` lists each of them; with
+//! `--cluster` the `--url`s are seed nodes of one Redis Cluster instead.
+//! Exit statuses are in `args.rs` (`--help` shows them).
+
+mod args;
+mod info;
+mod list;
+mod masters;
+mod release;
+mod render;
+mod run;
+mod scan;
+mod target;
+
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser};
+
+use args::{Cli, Cmd};
+
+const EXIT_USAGE: u8 = 2;
+const EXIT_REDIS: u8 = 69;
+const EXIT_HELD: u8 = 75;
+const EXIT_LOST: u8 = 79;
+
+fn main() -> ExitCode {
+    // Usage errors exit 2, --help and --version 0, as clap decides.
+    let cli = Cli::parse();
+    match dispatch(cli.command) {
+        Ok(code) => code,
+        Err(Fail(code, msg)) => {
+            if !msg.is_empty() {
+                eprintln!("redis-lock: {msg}");
+            }
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn dispatch(cmd: Cmd) -> Result<ExitCode, Fail> {
+    match cmd {
+        Cmd::Run(a) => run::cmd_run(a),
+        Cmd::Info { target, key } => info::cmd_info(&target, &key),
+        Cmd::Release { target, key, token } => release::cmd_release(&target, &key, &token),
+        Cmd::List(a) => list::cmd_list(a),
+        Cmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "redis-lock", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// An exit code and what to tell the user on stderr.
+struct Fail(u8, String);
+
+/// A usage error found after parsing (a combination clap cannot check).
+fn usage(msg: impl Into<String>) -> Fail {
+    Fail(EXIT_USAGE, format!("{}\n\nFor more information, try '--help'.", msg.into()))
+}
+
+fn redis_fail(e: impl std::fmt::Display) -> Fail {
+    Fail(EXIT_REDIS, e.to_string())
+}

@@ -1,0 +1,168 @@
+//! `redis-lock run`: a command under a lock kept alive by the watchdog.
+
+use std::process::{Child, Command, ExitCode, ExitStatus};
+use std::time::{Duration, Instant};
+
+use redis_lock_client::{ClientOptions, Error, Lock, LockOptions, LossReason, LostSignal, QuorumLock, WatchdogOptions};
+
+use crate::args::RunArgs;
+use crate::target::{open_quorum, Servers};
+use crate::{redis_fail, usage, Fail, EXIT_LOST, EXIT_REDIS};
+
+/// `redis-lock run [--url URL]... [--cluster] [--ttl MS] [--wait MS | -w SECONDS | -n] [-E CODE]
+/// [--grace MS] [--max-lifetime MS] [--token TOKEN] [--run-id RUN_ID] KEY -- CMD [ARGS...]`
+pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
+    let key = a.key.as_str();
+    let Some((program, cmd_args)) = a.command.split_first() else {
+        return Err(usage("run needs a command after --"));
+    };
+    let ttl = Duration::from_millis(a.ttl);
+    let wait = a.wait();
+    let grace = Duration::from_millis(a.grace);
+    let mut watchdog = WatchdogOptions::new();
+    if let Some(m) = a.max_lifetime {
+        watchdog = watchdog.max_lifetime(Duration::from_millis(m));
+    }
+    let mut lopts = LockOptions::new().watchdog(watchdog);
+    if let Some(t) = &a.token {
+        lopts = lopts.token(t.clone());
+    }
+    let acquired = if let Servers::Quorum(urls) = a.target.servers() {
+        if a.run_id.is_some() {
+            return Err(usage("--run-id (takeover) works with one --url only"));
+        }
+        // Node timeout, drift allowance and retry pauses: the quorum
+        // client's defaults (5 % of the TTL; 1 % + 2 ms; 50-250 ms).
+        open_quorum(&urls)?.acquire_with(key, ttl, wait, &lopts).map(Held::Quorum)
+    } else {
+        // A reply slower than a third of the TTL would make the watchdog
+        // miss its cadence anyway; fail such a call and retry instead.
+        let timeout = (ttl / 3).clamp(Duration::from_millis(10), Duration::from_secs(2));
+        let client = a.target.open(ClientOptions::new().response_timeout(timeout))?;
+        match &a.run_id {
+            Some(run) => client.takeover_with(key, run, ttl, &lopts),
+            None => client.acquire_with(key, ttl, wait, &lopts),
+        }
+        .map(Held::One)
+    };
+    let lock = match acquired {
+        Ok(l) => l,
+        Err(Error::NotAcquired { .. }) => return Err(Fail(a.conflict_exit_code, format!("lock {key:?} is held by someone else"))),
+        Err(e @ Error::InvalidArgument(_)) => return Err(usage(e.to_string())),
+        Err(e) => return Err(redis_fail(e)),
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(cmd_args).env("REDIS_LOCK_KEY", key).env("REDIS_LOCK_TOKEN", lock.token());
+    // Removed when unfenced, so a run nested in another's CMD does not
+    // pass on the outer lock's fence as its own.
+    match lock.fence() {
+        Some(f) => cmd.env("REDIS_LOCK_FENCE", f.to_string()),
+        None => cmd.env_remove("REDIS_LOCK_FENCE"),
+    };
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+            return Err(Fail(code, format!("cannot run {program:?}: {e}")));
+        }
+    };
+    let signal = lock.lost_signal();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) => {}
+            Err(e) => return Err(Fail(EXIT_REDIS, format!("waiting for {program:?}: {e}"))),
+        }
+        // Doubles as the poll interval of the child.
+        if let Some(reason) = signal.wait_timeout(Duration::from_millis(20)) {
+            return Err(lost(&mut child, program, key, reason, grace));
+        }
+    };
+    if let Err(e) = lock.release() {
+        // CMD finished; say if the lock did not last until then.
+        eprintln!("redis-lock: releasing {key:?} after {program:?} exited: {e}");
+        if e.is_not_held() {
+            return Err(Fail(EXIT_LOST, String::new()));
+        }
+    }
+    Ok(ExitCode::from(exit_code(status)))
+}
+
+/// The lock `run` holds: on one server (or cluster), or on a majority of
+/// several servers.
+enum Held {
+    One(Lock),
+    Quorum(QuorumLock),
+}
+
+impl Held {
+    fn token(&self) -> &str {
+        match self {
+            Held::One(l) => l.token(),
+            Held::Quorum(l) => l.token(),
+        }
+    }
+
+    fn fence(&self) -> Option<u64> {
+        match self {
+            Held::One(l) => l.fence(),
+            Held::Quorum(l) => l.fence(),
+        }
+    }
+
+    fn lost_signal(&self) -> LostSignal {
+        match self {
+            Held::One(l) => l.lost_signal(),
+            Held::Quorum(l) => l.lost_signal(),
+        }
+    }
+
+    fn release(&self) -> Result<(), Error> {
+        match self {
+            Held::One(l) => l.release(),
+            Held::Quorum(l) => l.release(),
+        }
+    }
+}
+
+fn lost(child: &mut Child, program: &str, key: &str, reason: LossReason, grace: Duration) -> Fail {
+    eprintln!("redis-lock: lost lock {key:?} ({reason}); terminating {program:?} (pid {})", child.id());
+    terminate(child, grace);
+    Fail(EXIT_LOST, format!("{program:?} was terminated because lock {key:?} was lost"))
+}
+
+/// SIGTERM, then SIGKILL once `grace` has passed.
+fn terminate(child: &mut Child, grace: Duration) {
+    #[cfg(unix)]
+    {
+        if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+            // SAFETY: kill(2) on our own not-yet-reaped child's pid.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let end = Instant::now() + grace;
+        while Instant::now() < end {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = grace;
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn exit_code(status: ExitStatus) -> u8 {
+    if let Some(c) = status.code() {
+        return u8::try_from(c & 0xff).unwrap_or(1);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = status.signal() {
+            return u8::try_from(128 + (sig & 0x7f)).unwrap_or(1);
+        }
+    }
+    1
+}
