@@ -2,20 +2,23 @@
 //! one async, each opened on first use) and runs every [`LockCmd`] on them.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use rand::Rng;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{ConnectionLike as _, RedisResult};
 
 use crate::cluster::{self, Cluster};
-use crate::cmd::{random_token, Backend, BackendCell, Grant, LockCmd};
+use crate::cmd::{query_batch, random_token, Backend, BackendCell, Grant, LockCmd};
+use crate::engine::{self, Due, Engine, Renewed, Renewer};
 use crate::error::{Error, Result};
 use crate::info::{self, LockInfo};
 use crate::lock::Lock;
 use crate::options::{ClientOptions, LockOptions};
 use crate::replicas;
+use crate::runtime;
 use crate::wait::{self, Waited};
 
 /// A lock client: sync methods and their `_async` twins over one command
@@ -56,6 +59,16 @@ pub(crate) struct Inner {
     /// Set for a Redis Cluster client: then every command goes through it
     /// (`client`, `sync` and `aio` stay unused).
     pub(crate) cluster: Option<Cluster>,
+    /// Renews every watchdog lock of this client; started by the first.
+    engine: OnceLock<Option<Arc<Engine>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(Some(e)) = self.engine.get() {
+            e.close();
+        }
+    }
 }
 
 impl std::fmt::Debug for LockClient {
@@ -127,6 +140,7 @@ impl LockClient {
                 aio_backend: BackendCell::default(),
                 waits: wait::Pool::default(),
                 cluster: None,
+                engine: OnceLock::new(),
             }),
         }
     }
@@ -443,7 +457,13 @@ impl Inner {
                     .set_response_timeout(Some(self.opts.response_timeout))
                     .set_number_of_retries(2)
                     .set_max_delay(Duration::from_millis(200));
-                Ok(AsyncConn::Manager(client.get_connection_manager_with_config(cfg).await?))
+                // Opened on the background runtime, which drives it: it then
+                // outlives the caller's runtime, and the renewal engine
+                // (there too) shares it with the async API.
+                let client = client.clone();
+                let opened = runtime::spawn(async move { client.get_connection_manager_with_config(cfg).await })?;
+                let manager = opened.await.map_err(|e| Error::Redis(std::io::Error::other(e.to_string()).into()))??;
+                Ok(AsyncConn::Manager(manager))
             })
             .await?;
         Ok(con.clone())
@@ -484,4 +504,80 @@ impl Inner {
             Err(_) => Err(Error::Redis(std::io::Error::new(std::io::ErrorKind::TimedOut, "lock command timed out").into())),
         }
     }
+}
+
+impl Inner {
+    /// This client's renewal engine, started on first use; `None` if the
+    /// background runtime cannot start (then watchdog locks are not
+    /// renewed, and report their loss when their TTL runs out).
+    pub(crate) fn engine(self: &Arc<Self>) -> Option<&Arc<Engine>> {
+        self.engine
+            .get_or_init(|| {
+                let me: Arc<dyn Renewer> = self.clone();
+                Engine::start(Arc::downgrade(&me), self.opts.watchdog_batch).ok()
+            })
+            .as_ref()
+    }
+
+    /// Runs many renew or release commands, one pipeline per node with at
+    /// most `batch` each; per command when it was sent and its outcome.
+    pub(crate) async fn run_batch(self: &Arc<Self>, cmds: Vec<LockCmd>, batch: usize) -> Vec<(Instant, Result<Grant>)> {
+        if let Some(c) = &self.cluster {
+            return c.run_batch(self, cmds, batch).await;
+        }
+        engine::in_chunks(cmds, batch, |chunk| async move {
+            let sent = Instant::now();
+            let n = chunk.len();
+            let r = if self.sync_given {
+                // A given sync connection: blocking calls, off the runtime.
+                let me = self.clone();
+                tokio::task::spawn_blocking(move || chunk.iter().map(|c| me.run_grant(c)).collect::<Vec<_>>())
+                    .await
+                    .map_err(|e| Error::Redis(std::io::Error::other(e.to_string()).into()))
+            } else {
+                let backend = &self.aio_backend;
+                let chunk = &chunk;
+                self.with_async(|mut con| async move {
+                    let r = match &mut con {
+                        AsyncConn::Manager(m) => query_batch(chunk, m, backend).await,
+                        AsyncConn::Multiplexed(m) => query_batch(chunk, m, backend).await,
+                    };
+                    r.map(|v| v.into_iter().map(|r| r.map_err(Error::from)).collect::<Vec<_>>())
+                })
+                .await
+            };
+            let r = r.unwrap_or_else(|e| engine::failed_all(&e, n));
+            r.into_iter().map(|r| (sent, r)).collect::<Vec<_>>()
+        })
+        .await
+    }
+}
+
+impl Renewer for Inner {
+    fn renew_all(self: Arc<Self>, due: Vec<Due>, batch: usize) -> BoxFuture<'static, Vec<Renewed>> {
+        Box::pin(async move {
+            let cmds: Vec<Result<LockCmd>> = due.iter().map(|d| LockCmd::renew(&d.shared.key, &d.shared.token, d.ttl)).collect();
+            renewed(&self, cmds, batch).await
+        })
+    }
+
+    fn release_all(self: Arc<Self>, locks: Vec<(String, String)>, batch: usize) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let cmds = locks.iter().filter_map(|(k, t)| LockCmd::release(k, t).ok()).collect();
+            self.run_batch(cmds, batch).await;
+        })
+    }
+}
+
+/// Runs the commands that could be built, and answers for all in order.
+async fn renewed(inner: &Arc<Inner>, cmds: Vec<Result<LockCmd>>, batch: usize) -> Vec<Renewed> {
+    let now = Instant::now();
+    let ok: Vec<LockCmd> = cmds.iter().filter_map(|c| c.as_ref().ok().cloned()).collect();
+    let mut ran = inner.run_batch(ok, batch).await.into_iter();
+    cmds.into_iter()
+        .map(|c| match c {
+            Ok(_) => ran.next().map_or((now, Err(Error::InvalidArgument("no answer".into()))), |(sent, r)| (sent, r.map(Grant::took_effect))),
+            Err(e) => (now, Err(e)),
+        })
+        .collect()
 }

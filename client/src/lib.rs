@@ -112,12 +112,14 @@
 mod client;
 mod cluster;
 mod cmd;
+mod engine;
 mod error;
 mod info;
 mod lock;
 mod options;
 mod quorum;
 mod replicas;
+mod runtime;
 mod state;
 mod wait;
 mod watchdog;

@@ -1,6 +1,6 @@
 //! [`Lock`]: the handle of a held lock.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::LockClient;
@@ -8,7 +8,6 @@ use crate::cmd::LockCmd;
 use crate::error::{Error, Result};
 use crate::options::LockOptions;
 use crate::state::{LossReason, LostSignal, Shared, Status};
-use crate::watchdog;
 
 /// How the lock was taken, which decides how drop releases it.
 #[derive(Debug)]
@@ -16,7 +15,8 @@ enum Flavor {
     /// Sync API: drop releases on the dropping thread (bounded by the
     /// response timeout).
     Sync,
-    /// Async API: drop spawns the release on this runtime and returns at once.
+    /// Async API: drop queues the release with the client's engine (or
+    /// spawns it on this runtime) and returns at once.
     Async(tokio::runtime::Handle),
 }
 
@@ -34,17 +34,12 @@ pub struct Lock {
     shared: Arc<Shared>,
     client: LockClient,
     flavor: Flavor,
-    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     fence: Option<u64>,
 }
 
 impl Lock {
     pub(crate) fn new_sync(client: LockClient, key: &str, token: String, sent: Instant, ttl: Duration, opts: &LockOptions, fence: Option<u64>) -> Lock {
-        let shared = Arc::new(Shared::new(key.into(), token, sent, ttl));
-        if let Some(w) = &opts.watchdog {
-            watchdog::spawn_sync(shared.clone(), client.clone(), w);
-        }
-        Lock { shared, client, flavor: Flavor::Sync, task: Mutex::new(None), fence }
+        Self::new(client, key, token, sent, ttl, opts, Flavor::Sync, fence)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -58,9 +53,18 @@ impl Lock {
         rt: tokio::runtime::Handle,
         fence: Option<u64>,
     ) -> Lock {
+        Self::new(client, key, token, sent, ttl, opts, Flavor::Async(rt), fence)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn new(client: LockClient, key: &str, token: String, sent: Instant, ttl: Duration, opts: &LockOptions, flavor: Flavor, fence: Option<u64>) -> Lock {
         let shared = Arc::new(Shared::new(key.into(), token, sent, ttl));
-        let task = opts.watchdog.as_ref().map(|w| watchdog::spawn_async(shared.clone(), client.clone(), w, &rt));
-        Lock { shared, client, flavor: Flavor::Async(rt), task: Mutex::new(task), fence }
+        if let (Some(w), Some(engine)) = (&opts.watchdog, opts.watchdog.as_ref().and_then(|_| client.inner.engine())) {
+            engine.add(shared.clone(), w, fence);
+        }
+        // Without an engine there are no renewals; the state still turns
+        // Lost(Expired) at the end of the TTL, so the loss is not silent.
+        Lock { shared, client, flavor, fence }
     }
 
     /// The TTL it was granted (and is renewed) for.
@@ -137,11 +141,9 @@ impl Lock {
         self.shared.after_renew(sent, ttl, r)
     }
 
+    /// The engine drops the lock from its schedule when it next comes due.
     fn stop_watchdog(&self) {
         self.shared.stop_watchdog();
-        if let Some(t) = self.task.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            t.abort();
-        }
     }
 
     fn after_release(&self, r: Result<bool>) -> Result<()> {
@@ -204,6 +206,13 @@ impl Drop for Lock {
                 let _ = self.client.inner.run(&cmd);
             }
             Flavor::Async(rt) => {
+                // Queued for the engine, which pipelines the releases of
+                // many dropped locks; a full queue (or no engine) spawns it.
+                let inner = &self.client.inner;
+                let owner: std::sync::Arc<dyn crate::engine::Renewer> = inner.clone();
+                if inner.engine().is_some_and(|e| e.queue_release(owner, self.shared.key.clone(), self.shared.token.clone())) {
+                    return;
+                }
                 let client = self.client.clone();
                 let rt = tokio::runtime::Handle::try_current().unwrap_or_else(|_| rt.clone());
                 rt.spawn(async move {

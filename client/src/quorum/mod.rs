@@ -42,7 +42,6 @@ mod node;
 mod options;
 mod protocol;
 mod round;
-mod runtime;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,6 +51,7 @@ pub use lock::QuorumLock;
 pub use options::QuorumOptions;
 
 use crate::cmd::random_token;
+use crate::runtime;
 use crate::error::{Error, Result};
 use crate::options::{ClientOptions, LockOptions};
 use node::{Api, Node};

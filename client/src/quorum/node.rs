@@ -122,6 +122,51 @@ impl Node {
     }
 }
 
+impl Node {
+    /// Renews many locks on this server at once (the renewal engine's
+    /// batch, pipelines of at most `batch`): `items` are each lock's
+    /// renewal, fence floor and acquire (to take an absent key again when
+    /// `reacquire`). Answers like [`Node::renew`], per lock; the rare cases
+    /// that need a second step (an absent key, a floor this server
+    /// refuses) go through it alone.
+    pub(crate) async fn renew_batch(&self, items: &[(LockCmd, Option<u64>, LockCmd)], reacquire: bool, batch: usize) -> Vec<Answer> {
+        let use_floor = self.floor.load(Ordering::Relaxed) != FLOOR_NO;
+        let cmds = items
+            .iter()
+            .map(|(renew, floor, _)| match floor {
+                Some(f) if use_floor => renew.clone().with_floor(*f),
+                _ => renew.clone(),
+            })
+            .collect();
+        let ran = self.aio.inner.run_batch(cmds, batch).await;
+        let module = self.aio.backend_async() == Backend::Module;
+        let mut out = Vec::with_capacity(items.len());
+        for ((renew, floor, acquire), (_, r)) in items.iter().zip(ran) {
+            let floored = floor.is_some() && use_floor && module;
+            out.push(match r {
+                Ok(Grant::Granted(_)) => {
+                    if floored {
+                        self.floor.store(FLOOR_YES, Ordering::Relaxed);
+                    }
+                    Answer::Yes { fence: None, floored }
+                }
+                Ok(Grant::Refused) if !reacquire => Answer::No,
+                Ok(Grant::Refused) => self.renew(Api::Async, renew, *floor, Some(acquire)).await,
+                Err(e) if floor.is_some() && (is_floor_unsupported(&e) || is_floor_out_of_range(&e)) => {
+                    self.renew(Api::Async, renew, *floor, reacquire.then_some(acquire)).await
+                }
+                Err(e) => Answer::Failed(e.to_string()),
+            });
+        }
+        out
+    }
+
+    /// Releases many locks on this server at once, best effort.
+    pub(crate) async fn release_batch(&self, cmds: Vec<LockCmd>, batch: usize) {
+        self.aio.inner.run_batch(cmds, batch).await;
+    }
+}
+
 fn server_error_detail(e: &Error) -> Option<String> {
     match e {
         Error::Redis(e) if e.kind() == ErrorKind::Server(ServerErrorKind::ResponseError) => e.detail().map(|d| d.trim_start().to_ascii_lowercase()),

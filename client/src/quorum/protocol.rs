@@ -22,15 +22,17 @@
 //! servers only raise F. The argument needs X to keep its mark, which a
 //! restart without persistence breaks (see the README).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use rand::Rng;
 
 use crate::cmd::LockCmd;
 use crate::error::{Error, Result};
 use crate::quorum::failure::QuorumFailure;
-use crate::quorum::node::{Api, Node};
+use crate::engine::{Due, Engine, Renewed, Renewer};
+use crate::quorum::node::{Answer, Api, Node};
 use crate::quorum::options::QuorumOptions;
 use crate::quorum::round::{round, Tally};
 
@@ -40,6 +42,48 @@ pub(crate) struct Ctx {
     pub(crate) opts: QuorumOptions,
     /// `0..nodes.len()`.
     all: Vec<usize>,
+    /// Renews every watchdog lock of this client; started by the first.
+    engine: OnceLock<Option<Arc<Engine>>>,
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        if let Some(Some(e)) = self.engine.get() {
+            e.close();
+        }
+    }
+}
+
+impl Ctx {
+    /// The client's renewal engine, started on first use (`None` if the
+    /// background runtime cannot start).
+    pub(crate) fn engine(self: &Arc<Self>) -> Option<&Arc<Engine>> {
+        self.engine
+            .get_or_init(|| {
+                let me: Arc<dyn Renewer> = self.clone();
+                Engine::start(Arc::downgrade(&me), self.opts.watchdog_batch).ok()
+            })
+            .as_ref()
+    }
+}
+
+impl Renewer for Ctx {
+    fn renew_all(self: Arc<Self>, due: Vec<Due>, batch: usize) -> BoxFuture<'static, Vec<Renewed>> {
+        Box::pin(async move { renew_all(&self, &due, batch).await })
+    }
+
+    /// Releases on every server, each bounded by the node timeout.
+    fn release_all(self: Arc<Self>, locks: Vec<(String, String)>, batch: usize) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let timeout = self.opts.node_timeout.unwrap_or(Duration::from_secs(1));
+            let cmds: Vec<LockCmd> = locks.iter().filter_map(|(k, t)| LockCmd::release(k, t).ok()).collect();
+            let cmds = &cmds;
+            futures_util::future::join_all(self.nodes.iter().map(|node| async move {
+                let _ = tokio::time::timeout(timeout, node.release_batch(cmds.clone(), batch)).await;
+            }))
+            .await;
+        })
+    }
 }
 
 /// A successful acquire.
@@ -54,7 +98,7 @@ pub(crate) struct Acquired {
 impl Ctx {
     pub(crate) fn new(nodes: Vec<Arc<Node>>, opts: QuorumOptions) -> Ctx {
         let all = (0..nodes.len()).collect();
-        Ctx { nodes, opts, all }
+        Ctx { nodes, opts, all, engine: OnceLock::new() }
     }
 
     /// ⌊N/2⌋ + 1.
@@ -203,21 +247,68 @@ pub(crate) async fn renew(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl:
         (Ok(r), Ok(a), Ok(v)) => ((r, a), v),
         (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return (start, Err(e)),
     };
-    let (n, q) = (ctx.nodes.len(), ctx.quorum());
+    let q = ctx.quorum();
     let reacquire = ctx.opts.reacquire_on_renew;
     let t = round(&ctx.nodes, &ctx.all, ctx.opts.node_timeout_for(ttl), |node| {
         let (renew, acquire) = cmds.clone();
         async move { node.renew(api, &renew, fence, reacquire.then_some(&acquire)).await }
     }, |t| t.yes() >= q || t.yes() + t.pending() < q)
     .await;
-    let r = if t.yes() >= q && within(valid_from, ttl) {
+    (valid_from, renew_outcome(ctx, key, &t, valid_from, ttl))
+}
+
+/// What a renewal round's answers mean: `Ok(true)` renewed by a majority
+/// within the validity, `Ok(false)` a majority says the key is not ours,
+/// else the error.
+fn renew_outcome(ctx: &Ctx, key: &str, t: &Tally, valid_from: Instant, ttl: Duration) -> Result<bool> {
+    let (n, q) = (ctx.nodes.len(), ctx.quorum());
+    if t.yes() >= q && within(valid_from, ttl) {
         Ok(true)
     } else if t.no() > n - q {
         Ok(false)
     } else {
-        Err(ctx.failure("renew", key, &t, &ctx.all, t.yes(), t.yes() >= q))
-    };
-    (valid_from, r)
+        Err(ctx.failure("renew", key, t, &ctx.all, t.yes(), t.yes() >= q))
+    }
+}
+
+/// Renews many locks at once, for the renewal engine: every server gets
+/// one pipeline per `batch` locks (all servers at once, each bounded by the
+/// node timeout), and each lock's answers are read as [`renew`] reads them.
+pub(crate) async fn renew_all(ctx: &Arc<Ctx>, due: &[Due], batch: usize) -> Vec<(Instant, Result<bool>)> {
+    let start = Instant::now();
+    let mut items = Vec::with_capacity(due.len());
+    let mut prepared = Vec::with_capacity(due.len());
+    for d in due {
+        let (key, token) = (&d.shared.key, &d.shared.token);
+        match (LockCmd::renew(key, token, d.ttl), LockCmd::acquire(key, token, d.ttl), ctx.valid_from(start, d.ttl)) {
+            (Ok(r), Ok(a), Ok(v)) => {
+                items.push((r, d.fence, a));
+                prepared.push(Ok(v));
+            }
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => prepared.push(Err(e)),
+        }
+    }
+    let timeout = due.iter().map(|d| ctx.opts.node_timeout_for(d.ttl)).min().unwrap_or(Duration::from_secs(1));
+    let reacquire = ctx.opts.reacquire_on_renew;
+    let items = &items;
+    let per_node = futures_util::future::join_all(ctx.nodes.iter().map(|node| async move {
+        let n = items.len();
+        tokio::time::timeout(timeout, node.renew_batch(items, reacquire, batch)).await.unwrap_or_else(|_| {
+            (0..n).map(|_| Answer::Failed(format!("no answer within {} ms (node timeout: down, unreachable or slow)", timeout.as_millis()))).collect()
+        })
+    }))
+    .await;
+    let mut per_node: Vec<_> = per_node.into_iter().map(Vec::into_iter).collect();
+    due.iter()
+        .zip(prepared)
+        .map(|(d, p)| match p {
+            Ok(valid_from) => {
+                let t = Tally::of(per_node.iter_mut().map(|a| a.next()).collect());
+                (valid_from, renew_outcome(ctx, &d.shared.key, &t, valid_from, d.ttl))
+            }
+            Err(e) => (start, Err(e)),
+        })
+        .collect()
 }
 
 /// Releases on every server. `Ok(true)`: a majority deleted it;
