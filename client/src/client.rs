@@ -194,7 +194,7 @@ impl LockClient {
                 }
             }
             let sent = Instant::now();
-            if let Grant::Granted(fence) = self.inner.run_grant(&cmd)? {
+            if let Grant::Granted(fence) = self.inner.run_grant_within(&cmd, backoff.deadline)? {
                 return replicas::confirm(self, Lock::new_sync(self.clone(), key, token, sent, ttl, opts, fence), opts.replicas);
             }
             // This first attempt found the module: wait in its queue from now.
@@ -303,7 +303,7 @@ impl LockClient {
                 }
             }
             let sent = Instant::now();
-            if let Grant::Granted(fence) = self.inner.run_grant_async(&cmd).await? {
+            if let Grant::Granted(fence) = self.inner.run_grant_within_async(&cmd, backoff.deadline).await? {
                 let lock = Lock::new_async(self.clone(), key, token, sent, ttl, opts, rt, fence);
                 return replicas::confirm_async(self, lock, opts.replicas).await;
             }
@@ -405,6 +405,23 @@ impl Inner {
     /// Runs `cmd` on the sync connection: true when it took effect.
     pub(crate) fn run(&self, cmd: &LockCmd) -> Result<bool> {
         self.run_grant(cmd).map(Grant::took_effect)
+    }
+
+    /// [`Inner::run_grant`] for an acquire that may wait until
+    /// `deadline`: in a cluster, topology failures are retried until then.
+    fn run_grant_within(&self, cmd: &LockCmd, deadline: Instant) -> Result<Grant> {
+        match &self.cluster {
+            Some(c) => c.run_grant_until(self, cmd, Some(deadline)),
+            None => self.run_grant(cmd),
+        }
+    }
+
+    /// The async twin of [`Inner::run_grant_within`].
+    async fn run_grant_within_async(&self, cmd: &LockCmd, deadline: Instant) -> Result<Grant> {
+        match &self.cluster {
+            Some(c) => c.run_grant_until_async(self, cmd, Some(deadline)).await,
+            None => self.run_grant_async(cmd).await,
+        }
     }
 
     pub(crate) fn run_grant(&self, cmd: &LockCmd) -> Result<Grant> {

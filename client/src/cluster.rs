@@ -38,6 +38,8 @@ use crate::cmd::{is_wait_unsupported, Backend, BackendCell, Grant, LockCmd};
 use crate::error::{Error, Result};
 use crate::info::{self, LockInfo};
 use crate::options::ClientOptions;
+use crate::retry::{self, Failure};
+use crate::runtime;
 use crate::wait::{self, ReleaseOnCancel, Waited};
 
 /// How long a slot whose node lacked the module keeps using the scripts
@@ -69,7 +71,9 @@ pub(crate) struct Cluster {
     /// used for the dedicated wait connections to any node.
     template: ConnectionInfo,
     sync: Mutex<Option<ClusterConnection>>,
-    aio: tokio::sync::OnceCell<cluster_async::ClusterConnection>,
+    /// Replaced after a topology failure, so the next command starts from
+    /// a fresh slot map.
+    aio: tokio::sync::Mutex<Option<cluster_async::ClusterConnection>>,
     /// Slots whose node answered "unknown command", until when to use the
     /// scripts there. Absent: try the module.
     scripts: Mutex<HashMap<Slot, Instant>>,
@@ -172,7 +176,7 @@ impl LockClient {
             seeds,
             template,
             sync: Mutex::new(None),
-            aio: tokio::sync::OnceCell::new(),
+            aio: tokio::sync::Mutex::new(None),
             scripts: Mutex::default(),
             owners: Mutex::default(),
             nodes: Mutex::default(),
@@ -235,8 +239,10 @@ impl Cluster {
         let r = f(con);
         // As for one server: a reply that timed out may still arrive and be
         // taken for the next command's.
+        // A topology failure leaks out of redis-rs's retries when its slot
+        // map is stale: the next command starts from a fresh one.
         if let Err(e) = &r {
-            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || retry::classify(e) != Failure::Final {
                 *slot = None;
             }
         }
@@ -244,18 +250,51 @@ impl Cluster {
     }
 
     pub(crate) async fn conn_async(&self, inner: &Inner) -> Result<cluster_async::ClusterConnection> {
-        let con = self
-            .aio
-            .get_or_try_init(|| async {
-                let cfg = ClusterConfig::new().set_connection_timeout(inner.opts.connect_timeout).set_response_timeout(inner.opts.response_timeout);
-                self.client.get_async_connection_with_config(cfg).await
-            })
-            .await?;
-        Ok(con.clone())
+        let mut con = self.aio.lock().await;
+        if let Some(c) = con.as_ref() {
+            return Ok(c.clone());
+        }
+        let cfg = ClusterConfig::new().set_connection_timeout(inner.opts.connect_timeout).set_response_timeout(inner.opts.response_timeout);
+        // On the background runtime, which then drives it: it outlives the
+        // caller's runtime, and the renewal engine there shares it.
+        let client = self.client.clone();
+        let opened = runtime::spawn(async move { client.get_async_connection_with_config(cfg).await })?;
+        let c = opened.await.map_err(|e| Error::Redis(std::io::Error::other(e.to_string()).into()))??;
+        *con = Some(c.clone());
+        Ok(c)
     }
 
-    /// A lock command, routed by redis-rs.
+    /// Drops the async cluster connection after a topology failure.
+    async fn forget_async(&self) {
+        *self.aio.lock().await = None;
+    }
+
+    /// A lock command, routed by redis-rs, retried through topology
+    /// changes (see [`Retrying`]).
     pub(crate) fn run_grant(&self, inner: &Inner, cmd: &LockCmd) -> Result<Grant> {
+        self.run_grant_until(inner, cmd, None)
+    }
+
+    /// [`Cluster::run_grant`], retrying until `deadline` too (an acquire's wait).
+    pub(crate) fn run_grant_until(&self, inner: &Inner, cmd: &LockCmd, deadline: Option<Instant>) -> Result<Grant> {
+        let mut t = Retrying::new(cmd, deadline);
+        loop {
+            if let Some(release) = t.release_first() {
+                let _ = self.run_once(inner, &release);
+            }
+            let r = self.run_once(inner, cmd);
+            match t.after(&r) {
+                Step::Again(pause) => std::thread::sleep(pause),
+                Step::Done => return t.settle(r),
+                Step::Doubt(release) => {
+                    let _ = self.run_once(inner, &release);
+                    return r;
+                }
+            }
+        }
+    }
+
+    fn run_once(&self, inner: &Inner, cmd: &LockCmd) -> Result<Grant> {
         let slot = Slot::for_key(cmd.key());
         let cell = self.slot_cell(slot);
         let r = self.with_sync(inner, |con| cmd.query(con, &cell));
@@ -265,6 +304,32 @@ impl Cluster {
 
     /// The async twin of [`Cluster::run_grant`].
     pub(crate) async fn run_grant_async(&self, inner: &Inner, cmd: &LockCmd) -> Result<Grant> {
+        self.run_grant_until_async(inner, cmd, None).await
+    }
+
+    /// The async twin of [`Cluster::run_grant_until`].
+    pub(crate) async fn run_grant_until_async(&self, inner: &Inner, cmd: &LockCmd, deadline: Option<Instant>) -> Result<Grant> {
+        let mut t = Retrying::new(cmd, deadline);
+        loop {
+            if let Some(release) = t.release_first() {
+                let _ = self.run_once_async(inner, &release).await;
+            }
+            let r = self.run_once_async(inner, cmd).await;
+            match t.after(&r) {
+                Step::Again(pause) => {
+                    self.forget_async().await;
+                    tokio::time::sleep(pause).await;
+                }
+                Step::Done => return t.settle(r),
+                Step::Doubt(release) => {
+                    let _ = self.run_once_async(inner, &release).await;
+                    return r;
+                }
+            }
+        }
+    }
+
+    async fn run_once_async(&self, inner: &Inner, cmd: &LockCmd) -> Result<Grant> {
         let slot = Slot::for_key(cmd.key());
         let cell = self.slot_cell(slot);
         let fut = async {
@@ -503,6 +568,67 @@ impl Cluster {
     }
 }
 
+/// One cluster command's attempts through a topology change: a failure
+/// that did not apply it (a redirect that escaped redis-rs, `TRYAGAIN`,
+/// `CLUSTERDOWN`, a refused connection) or may have (a connection reset)
+/// is tried again after a growing pause, [`retry::TOPOLOGY_ATTEMPTS`]
+/// times in all, or until the deadline of an acquire's wait. An acquire
+/// or takeover that may have been applied is released before it is sent
+/// again, and once more if it finally fails, so its grant is never left
+/// behind; a release refused after a possibly applied attempt had most
+/// likely been done by it, and counts as done.
+struct Retrying<'a> {
+    cmd: &'a LockCmd,
+    deadline: Option<Instant>,
+    failed: usize,
+    doubt: bool,
+}
+
+/// What [`Retrying::after`] says to do.
+enum Step {
+    /// Pause, then try again.
+    Again(Duration),
+    /// Give the caller this outcome.
+    Done,
+    /// Give the caller this failure, after sending this release.
+    Doubt(LockCmd),
+}
+
+impl<'a> Retrying<'a> {
+    fn new(cmd: &'a LockCmd, deadline: Option<Instant>) -> Self {
+        Retrying { cmd, deadline, failed: 0, doubt: false }
+    }
+
+    /// The release of a grant an earlier attempt may have made, to send
+    /// before the next attempt.
+    fn release_first(&self) -> Option<LockCmd> {
+        (self.doubt && self.cmd.grants()).then(|| LockCmd::release(self.cmd.key(), self.cmd.token()).ok()).flatten()
+    }
+
+    fn after(&mut self, r: &Result<Grant>) -> Step {
+        let Err(Error::Redis(e)) = r else { return Step::Done };
+        let failure = retry::classify(e);
+        if failure == Failure::Unknown {
+            self.doubt = true;
+        }
+        let pause = retry::pause(self.failed, rand::random::<f64>());
+        self.failed += 1;
+        let more = self.failed < retry::TOPOLOGY_ATTEMPTS || self.deadline.is_some_and(|d| Instant::now() + pause < d);
+        match (failure, more, self.release_first()) {
+            (Failure::Final, _, Some(release)) | (_, false, Some(release)) => Step::Doubt(release),
+            (Failure::Final, _, None) | (_, false, None) => Step::Done,
+            _ => Step::Again(pause),
+        }
+    }
+
+    fn settle(&self, r: Result<Grant>) -> Result<Grant> {
+        match r {
+            Ok(Grant::Refused) if self.doubt && matches!(self.cmd, LockCmd::Release { .. }) => Ok(Grant::Granted(None)),
+            r => r,
+        }
+    }
+}
+
 /// What to do after a wait's error reply.
 #[derive(Debug, PartialEq, Eq)]
 enum Next {
@@ -549,6 +675,8 @@ struct Route {
     redirects: usize,
     /// Nodes that refused a connection or dropped one during this wait.
     down: Vec<Addr>,
+    /// Times the wait started over ([`Route::settle`]).
+    settled: usize,
 }
 
 impl Route {
@@ -556,7 +684,7 @@ impl Route {
         let slot = Slot::for_key(key);
         let addr = cl.first_target(slot, &[]).ok_or_else(|| Error::InvalidArgument("no cluster seed node".into()))?;
         let deadline = Instant::now().checked_add(left).unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
-        Ok(Route { slot, deadline, addr, asking: false, redirects: 0, down: Vec::new() })
+        Ok(Route { slot, deadline, addr, asking: false, redirects: 0, down: Vec::new(), settled: 0 })
     }
 
     fn left(&self) -> Duration {
@@ -596,6 +724,24 @@ impl Route {
         }
     }
 
+    /// Too many redirects, or no node left to try: the topology is
+    /// changing under the wait (a failover in progress). Start again from
+    /// the seeds after a growing pause; `None` once the wait is over.
+    fn settle(&mut self, cl: &Cluster) -> Option<Duration> {
+        let left = self.left();
+        if left.is_zero() {
+            return None;
+        }
+        let pause = retry::pause(self.settled, rand::random::<f64>()).min(left);
+        self.settled += 1;
+        cl.forget_owner(self.slot, &self.addr);
+        self.redirects = 0;
+        self.down.clear();
+        self.asking = false;
+        self.addr = cl.first_target(self.slot, &[])?;
+        Some(pause)
+    }
+
     /// A pause before re-issuing, cut to the deadline; false once the wait
     /// is over.
     fn pause(&self) -> Option<Duration> {
@@ -616,11 +762,14 @@ pub(crate) fn wait_acquire(inner: &Inner, cl: &Cluster, cmd: &LockCmd, ttl: Dura
             Some(c) => c,
             None => match redis::Client::open(cl.info_for(&route.addr)).and_then(|c| c.get_connection_with_timeout(inner.opts.connect_timeout)) {
                 Ok(c) => c,
-                Err(e) if route.node_down(cl) => {
-                    let _ = e;
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
+                Err(_) if route.node_down(cl) => continue,
+                Err(_) => match route.settle(cl) {
+                    Some(p) => {
+                        std::thread::sleep(p);
+                        continue;
+                    }
+                    None => return Ok(Waited::Refused),
+                },
             },
         };
         let left = route.left();
@@ -673,7 +822,10 @@ pub(crate) fn wait_acquire(inner: &Inner, cl: &Cluster, cmd: &LockCmd, ttl: Dura
                     let from = route.addr.clone();
                     cl.put_sync(&from, con);
                     if !route.redirect(cl, n) {
-                        return Err(e.into());
+                        match route.settle(cl) {
+                            Some(p) => std::thread::sleep(p),
+                            None => return Ok(Waited::Refused),
+                        }
                     }
                 }
                 Next::Later => {
@@ -695,10 +847,11 @@ pub(crate) fn wait_acquire(inner: &Inner, cl: &Cluster, cmd: &LockCmd, ttl: Dura
                         cl.forget_node(&route.addr);
                         continue;
                     }
-                    if e.is_timeout() || !route.node_down(cl) {
+                    if e.is_timeout() {
                         return Err(e.into());
                     }
-                    match route.pause() {
+                    let pause = if route.node_down(cl) { route.pause() } else { route.settle(cl) };
+                    match pause {
                         Some(p) => std::thread::sleep(p),
                         None => return Ok(Waited::Refused),
                     }
@@ -728,7 +881,13 @@ pub(crate) async fn wait_acquire_async(lc: &LockClient, cl: &Cluster, cmd: &Lock
                 match opened {
                     Ok(c) => c,
                     Err(_) if route.node_down(cl) => continue,
-                    Err(e) => return Err(e.into()),
+                    Err(_) => match route.settle(cl) {
+                        Some(p) => {
+                            tokio::time::sleep(p).await;
+                            continue;
+                        }
+                        None => return Ok(Waited::Refused),
+                    },
                 }
             }
         };
@@ -790,7 +949,10 @@ pub(crate) async fn wait_acquire_async(lc: &LockClient, cl: &Cluster, cmd: &Lock
                     let from = route.addr.clone();
                     cl.put_async(&from, con);
                     if !route.redirect(cl, n) {
-                        return Err(e.into());
+                        match route.settle(cl) {
+                            Some(p) => tokio::time::sleep(p).await,
+                            None => return Ok(Waited::Refused),
+                        }
                     }
                 }
                 Next::Later => {
@@ -817,10 +979,11 @@ pub(crate) async fn wait_acquire_async(lc: &LockClient, cl: &Cluster, cmd: &Lock
                         cl.forget_node(&route.addr);
                         continue;
                     }
-                    if e.is_timeout() || !route.node_down(cl) {
+                    if e.is_timeout() {
                         return Err(e.into());
                     }
-                    match route.pause() {
+                    let pause = if route.node_down(cl) { route.pause() } else { route.settle(cl) };
+                    match pause {
                         Some(p) => tokio::time::sleep(p).await,
                         None => return Ok(Waited::Refused),
                     }

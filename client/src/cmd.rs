@@ -239,6 +239,12 @@ impl LockCmd {
         }
     }
 
+    /// Whether it grants the key (acquire, takeover): then an outcome in
+    /// doubt may have left a grant to release.
+    pub(crate) fn grants(&self) -> bool {
+        self.fenced()
+    }
+
     /// Whether the module's reply is a fence (or nil) rather than 1/0.
     fn fenced(&self) -> bool {
         matches!(self, LockCmd::Acquire { .. } | LockCmd::Takeover { .. })

@@ -119,6 +119,7 @@ mod lock;
 mod options;
 mod quorum;
 mod replicas;
+mod retry;
 mod runtime;
 mod state;
 mod wait;
