@@ -1,10 +1,13 @@
-//! Redis Cluster: the same [`LockClient`] and [`Lock`](crate::Lock) API on
+//! Redis Cluster: the same [`LockClient`](crate::LockClient) and [`Lock`](crate::Lock) API on
 //! redis-rs's own cluster clients.
 //!
 //! - Every command except a blocking wait goes through redis-rs's
-//!   [`ClusterConnection`](redis::cluster::ClusterConnection) (sync) or
-//!   [`cluster_async::ClusterConnection`] (tokio), which route by the key's
-//!   slot and follow `MOVED`/`ASK`, retrying on `TRYAGAIN`/`CLUSTERDOWN`.
+//!   [`cluster_async::ClusterConnection`] (one per client, on the
+//!   background runtime, for both APIs), which routes by the key's slot and
+//!   follows `MOVED`/`ASK`, retrying on `TRYAGAIN`/`CLUSTERDOWN`. What
+//!   escapes its retries in a topology change (a failover's refused
+//!   connections, a redirect to a dead node, a long `CLUSTERDOWN`) is
+//!   retried here with a fresh connection and slot map ([`Retrying`]).
 //!   The `LOCK.*` commands are unknown to redis-rs, which routes them by
 //!   their first argument: the key. The scripts go as `EVALSHA sha 1 key`,
 //!   routed by the key too. `LOCK.FENCEFLOOR`, whose argument is a number and
@@ -21,25 +24,30 @@
 //!   wait when the node answers `MOVED` (to the new owner), `ASK` (to the
 //!   importing node, after `ASKING`), `TRYAGAIN`, `CLUSTERDOWN` or
 //!   `UNBLOCKED` (after a short pause), or drops the connection (a failover:
-//!   after a best-effort release, from the seeds again).
+//!   after a best-effort release, from the seeds again). A failover in
+//!   progress (redirects going round, every node refusing) makes it start
+//!   over from the seeds after a growing pause, until the wait ends.
+//! - **Batches** (the renewal engine's): one pipeline per master, grouped
+//!   by a `CLUSTER SLOTS` map; a key the map placed wrong (a `MOVED` in the
+//!   pipeline) goes alone through redis-rs's routing.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
-use redis::cluster::{ClusterClient, ClusterConfig, ClusterConnection};
+use futures_util::future::BoxFuture;
+use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async;
 use redis::cluster_routing::{Route as SlotRoute, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, RedisResult, ServerErrorKind, Value};
 
-use crate::client::{Inner, LockClient};
 use crate::cmd::{is_wait_unsupported, Backend, BackendCell, Grant, LockCmd};
 use crate::error::{Error, Result};
 use crate::info::{self, LockInfo};
 use crate::options::ClientOptions;
 use crate::retry::{self, Failure};
 use crate::runtime;
+use crate::transport::{self, bounded, Api, Transport};
 use crate::wait::{self, ReleaseOnCancel, Waited};
 
 /// How long a slot whose node lacked the module keeps using the scripts
@@ -54,14 +62,11 @@ const MAX_REDIRECTS: usize = 16;
 /// (`TRYAGAIN`, `CLUSTERDOWN`, `UNBLOCKED`, a dropped connection).
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
-/// Idle wait connections kept per node.
-const MAX_IDLE: usize = 4;
-
 /// `host:port` of a node.
 type Addr = (String, u16);
 
-/// The cluster side of a [`LockClient`] built with
-/// [`LockClient::open_cluster`].
+/// The transport to a Redis Cluster, of a client built with
+/// [`LockClient::open_cluster`](crate::LockClient::open_cluster).
 pub(crate) struct Cluster {
     client: ClusterClient,
     /// Seed nodes, in the order given: where a wait starts when the slot's
@@ -70,7 +75,6 @@ pub(crate) struct Cluster {
     /// Connection settings (credentials, TLS, database) of the first seed,
     /// used for the dedicated wait connections to any node.
     template: ConnectionInfo,
-    sync: Mutex<Option<ClusterConnection>>,
     /// Replaced after a topology failure, so the next command starts from
     /// a fresh slot map.
     aio: tokio::sync::Mutex<Option<cluster_async::ClusterConnection>>,
@@ -81,8 +85,12 @@ pub(crate) struct Cluster {
     owners: Mutex<HashMap<Slot, Addr>>,
     /// What each node's wait connections found it to speak.
     nodes: Mutex<HashMap<Addr, Arc<BackendCell>>>,
-    idle_sync: Mutex<HashMap<Addr, Vec<redis::Connection>>>,
-    idle_aio: Mutex<HashMap<Addr, Vec<MultiplexedConnection>>>,
+    /// Idle wait connections, per node.
+    waits: wait::Pool<Addr>,
+    pub(crate) opts: ClientOptions,
+    /// What the last node a command reached was found to speak, for the
+    /// client's [`backend`](crate::LockClient::backend) getters.
+    pub(crate) backend: BackendCell,
     /// Which master serves which slots (`CLUSTER SLOTS`), for grouping
     /// batched commands by node; `None` until read, and again once a
     /// redirect showed it stale.
@@ -140,18 +148,10 @@ fn addr_of(info: &ConnectionInfo) -> Option<Addr> {
     }
 }
 
-impl LockClient {
-    /// A client for a Redis Cluster, given one or more seed nodes
-    /// (`redis://host:port/` each, or `redis+cluster://h1:p1,h2:p2/`). Does
-    /// not connect yet. Same API as a single-server client: locks on keys of
-    /// every master, with fences, waits and watchdogs; see the "Redis Cluster"
-    /// section of the crate docs for what differs.
-    pub fn open_cluster<S: AsRef<str>>(urls: &[S]) -> Result<Self> {
-        Self::open_cluster_with(urls, ClientOptions::default())
-    }
-
-    /// [`LockClient::open_cluster`] with options.
-    pub fn open_cluster_with<S: AsRef<str>>(urls: &[S], opts: ClientOptions) -> Result<Self> {
+impl Cluster {
+    /// The cluster of these seed nodes (see `LockClient::open_cluster`).
+    /// Does not connect yet.
+    pub(crate) fn open<S: AsRef<str>>(urls: &[S], opts: ClientOptions) -> Result<Cluster> {
         let urls = seed_urls(urls);
         let infos = urls.iter().map(|u| u.as_str().into_connection_info()).collect::<RedisResult<Vec<_>>>()?;
         let Some(template) = infos.first().cloned() else {
@@ -175,21 +175,16 @@ impl LockClient {
             client,
             seeds,
             template,
-            sync: Mutex::new(None),
             aio: tokio::sync::Mutex::new(None),
             scripts: Mutex::default(),
             owners: Mutex::default(),
             nodes: Mutex::default(),
-            idle_sync: Mutex::default(),
-            idle_aio: Mutex::default(),
+            waits: wait::Pool::default(),
+            opts,
+            backend: BackendCell::default(),
             slot_map: Mutex::default(),
         };
-        Ok(Self::build_cluster(cluster, opts))
-    }
-
-    /// Whether this client talks to a Redis Cluster.
-    pub fn is_cluster(&self) -> bool {
-        self.inner.cluster.is_some()
+        Ok(cluster)
     }
 }
 
@@ -214,8 +209,8 @@ impl Cluster {
     }
 
     /// Records what the command on `slot` found, for the slot and for the
-    /// client's [`backend`](LockClient::backend) getters.
-    fn learn(&self, slot: Slot, cell: &BackendCell, client_cell: &BackendCell) {
+    /// client's [`backend`](crate::LockClient::backend) getters.
+    fn learn(&self, slot: Slot, cell: &BackendCell) {
         match cell.get() {
             Backend::Scripts => {
                 lock(&self.scripts).entry(slot).or_insert_with(|| Instant::now() + SCRIPTS_RECHECK);
@@ -223,43 +218,19 @@ impl Cluster {
             Backend::Module => {}
             Backend::Unknown => return,
         }
-        client_cell.set(cell.get());
+        self.backend.set(cell.get());
     }
 
-    /// Runs `f` on the sync cluster connection, connecting first if needed.
-    pub(crate) fn with_sync<T>(&self, inner: &Inner, f: impl FnOnce(&mut ClusterConnection) -> RedisResult<T>) -> Result<T> {
-        let mut slot = lock(&self.sync);
-        let con = match slot.as_mut() {
-            Some(con) => con,
-            None => {
-                let cfg = ClusterConfig::new().set_connection_timeout(inner.opts.connect_timeout).set_response_timeout(inner.opts.response_timeout);
-                slot.insert(self.client.get_connection_with_config(cfg)?)
-            }
-        };
-        let r = f(con);
-        // As for one server: a reply that timed out may still arrive and be
-        // taken for the next command's.
-        // A topology failure leaks out of redis-rs's retries when its slot
-        // map is stale: the next command starts from a fresh one.
-        if let Err(e) = &r {
-            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || retry::classify(e) != Failure::Final {
-                *slot = None;
-            }
-        }
-        Ok(r?)
-    }
-
-    pub(crate) async fn conn_async(&self, inner: &Inner) -> Result<cluster_async::ClusterConnection> {
+    pub(crate) async fn conn(&self) -> Result<cluster_async::ClusterConnection> {
         let mut con = self.aio.lock().await;
         if let Some(c) = con.as_ref() {
             return Ok(c.clone());
         }
-        let cfg = ClusterConfig::new().set_connection_timeout(inner.opts.connect_timeout).set_response_timeout(inner.opts.response_timeout);
+        let cfg = ClusterConfig::new().set_connection_timeout(self.opts.connect_timeout).set_response_timeout(self.opts.response_timeout);
         // On the background runtime, which then drives it: it outlives the
         // caller's runtime, and the renewal engine there shares it.
         let client = self.client.clone();
-        let opened = runtime::spawn(async move { client.get_async_connection_with_config(cfg).await })?;
-        let c = opened.await.map_err(|e| Error::Redis(std::io::Error::other(e.to_string()).into()))??;
+        let c = runtime::on_background(async move { client.get_async_connection_with_config(cfg).await }).await??;
         *con = Some(c.clone());
         Ok(c)
     }
@@ -271,50 +242,18 @@ impl Cluster {
 
     /// A lock command, routed by redis-rs, retried through topology
     /// changes (see [`Retrying`]).
-    pub(crate) fn run_grant(&self, inner: &Inner, cmd: &LockCmd) -> Result<Grant> {
-        self.run_grant_until(inner, cmd, None)
+    pub(crate) async fn run(&self, cmd: &LockCmd) -> Result<Grant> {
+        self.run_until(cmd, None).await
     }
 
-    /// [`Cluster::run_grant`], retrying until `deadline` too (an acquire's wait).
-    pub(crate) fn run_grant_until(&self, inner: &Inner, cmd: &LockCmd, deadline: Option<Instant>) -> Result<Grant> {
+    /// [`Cluster::run`], retrying until `deadline` too (an acquire's wait).
+    pub(crate) async fn run_until(&self, cmd: &LockCmd, deadline: Option<Instant>) -> Result<Grant> {
         let mut t = Retrying::new(cmd, deadline);
         loop {
             if let Some(release) = t.release_first() {
-                let _ = self.run_once(inner, &release);
+                let _ = self.run_once(&release).await;
             }
-            let r = self.run_once(inner, cmd);
-            match t.after(&r) {
-                Step::Again(pause) => std::thread::sleep(pause),
-                Step::Done => return t.settle(r),
-                Step::Doubt(release) => {
-                    let _ = self.run_once(inner, &release);
-                    return r;
-                }
-            }
-        }
-    }
-
-    fn run_once(&self, inner: &Inner, cmd: &LockCmd) -> Result<Grant> {
-        let slot = Slot::for_key(cmd.key());
-        let cell = self.slot_cell(slot);
-        let r = self.with_sync(inner, |con| cmd.query(con, &cell));
-        self.learn(slot, &cell, &inner.sync_backend);
-        r
-    }
-
-    /// The async twin of [`Cluster::run_grant`].
-    pub(crate) async fn run_grant_async(&self, inner: &Inner, cmd: &LockCmd) -> Result<Grant> {
-        self.run_grant_until_async(inner, cmd, None).await
-    }
-
-    /// The async twin of [`Cluster::run_grant_until`].
-    pub(crate) async fn run_grant_until_async(&self, inner: &Inner, cmd: &LockCmd, deadline: Option<Instant>) -> Result<Grant> {
-        let mut t = Retrying::new(cmd, deadline);
-        loop {
-            if let Some(release) = t.release_first() {
-                let _ = self.run_once_async(inner, &release).await;
-            }
-            let r = self.run_once_async(inner, cmd).await;
+            let r = self.run_once(cmd).await;
             match t.after(&r) {
                 Step::Again(pause) => {
                     self.forget_async().await;
@@ -322,44 +261,55 @@ impl Cluster {
                 }
                 Step::Done => return t.settle(r),
                 Step::Doubt(release) => {
-                    let _ = self.run_once_async(inner, &release).await;
+                    let _ = self.run_once(&release).await;
                     return r;
                 }
             }
         }
     }
 
-    async fn run_once_async(&self, inner: &Inner, cmd: &LockCmd) -> Result<Grant> {
+    async fn run_once(&self, cmd: &LockCmd) -> Result<Grant> {
         let slot = Slot::for_key(cmd.key());
         let cell = self.slot_cell(slot);
         let fut = async {
-            let mut con = self.conn_async(inner).await?;
+            let mut con = self.conn().await?;
             Ok::<_, Error>(cmd.query_async(&mut con, &cell).await?)
         };
-        let r = bounded(inner, fut).await;
-        self.learn(slot, &cell, &inner.aio_backend);
+        let r = bounded(&self.opts, fut).await;
+        self.learn(slot, &cell);
         r
+    }
+
+    /// `renew`, then `wait` on the node that renewed (see `replicas.rs`):
+    /// the replicas that acknowledged, `None` when the renewal found the
+    /// lock gone.
+    pub(crate) async fn renew_then_wait(&self, renew: &LockCmd, wait: redis::Cmd) -> Result<Option<i64>> {
+        let fut = async {
+            let mut con = self.conn().await?;
+            let cell = BackendCell::default();
+            if !renew.query_async(&mut con, &cell).await?.took_effect() {
+                return Ok(None);
+            }
+            // To the master of the key's slot, where the renewal went, so
+            // WAIT counts that node's replicas (redis-rs would otherwise
+            // send it to every master).
+            let owner = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(SlotRoute::with_slot(Slot::for_key(renew.key()), SlotAddr::Master)));
+            let v = con.route_command(wait, owner).await?;
+            Ok::<_, Error>(Some(redis::from_redis_value(v).map_err(RedisError::from)?))
+        };
+        bounded(&self.opts, fut).await
     }
 
     /// `LOCK.INFO` (or its script twin) on the key's node.
-    pub(crate) fn info(&self, inner: &Inner, key: &str) -> Result<Option<LockInfo>> {
-        let slot = Slot::for_key(key);
-        let cell = self.slot_cell(slot);
-        let r = self.with_sync(inner, |con| info::query(key, con, &cell));
-        self.learn(slot, &cell, &inner.sync_backend);
-        r
-    }
-
-    /// The async twin of [`Cluster::info`].
-    pub(crate) async fn info_async(&self, inner: &Inner, key: &str) -> Result<Option<LockInfo>> {
+    pub(crate) async fn info(&self, key: &str) -> Result<Option<LockInfo>> {
         let slot = Slot::for_key(key);
         let cell = self.slot_cell(slot);
         let fut = async {
-            let mut con = self.conn_async(inner).await?;
+            let mut con = self.conn().await?;
             Ok::<_, Error>(info::query_async(key, &mut con, &cell).await?)
         };
-        let r = bounded(inner, fut).await;
-        self.learn(slot, &cell, &inner.aio_backend);
+        let r = bounded(&self.opts, fut).await;
+        self.learn(slot, &cell);
         r
     }
 
@@ -388,34 +338,9 @@ impl Cluster {
         self.template.clone().set_addr(a)
     }
 
-    fn take_sync(&self, addr: &Addr) -> Option<redis::Connection> {
-        lock(&self.idle_sync).get_mut(addr).and_then(Vec::pop)
-    }
-
-    fn put_sync(&self, addr: &Addr, con: redis::Connection) {
-        let mut idle = lock(&self.idle_sync);
-        let v = idle.entry(addr.clone()).or_default();
-        if v.len() < MAX_IDLE && redis::ConnectionLike::is_open(&con) {
-            v.push(con);
-        }
-    }
-
-    fn take_async(&self, addr: &Addr) -> Option<MultiplexedConnection> {
-        lock(&self.idle_aio).get_mut(addr).and_then(Vec::pop)
-    }
-
-    fn put_async(&self, addr: &Addr, con: MultiplexedConnection) {
-        let mut idle = lock(&self.idle_aio);
-        let v = idle.entry(addr.clone()).or_default();
-        if v.len() < MAX_IDLE {
-            v.push(con);
-        }
-    }
-
     /// Drops the idle wait connections to `addr` (it closed one on us).
     fn forget_node(&self, addr: &Addr) {
-        lock(&self.idle_sync).remove(addr);
-        lock(&self.idle_aio).remove(addr);
+        self.waits.forget(addr);
     }
 
     fn remember_owner(&self, slot: Slot, addr: &Addr) {
@@ -462,18 +387,18 @@ fn retry_alone(v: &Value) -> bool {
 
 impl Cluster {
     /// The slot map, read again when stale.
-    async fn slot_map(&self, inner: &Inner) -> Option<Arc<SlotMap>> {
+    async fn slot_map(&self) -> Option<Arc<SlotMap>> {
         if let Some((at, map)) = lock(&self.slot_map).as_ref() {
             if at.elapsed() < SLOT_MAP_MAX_AGE {
                 return Some(map.clone());
             }
         }
         let fut = async {
-            let mut con = self.conn_async(inner).await?;
+            let mut con = self.conn().await?;
             let v = con.route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random)).await?;
             Ok::<_, Error>(v)
         };
-        let map = Arc::new(parse_slots(bounded(inner, fut).await.ok()?)?);
+        let map = Arc::new(parse_slots(bounded(&self.opts, fut).await.ok()?)?);
         *lock(&self.slot_map) = Some((Instant::now(), map.clone()));
         Some(map)
     }
@@ -486,9 +411,9 @@ impl Cluster {
     /// `batch` commands each) for the keys the slot map places there, the
     /// rest (and those a pipeline found moved) alone through redis-rs's
     /// routing. Per command when it was sent and its outcome.
-    pub(crate) async fn run_batch(&self, inner: &Arc<Inner>, cmds: Vec<LockCmd>, batch: usize) -> Vec<(Instant, Result<Grant>)> {
+    pub(crate) async fn run_batch(&self, cmds: Vec<LockCmd>, batch: usize) -> Vec<(Instant, Result<Grant>)> {
         use futures_util::stream::{self, StreamExt};
-        let map = self.slot_map(inner).await;
+        let map = self.slot_map().await;
         let now = Instant::now();
         let mut groups: HashMap<&Addr, Vec<usize>> = HashMap::new();
         let mut alone = Vec::new();
@@ -514,10 +439,10 @@ impl Cluster {
                 let n = idx.len();
                 let sent = Instant::now();
                 let fut = async {
-                    let mut con = self.conn_async(inner).await?;
+                    let mut con = self.conn().await?;
                     Ok::<_, Error>(con.route_pipeline(pipe, 0, n, route).await?)
                 };
-                (idx, sent, bounded(inner, fut).await)
+                (idx, sent, bounded(&self.opts, fut).await)
             })
             .buffer_unordered(crate::engine::MAX_IN_FLIGHT)
             .collect()
@@ -556,7 +481,7 @@ impl Cluster {
         let singles: Vec<(usize, Instant, Result<Grant>)> = stream::iter(alone)
             .map(|i| async move {
                 let sent = Instant::now();
-                (i, sent, self.run_grant_async(inner, &cmds[i]).await)
+                (i, sent, self.run(&cmds[i]).await)
             })
             .buffer_unordered(crate::engine::MAX_IN_FLIGHT)
             .collect()
@@ -657,15 +582,6 @@ fn next_after(e: &RedisError) -> Next {
     }
 }
 
-/// Bounds an async cluster call like [`Inner`]'s own async calls: the
-/// response timeout plus the connect timeout.
-async fn bounded<T>(inner: &Inner, fut: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-    match tokio::time::timeout(inner.opts.response_timeout + inner.opts.connect_timeout, fut).await {
-        Ok(r) => r,
-        Err(_) => Err(Error::Redis(std::io::Error::new(std::io::ErrorKind::TimedOut, "lock command timed out").into())),
-    }
-}
-
 /// The state of one wait as it moves between nodes.
 struct Route {
     slot: Slot,
@@ -750,246 +666,173 @@ impl Route {
     }
 }
 
-/// A blocking acquire in a cluster, on a dedicated sync connection to the
-/// slot's owner (see the module docs).
-pub(crate) fn wait_acquire(inner: &Inner, cl: &Cluster, cmd: &LockCmd, ttl: Duration, left: Duration) -> Result<Waited> {
-    let mut route = Route::new(cl, cmd.key(), left)?;
-    loop {
-        let cell = cl.node_cell(&route.addr);
-        let pooled = cl.take_sync(&route.addr);
-        let reused = pooled.is_some();
-        let mut con = match pooled {
-            Some(c) => c,
-            None => match redis::Client::open(cl.info_for(&route.addr)).and_then(|c| c.get_connection_with_timeout(inner.opts.connect_timeout)) {
-                Ok(c) => c,
-                Err(_) if route.node_down(cl) => continue,
-                Err(_) => match route.settle(cl) {
-                    Some(p) => {
-                        std::thread::sleep(p);
-                        continue;
-                    }
-                    None => return Ok(Waited::Refused),
-                },
-            },
-        };
-        let left = route.left();
-        con.set_write_timeout(Some(inner.opts.response_timeout))?;
-        con.set_read_timeout(Some(left.saturating_add(inner.opts.response_timeout)))?;
-        let asked = if route.asking { redis::cmd("ASKING").query::<()>(&mut con) } else { Ok(()) };
-        let sent = Instant::now();
-        let r = asked.and_then(|()| cmd.with_wait(wait::wait_ms(left)).query(&mut con, &cell));
-        match r {
-            Ok(Grant::Granted(fence)) => {
-                if !route.asking {
-                    cl.remember_owner(route.slot, &route.addr);
-                }
-                cell.set_wait(true);
-                inner.sync_backend.set(Backend::Module);
-                if !wait::needs_confirming(sent, ttl) {
-                    cl.put_sync(&route.addr, con);
-                    return Ok(Waited::Granted { fence, sent });
-                }
-                // Confirmed through the cluster connection: the slot may
-                // have moved on since the grant.
-                let renew = LockCmd::renew(cmd.key(), cmd.token(), ttl)?;
-                cl.put_sync(&route.addr, con);
-                let sent = Instant::now();
-                return match inner.run_grant(&renew) {
-                    Ok(Grant::Granted(_)) => Ok(Waited::Granted { fence, sent }),
-                    Ok(Grant::Refused) => Ok(Waited::Refused),
-                    Err(e) => {
-                        wait::release_quietly(inner, cmd);
-                        Err(e)
-                    }
-                };
-            }
-            Ok(Grant::Refused) => {
-                cl.put_sync(&route.addr, con);
-                let w = wait::refused(&cell);
-                if cell.get() == Backend::Scripts {
-                    inner.sync_backend.set(Backend::Scripts);
-                }
-                return Ok(w);
-            }
-            Err(e) if is_wait_unsupported(&e) => {
-                cell.set_wait(false);
-                inner.sync_backend.set_wait(false);
-                cl.put_sync(&route.addr, con);
-                return Ok(Waited::Unsupported);
-            }
-            Err(e) => match next_after(&e) {
-                n @ (Next::Moved(_) | Next::Ask(_)) => {
-                    let from = route.addr.clone();
-                    cl.put_sync(&from, con);
-                    if !route.redirect(cl, n) {
-                        match route.settle(cl) {
-                            Some(p) => std::thread::sleep(p),
+impl Cluster {
+    /// A blocking acquire in a cluster, on a dedicated connection to the
+    /// slot's owner (see the module docs).
+    pub(crate) async fn wait_acquire(self: &Arc<Self>, cmd: &LockCmd, ttl: Duration, left: Duration) -> Result<Waited> {
+        let cl = self;
+        let mut route = Route::new(cl, cmd.key(), left)?;
+        loop {
+            let cell = cl.node_cell(&route.addr);
+            let pooled = cl.waits.take(&route.addr);
+            let reused = pooled.is_some();
+            let mut con = match pooled {
+                Some(c) => c,
+                None => {
+                    // No response timeout of its own: each use sets one below.
+                    let cfg = AsyncConnectionConfig::new().set_connection_timeout(Some(cl.opts.connect_timeout)).set_response_timeout(None);
+                    let info = cl.info_for(&route.addr);
+                    let opened = runtime::on_background(async move { redis::Client::open(info)?.get_multiplexed_async_connection_with_config(&cfg).await }).await?;
+                    match opened {
+                        Ok(c) => c,
+                        Err(_) if route.node_down(cl) => continue,
+                        Err(_) => match route.settle(cl) {
+                            Some(p) => {
+                                tokio::time::sleep(p).await;
+                                continue;
+                            }
                             None => return Ok(Waited::Refused),
+                        },
+                    }
+                }
+            };
+            let left = route.left();
+            con.set_response_timeout(left.saturating_add(cl.opts.response_timeout));
+            let guard = ReleaseOnCancel::new(transport::release_later(cl.clone(), cmd));
+            let asked = if route.asking { redis::cmd("ASKING").query_async::<()>(&mut con).await } else { Ok(()) };
+            let sent = Instant::now();
+            let r = match asked {
+                Ok(()) => cmd.with_wait(wait::wait_ms(left)).query_async(&mut con, &cell).await,
+                Err(e) => Err(e),
+            };
+            match r {
+                Ok(Grant::Granted(fence)) => {
+                    if !route.asking {
+                        cl.remember_owner(route.slot, &route.addr);
+                    }
+                    cell.set_wait(true);
+                    cl.backend.set(Backend::Module);
+                    cl.waits.put(&route.addr, con);
+                    if !wait::needs_confirming(sent, ttl, Instant::now()) {
+                        guard.disarm();
+                        return Ok(Waited::Granted { fence, sent });
+                    }
+                    let renew = LockCmd::renew(cmd.key(), cmd.token(), ttl)?;
+                    let sent = Instant::now();
+                    return match cl.run(&renew).await {
+                        Ok(Grant::Granted(_)) => {
+                            guard.disarm();
+                            Ok(Waited::Granted { fence, sent })
+                        }
+                        Ok(Grant::Refused) => {
+                            guard.disarm();
+                            Ok(Waited::Refused)
+                        }
+                        // The guard releases.
+                        Err(e) => Err(e),
+                    };
+                }
+                Ok(Grant::Refused) => {
+                    guard.disarm();
+                    cl.waits.put(&route.addr, con);
+                    let w = wait::refused(&cell);
+                    if cell.get() == Backend::Scripts {
+                        cl.backend.set(Backend::Scripts);
+                    }
+                    return Ok(w);
+                }
+                Err(e) if is_wait_unsupported(&e) => {
+                    guard.disarm();
+                    cell.set_wait(false);
+                    cl.backend.set_wait(false);
+                    cl.waits.put(&route.addr, con);
+                    return Ok(Waited::Unsupported);
+                }
+                Err(e) => match next_after(&e) {
+                    n @ (Next::Moved(_) | Next::Ask(_)) => {
+                        guard.disarm();
+                        let from = route.addr.clone();
+                        cl.waits.put(&from, con);
+                        if !route.redirect(cl, n) {
+                            match route.settle(cl) {
+                                Some(p) => tokio::time::sleep(p).await,
+                                None => return Ok(Waited::Refused),
+                            }
                         }
                     }
-                }
-                Next::Later => {
-                    cl.put_sync(&route.addr, con);
-                    match route.pause() {
-                        Some(p) => std::thread::sleep(p),
-                        None => return Ok(Waited::Refused),
-                    }
-                }
-                Next::Fail => {
-                    drop(con);
-                    if !wait::outcome_unknown(&e) {
-                        return Err(e.into());
-                    }
-                    // The node may have granted just before its connection
-                    // went; its successor (a failover) must not keep that grant.
-                    wait::release_quietly(inner, cmd);
-                    if wait::stale(&e, reused) {
-                        cl.forget_node(&route.addr);
-                        continue;
-                    }
-                    if e.is_timeout() {
-                        return Err(e.into());
-                    }
-                    let pause = if route.node_down(cl) { route.pause() } else { route.settle(cl) };
-                    match pause {
-                        Some(p) => std::thread::sleep(p),
-                        None => return Ok(Waited::Refused),
-                    }
-                }
-            },
-        }
-    }
-}
-
-/// The async twin of [`wait_acquire`], on dedicated multiplexed connections.
-pub(crate) async fn wait_acquire_async(lc: &LockClient, cl: &Cluster, cmd: &LockCmd, ttl: Duration, left: Duration) -> Result<Waited> {
-    let inner = &lc.inner;
-    let mut route = Route::new(cl, cmd.key(), left)?;
-    loop {
-        let cell = cl.node_cell(&route.addr);
-        let pooled = cl.take_async(&route.addr);
-        let reused = pooled.is_some();
-        let mut con = match pooled {
-            Some(c) => c,
-            None => {
-                // No response timeout of its own: each use sets one below.
-                let cfg = AsyncConnectionConfig::new().set_connection_timeout(Some(inner.opts.connect_timeout)).set_response_timeout(None);
-                let opened = match redis::Client::open(cl.info_for(&route.addr)) {
-                    Ok(c) => c.get_multiplexed_async_connection_with_config(&cfg).await,
-                    Err(e) => Err(e),
-                };
-                match opened {
-                    Ok(c) => c,
-                    Err(_) if route.node_down(cl) => continue,
-                    Err(_) => match route.settle(cl) {
-                        Some(p) => {
-                            tokio::time::sleep(p).await;
-                            continue;
-                        }
-                        None => return Ok(Waited::Refused),
-                    },
-                }
-            }
-        };
-        let left = route.left();
-        con.set_response_timeout(left.saturating_add(inner.opts.response_timeout));
-        let guard = ReleaseOnCancel::new(lc, cmd);
-        let asked = if route.asking { redis::cmd("ASKING").query_async::<()>(&mut con).await } else { Ok(()) };
-        let sent = Instant::now();
-        let r = match asked {
-            Ok(()) => cmd.with_wait(wait::wait_ms(left)).query_async(&mut con, &cell).await,
-            Err(e) => Err(e),
-        };
-        match r {
-            Ok(Grant::Granted(fence)) => {
-                if !route.asking {
-                    cl.remember_owner(route.slot, &route.addr);
-                }
-                cell.set_wait(true);
-                inner.aio_backend.set(Backend::Module);
-                cl.put_async(&route.addr, con);
-                if !wait::needs_confirming(sent, ttl) {
-                    guard.disarm();
-                    return Ok(Waited::Granted { fence, sent });
-                }
-                let renew = LockCmd::renew(cmd.key(), cmd.token(), ttl)?;
-                let sent = Instant::now();
-                return match inner.run_grant_async(&renew).await {
-                    Ok(Grant::Granted(_)) => {
+                    Next::Later => {
                         guard.disarm();
-                        Ok(Waited::Granted { fence, sent })
-                    }
-                    Ok(Grant::Refused) => {
-                        guard.disarm();
-                        Ok(Waited::Refused)
-                    }
-                    // The guard releases.
-                    Err(e) => Err(e),
-                };
-            }
-            Ok(Grant::Refused) => {
-                guard.disarm();
-                cl.put_async(&route.addr, con);
-                let w = wait::refused(&cell);
-                if cell.get() == Backend::Scripts {
-                    inner.aio_backend.set(Backend::Scripts);
-                }
-                return Ok(w);
-            }
-            Err(e) if is_wait_unsupported(&e) => {
-                guard.disarm();
-                cell.set_wait(false);
-                inner.aio_backend.set_wait(false);
-                cl.put_async(&route.addr, con);
-                return Ok(Waited::Unsupported);
-            }
-            Err(e) => match next_after(&e) {
-                n @ (Next::Moved(_) | Next::Ask(_)) => {
-                    guard.disarm();
-                    let from = route.addr.clone();
-                    cl.put_async(&from, con);
-                    if !route.redirect(cl, n) {
-                        match route.settle(cl) {
+                        cl.waits.put(&route.addr, con);
+                        match route.pause() {
                             Some(p) => tokio::time::sleep(p).await,
                             None => return Ok(Waited::Refused),
                         }
                     }
-                }
-                Next::Later => {
-                    guard.disarm();
-                    cl.put_async(&route.addr, con);
-                    match route.pause() {
-                        Some(p) => tokio::time::sleep(p).await,
-                        None => return Ok(Waited::Refused),
-                    }
-                }
-                Next::Fail => {
-                    drop(con);
-                    if !wait::outcome_unknown(&e) {
+                    Next::Fail => {
+                        drop(con);
+                        if !wait::outcome_unknown(&e) {
+                            guard.disarm();
+                            return Err(e.into());
+                        }
+                        // Released here, not by the guard's spawned task, which
+                        // could otherwise run after a retry's grant.
                         guard.disarm();
-                        return Err(e.into());
+                        transport::release_later(cl.clone(), cmd).await;
+                        if wait::stale(&e, reused) {
+                            cl.forget_node(&route.addr);
+                            continue;
+                        }
+                        if e.is_timeout() {
+                            return Err(e.into());
+                        }
+                        let pause = if route.node_down(cl) { route.pause() } else { route.settle(cl) };
+                        match pause {
+                            Some(p) => tokio::time::sleep(p).await,
+                            None => return Ok(Waited::Refused),
+                        }
                     }
-                    // Released here, not by the guard's spawned task, which
-                    // could otherwise run after a retry's grant.
-                    guard.disarm();
-                    if let Ok(release) = LockCmd::release(cmd.key(), cmd.token()) {
-                        let _ = inner.run_grant_async(&release).await;
-                    }
-                    if wait::stale(&e, reused) {
-                        cl.forget_node(&route.addr);
-                        continue;
-                    }
-                    if e.is_timeout() {
-                        return Err(e.into());
-                    }
-                    let pause = if route.node_down(cl) { route.pause() } else { route.settle(cl) };
-                    match pause {
-                        Some(p) => tokio::time::sleep(p).await,
-                        None => return Ok(Waited::Refused),
-                    }
-                }
-            },
+                },
+            }
         }
+    }
+}
+
+impl Transport for Cluster {
+    fn serves(&self, _api: Api) -> Result<()> {
+        Ok(())
+    }
+
+    fn backend(&self) -> &BackendCell {
+        &self.backend
+    }
+
+    fn run<'a>(&'a self, cmd: &'a LockCmd, deadline: Option<Instant>) -> BoxFuture<'a, Result<Grant>> {
+        Box::pin(self.run_until(cmd, deadline))
+    }
+
+    fn run_batch(self: Arc<Self>, cmds: Vec<LockCmd>, batch: usize) -> BoxFuture<'static, Vec<(Instant, Result<Grant>)>> {
+        Box::pin(async move { Cluster::run_batch(&self, cmds, batch).await })
+    }
+
+    fn info<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<LockInfo>>> {
+        Box::pin(Cluster::info(self, key))
+    }
+
+    /// Waits run on connections of their own to the slot's owner.
+    fn may_block(&self, left: Duration) -> Option<Duration> {
+        (self.backend.may_wait() && left >= Duration::from_millis(1)).then_some(left)
+    }
+
+    fn wait_acquire<'a>(self: Arc<Self>, cmd: &'a LockCmd, ttl: Duration, left: Duration) -> BoxFuture<'a, Result<Waited>> {
+        Box::pin(async move { Cluster::wait_acquire(&self, cmd, ttl, left).await })
+    }
+
+    fn renew_then_wait<'a>(&'a self, renew: &'a LockCmd, wait: redis::Cmd) -> BoxFuture<'a, Result<Option<i64>>> {
+        Box::pin(Cluster::renew_then_wait(self, renew, wait))
+    }
+
+    fn is_cluster(&self) -> bool {
+        true
     }
 }
 

@@ -70,12 +70,6 @@ impl BackendCell {
     pub(crate) fn set_wait(&self, supported: bool) {
         self.wait.store(if supported { 1 } else { 2 }, Ordering::Relaxed);
     }
-
-    /// A new connection may reach another server (or a newer module).
-    pub(crate) fn reset(&self) {
-        self.set(Backend::Unknown);
-        self.wait.store(0, Ordering::Relaxed);
-    }
 }
 
 /// What a lock command did.

@@ -19,7 +19,7 @@
 //! engine discards them when they come due (at most TTL/3 later).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
@@ -78,6 +78,29 @@ struct State {
     /// out even when the last handle is dropped right after.
     release_owner: Option<Arc<dyn Renewer>>,
     closed: bool,
+}
+
+/// Where a client keeps its engine: started by its first watchdog lock,
+/// closed when the client goes.
+#[derive(Default)]
+pub(crate) struct EngineSlot(OnceLock<Option<Arc<Engine>>>);
+
+impl EngineSlot {
+    /// The engine, started on first use for `owner` (the client, which
+    /// the engine holds weakly); `None` if the background runtime cannot
+    /// start: then watchdog locks are not renewed, and report their loss
+    /// when their TTL runs out.
+    pub(crate) fn get(&self, owner: impl FnOnce() -> Arc<dyn Renewer>, batch: usize) -> Option<&Arc<Engine>> {
+        self.0.get_or_init(|| Engine::start(Arc::downgrade(&owner()), batch).ok()).as_ref()
+    }
+}
+
+impl Drop for EngineSlot {
+    fn drop(&mut self) {
+        if let Some(Some(e)) = self.0.get() {
+            e.close();
+        }
+    }
 }
 
 /// One client's renewal engine.

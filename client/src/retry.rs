@@ -1,8 +1,9 @@
 //! Which failures of a cluster command are a topology change passing by
 //! (a failover, a slot move, a node restarting) rather than an answer, and
-//! how long to pause before trying again. Pure decisions, no I/O.
+//! how long to pause before trying again; and the backoff of a polling
+//! acquire. Pure decisions taking `now`, no I/O.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{ErrorKind, RedisError};
 
@@ -52,6 +53,48 @@ pub(crate) fn pause(n: usize, jitter: f64) -> Duration {
     base.mul_f64(0.75 + 0.5 * jitter.clamp(0.0, 1.0))
 }
 
+
+/// Full-jitter exponential backoff of an `acquire` that polls (no module,
+/// or no `WAIT`), bounded by the wait's deadline: each pause is drawn
+/// uniformly from `[min, cap]`, `cap` starting at `min` and doubling per
+/// attempt up to `max`.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    deadline: Instant,
+    min: Duration,
+    max: Duration,
+    cap: Duration,
+}
+
+impl Backoff {
+    pub(crate) fn new(min: Duration, max: Duration, wait: Duration, now: Instant) -> Self {
+        let deadline = now.checked_add(wait).unwrap_or_else(|| now + Duration::from_secs(86_400 * 365));
+        Backoff { deadline, min, max, cap: min }
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// What is left of the wait.
+    pub(crate) fn left(&self, now: Instant) -> Duration {
+        self.deadline.saturating_duration_since(now)
+    }
+
+    /// The pause before the next attempt (`jitter` uniform in [0, 1)), or
+    /// `None` when the wait is over. The last pause is cut to end at the
+    /// deadline, so one attempt is made there.
+    pub(crate) fn next(&mut self, now: Instant, jitter: f64) -> Option<Duration> {
+        let left = self.left(now);
+        if left.is_zero() {
+            return None;
+        }
+        let d = if self.cap > self.min { self.min + (self.cap - self.min).mul_f64(jitter.clamp(0.0, 1.0)) } else { self.min };
+        self.cap = (self.cap * 2).min(self.max);
+        Some(d.min(left))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,6 +117,20 @@ mod tests {
         assert_eq!(classify(&reset), Failure::Unknown);
         let timeout = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
         assert_eq!(classify(&timeout), Failure::Final);
+    }
+
+    #[test]
+    fn backoff_doubles_its_cap_and_ends_at_the_deadline() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut b = Backoff::new(ms(10), ms(40), ms(100), t0);
+        assert_eq!(b.next(t0, 0.9), Some(ms(10)), "the first cap is min");
+        assert_eq!(b.next(t0, 1.0), Some(ms(20)));
+        assert_eq!(b.next(t0, 1.0), Some(ms(40)));
+        assert_eq!(b.next(t0, 1.0), Some(ms(40)), "capped at max");
+        assert_eq!(b.next(t0 + ms(95), 1.0), Some(ms(5)), "cut to the deadline");
+        assert_eq!(b.next(t0 + ms(100), 0.0), None);
+        assert_eq!(b.left(t0 + ms(30)), ms(70));
     }
 
     #[test]

@@ -61,3 +61,14 @@ where
     // A task that panicked drops its sender: an error, not a hang.
     rx.recv().unwrap_or_else(|_| Err(Error::Redis(std::io::Error::other("the lock operation was aborted").into())))
 }
+
+/// Runs `fut` on the background runtime and awaits it from any runtime:
+/// what it opens (a connection and the task that drives it) lives there,
+/// and so outlives the caller's runtime.
+pub(crate) async fn on_background<F>(fut: F) -> Result<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    handle()?.spawn(fut).await.map_err(|e| Error::Redis(std::io::Error::other(e.to_string()).into()))
+}

@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::options::LockOptions;
-use crate::quorum::node::Api;
 use crate::quorum::protocol::{self, Acquired, Ctx};
 use crate::runtime;
 use crate::state::{LossReason, LostSignal, Shared, Status};
@@ -120,7 +119,7 @@ impl QuorumLock {
     pub fn renew(&self, ttl: Duration) -> Result<()> {
         self.shared.check_renewable()?;
         let (ctx, key, token, fence) = (self.ctx.clone(), self.key().to_string(), self.token().to_string(), self.fence);
-        let (from, r) = runtime::block(async move { Ok(protocol::renew(&ctx, Api::Sync, &key, &token, ttl, fence).await) })?;
+        let (from, r) = runtime::block(async move { Ok(protocol::renew(&ctx, &key, &token, ttl, fence).await) })?;
         self.shared.after_renew(from, ttl, r)
     }
 
@@ -128,7 +127,7 @@ impl QuorumLock {
     pub async fn renew_async(&self, ttl: Duration) -> Result<()> {
         self.shared.check_renewable()?;
         in_runtime()?;
-        let (from, r) = protocol::renew(&self.ctx, Api::Async, self.key(), self.token(), ttl, self.fence).await;
+        let (from, r) = protocol::renew(&self.ctx, self.key(), self.token(), ttl, self.fence).await;
         self.shared.after_renew(from, ttl, r)
     }
 
@@ -163,7 +162,7 @@ impl QuorumLock {
             return Ok(());
         }
         let (ctx, key, token, timeout) = (self.ctx.clone(), self.key().to_string(), self.token().to_string(), self.node_timeout());
-        let r = runtime::block(async move { protocol::release(&ctx, Api::Sync, &key, &token, timeout).await });
+        let r = runtime::block(async move { protocol::release(&ctx, &key, &token, timeout).await });
         self.after_release(r)
     }
 
@@ -174,7 +173,7 @@ impl QuorumLock {
             return Ok(());
         }
         in_runtime()?;
-        let r = protocol::release(&self.ctx, Api::Async, self.key(), self.token(), self.node_timeout()).await;
+        let r = protocol::release(&self.ctx, self.key(), self.token(), self.node_timeout()).await;
         self.after_release(r)
     }
 }
@@ -195,7 +194,7 @@ impl Drop for QuorumLock {
         let (ctx, key, token, timeout) = (self.ctx.clone(), self.key().to_string(), self.token().to_string(), self.node_timeout());
         match &self.flavor {
             Flavor::Sync => {
-                let _ = runtime::block(async move { protocol::release(&ctx, Api::Sync, &key, &token, timeout).await });
+                let _ = runtime::block(async move { protocol::release(&ctx, &key, &token, timeout).await });
             }
             Flavor::Async(rt) => {
                 // Queued with the engine, which pipelines the releases of
@@ -206,7 +205,7 @@ impl Drop for QuorumLock {
                 }
                 let rt = tokio::runtime::Handle::try_current().unwrap_or_else(|_| rt.clone());
                 rt.spawn(async move {
-                    let _ = protocol::release(&ctx, Api::Async, &key, &token, timeout).await;
+                    let _ = protocol::release(&ctx, &key, &token, timeout).await;
                 });
             }
         }

@@ -22,7 +22,7 @@
 //! servers only raise F. The argument needs X to keep its mark, which a
 //! restart without persistence breaks (see the README).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
@@ -30,9 +30,9 @@ use rand::Rng;
 
 use crate::cmd::LockCmd;
 use crate::error::{Error, Result};
-use crate::quorum::failure::QuorumFailure;
-use crate::engine::{Due, Engine, Renewed, Renewer};
-use crate::quorum::node::{Answer, Api, Node};
+use crate::failure::QuorumFailure;
+use crate::engine::{Due, Engine, EngineSlot, Renewed, Renewer};
+use crate::quorum::node::{Answer, Node};
 use crate::quorum::options::QuorumOptions;
 use crate::quorum::round::{round, Tally};
 
@@ -42,28 +42,14 @@ pub(crate) struct Ctx {
     pub(crate) opts: QuorumOptions,
     /// `0..nodes.len()`.
     all: Vec<usize>,
-    /// Renews every watchdog lock of this client; started by the first.
-    engine: OnceLock<Option<Arc<Engine>>>,
-}
-
-impl Drop for Ctx {
-    fn drop(&mut self) {
-        if let Some(Some(e)) = self.engine.get() {
-            e.close();
-        }
-    }
+    /// Renews every watchdog lock of this client.
+    engine: EngineSlot,
 }
 
 impl Ctx {
-    /// The client's renewal engine, started on first use (`None` if the
-    /// background runtime cannot start).
+    /// The client's renewal engine (see [`EngineSlot::get`]).
     pub(crate) fn engine(self: &Arc<Self>) -> Option<&Arc<Engine>> {
-        self.engine
-            .get_or_init(|| {
-                let me: Arc<dyn Renewer> = self.clone();
-                Engine::start(Arc::downgrade(&me), self.opts.watchdog_batch).ok()
-            })
-            .as_ref()
+        self.engine.get(|| self.clone(), self.opts.watchdog_batch)
     }
 }
 
@@ -98,7 +84,7 @@ pub(crate) struct Acquired {
 impl Ctx {
     pub(crate) fn new(nodes: Vec<Arc<Node>>, opts: QuorumOptions) -> Ctx {
         let all = (0..nodes.len()).collect();
-        Ctx { nodes, opts, all, engine: OnceLock::new() }
+        Ctx { nodes, opts, all, engine: EngineSlot::default() }
     }
 
     /// ⌊N/2⌋ + 1.
@@ -149,10 +135,10 @@ pub(crate) fn check(ctx: &Ctx, key: &str, token: &str, ttl: Duration) -> Result<
 /// Attempts until one succeeds or `wait` is over, pausing
 /// `QuorumOptions::retry_delay` between attempts. The error is the last
 /// attempt's.
-pub(crate) async fn acquire(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl: Duration, wait: Duration) -> Result<Acquired> {
+pub(crate) async fn acquire(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duration, wait: Duration) -> Result<Acquired> {
     let deadline = Instant::now().checked_add(wait);
     loop {
-        let err = match attempt(ctx, api, key, token, ttl).await {
+        let err = match attempt(ctx, key, token, ttl).await {
             Ok(a) => return Ok(a),
             Err(e @ Error::InvalidArgument(_)) => return Err(e),
             Err(e) => e,
@@ -168,7 +154,7 @@ pub(crate) async fn acquire(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, tt
 }
 
 /// One two-phase attempt (see the module docs).
-async fn attempt(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl: Duration) -> Result<Acquired> {
+async fn attempt(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duration) -> Result<Acquired> {
     let (n, q) = (ctx.nodes.len(), ctx.quorum());
     let timeout = ctx.opts.node_timeout_for(ttl);
     let acquire = LockCmd::acquire(key, token, ttl)?;
@@ -176,11 +162,11 @@ async fn attempt(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl: Duration
     let start = Instant::now();
     let valid_from = ctx.valid_from(start, ttl)?;
     // Dropped before the end (an async caller gave up): release everywhere.
-    let mut guard = ReleaseGuard { ctx: ctx.clone(), api, release: Some(LockCmd::release(key, token)?) };
+    let mut guard = ReleaseGuard { ctx: ctx.clone(), release: Some(LockCmd::release(key, token)?) };
 
     let grants = round(&ctx.nodes, &ctx.all, timeout, |node| {
         let cmd = acquire.clone();
-        async move { node.step(api, &cmd).await }
+        async move { node.step(&cmd).await }
     }, |t| t.yes() >= q || t.yes() + t.pending() < q)
     .await;
     let outcome = if grants.yes() < q {
@@ -201,7 +187,7 @@ async fn attempt(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl: Duration
                 let asked: Vec<usize> = ctx.all.iter().copied().filter(|&i| !grants.refused_at(i)).collect();
                 let t = round(&ctx.nodes, &asked, timeout, |node| {
                     let cmd = renew.clone();
-                    async move { node.renew(api, &cmd, Some(floor), None).await }
+                    async move { node.renew(&cmd, Some(floor), None).await }
                 }, |t| t.floored() >= q || t.pending() == 0 || (t.yes() >= q && t.floored() + t.pending() < q))
                 .await;
                 // A server holds the key if it renewed now, or granted and
@@ -229,7 +215,7 @@ async fn attempt(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl: Duration
             if let Some(cmd) = guard.release.take() {
                 // Wait for the servers that granted; the rest finish alone.
                 let granted = grants.yes();
-                release_round(ctx, api, cmd, timeout, move |t| t.yes() >= granted).await;
+                release_round(ctx, cmd, timeout, move |t| t.yes() >= granted).await;
             }
             Err(e)
         }
@@ -241,7 +227,7 @@ async fn attempt(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl: Duration
 /// watchdog expects: when the new validity counts from, and `Ok(true)`
 /// renewed by a majority in time, `Ok(false)` a majority says the key is
 /// not ours, else the error.
-pub(crate) async fn renew(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl: Duration, fence: Option<u64>) -> (Instant, Result<bool>) {
+pub(crate) async fn renew(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duration, fence: Option<u64>) -> (Instant, Result<bool>) {
     let start = Instant::now();
     let (cmds, valid_from) = match (LockCmd::renew(key, token, ttl), LockCmd::acquire(key, token, ttl), ctx.valid_from(start, ttl)) {
         (Ok(r), Ok(a), Ok(v)) => ((r, a), v),
@@ -251,7 +237,7 @@ pub(crate) async fn renew(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl:
     let reacquire = ctx.opts.reacquire_on_renew;
     let t = round(&ctx.nodes, &ctx.all, ctx.opts.node_timeout_for(ttl), |node| {
         let (renew, acquire) = cmds.clone();
-        async move { node.renew(api, &renew, fence, reacquire.then_some(&acquire)).await }
+        async move { node.renew(&renew, fence, reacquire.then_some(&acquire)).await }
     }, |t| t.yes() >= q || t.yes() + t.pending() < q)
     .await;
     (valid_from, renew_outcome(ctx, key, &t, valid_from, ttl))
@@ -314,9 +300,9 @@ pub(crate) async fn renew_all(ctx: &Arc<Ctx>, due: &[Due], batch: usize) -> Vec<
 /// Releases on every server. `Ok(true)`: a majority deleted it;
 /// `Ok(false)`: no majority held it (it was lost); else the error, and the
 /// key may still be held until its validity ends.
-pub(crate) async fn release(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, timeout: Duration) -> Result<bool> {
+pub(crate) async fn release(ctx: &Arc<Ctx>, key: &str, token: &str, timeout: Duration) -> Result<bool> {
     let (n, q) = (ctx.nodes.len(), ctx.quorum());
-    let t = release_round(ctx, api, LockCmd::release(key, token)?, timeout, move |t| t.yes() >= q || t.no() > n - q).await;
+    let t = release_round(ctx, LockCmd::release(key, token)?, timeout, move |t| t.yes() >= q || t.no() > n - q).await;
     if t.yes() >= q {
         Ok(true)
     } else if t.no() > n - q || t.yes() + t.no() == n {
@@ -329,10 +315,10 @@ pub(crate) async fn release(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ti
 
 /// A release on all servers, decided by `enough` (or when all answered);
 /// the others finish in the background.
-async fn release_round(ctx: &Arc<Ctx>, api: Api, cmd: LockCmd, timeout: Duration, enough: impl Fn(&Tally) -> bool) -> Tally {
+async fn release_round(ctx: &Arc<Ctx>, cmd: LockCmd, timeout: Duration, enough: impl Fn(&Tally) -> bool) -> Tally {
     round(&ctx.nodes, &ctx.all, timeout, |node| {
         let cmd = cmd.clone();
-        async move { node.step(api, &cmd).await }
+        async move { node.step(&cmd).await }
     }, |t| t.pending() == 0 || enough(t))
     .await
 }
@@ -341,7 +327,6 @@ async fn release_round(ctx: &Arc<Ctx>, api: Api, cmd: LockCmd, timeout: Duration
 /// dropped): a grant may have landed on some servers.
 struct ReleaseGuard {
     ctx: Arc<Ctx>,
-    api: Api,
     release: Option<LockCmd>,
 }
 
@@ -349,10 +334,10 @@ impl Drop for ReleaseGuard {
     fn drop(&mut self) {
         let Some(cmd) = self.release.take() else { return };
         let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
-        let (ctx, api) = (self.ctx.clone(), self.api);
+        let ctx = self.ctx.clone();
         let timeout = ctx.opts.node_timeout.unwrap_or(Duration::from_secs(1));
         rt.spawn(async move {
-            release_round(&ctx, api, cmd, timeout, |_| false).await;
+            release_round(&ctx, cmd, timeout, |_| false).await;
         });
     }
 }
