@@ -7,7 +7,9 @@
 //!    that many can no longer grant (fail fast).
 //! 2. With fences F = the largest granted, `LOCK.RENEW key token ttl FLOOR F`
 //!    on every server that granted one: each raises its fence mark to ≥ F
-//!    while it still holds the key for us.
+//!    while it still holds the key for us. Skipped when every server
+//!    granted with F itself (their marks are at F already): always for
+//!    N = 1.
 //! 3. The lock is ours if a majority still holds it after step 2 and the
 //!    validity `TTL − elapsed − drift` is positive. Its fence is F if a
 //!    majority confirmed the floor, else none (servers without the module
@@ -178,6 +180,12 @@ async fn attempt(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duration) -> Resul
     } else {
         let (held, fence, confirm) = match grants.fences().map(|(_, f)| f).max() {
             None => (grants.yes(), None, None),
+            // Every server granted, each with the fence F itself (so each
+            // has the module and granted): each mark
+            // is already at F (it issued it), so no floor is left to push
+            // (always so for N = 1, which then costs what a single-server
+            // lock does).
+            Some(floor) if grants.fences().filter(|&(_, f)| f == floor).count() == n => (n, Some(floor), None),
             Some(floor) => {
                 // Every server but those that refused: one that granted
                 // after the first round was decided holds our key too and
