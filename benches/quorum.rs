@@ -5,6 +5,10 @@
 //! Variants, each one acquire + release of a free key per sample:
 //! - `single`: `LockClient::try_acquire` + `Lock::release` (sync API): 2
 //!   round trips on one connection;
+//! - `single async`: the same `LockClient` (so the same connection) through
+//!   the `_async` API on a current-thread tokio runtime in the bench
+//!   thread: the sync API is a thin layer over it, and the ratio of the two
+//!   is what that layer costs;
 //! - `quorum N`: `QuorumClient::try_acquire` + `QuorumLock::release` (sync
 //!   API, run on the client's background runtime): the two-phase acquire
 //!   (ACQUIRE on all, then RENEW ... FLOOR on the granting servers) and the
@@ -32,6 +36,7 @@ const BLOCK: usize = 100;
 
 enum Variant {
     Single(LockClient),
+    SingleAsync(LockClient, tokio::runtime::Runtime),
     Quorum(QuorumClient),
     QuorumAsync(QuorumClient, tokio::runtime::Runtime),
 }
@@ -40,6 +45,10 @@ impl Variant {
     fn once(&self, key: &str) {
         match self {
             Variant::Single(c) => c.try_acquire(key, TTL).expect("acquire").release().expect("release"),
+            Variant::SingleAsync(c, rt) => rt.block_on(async {
+                let lock = c.try_acquire_async(key, TTL).await.expect("acquire");
+                lock.release_async().await.expect("release");
+            }),
             Variant::Quorum(c) => c.try_acquire(key, TTL).expect("acquire").release().expect("release"),
             Variant::QuorumAsync(c, rt) => rt.block_on(async {
                 let lock = c.try_acquire_async(key, TTL).await.expect("acquire");
@@ -71,8 +80,10 @@ fn main() {
     let opts = QuorumOptions::new();
     let quorum = |n: usize| QuorumClient::open_with(&urls[..n], opts.clone()).expect("quorum client");
     let rt = || tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let single = LockClient::open(&urls[0]).expect("client");
     let variants: Vec<(String, usize, Variant)> = vec![
-        ("single (LockClient)".into(), 1, Variant::Single(LockClient::open(&urls[0]).expect("client"))),
+        ("single (LockClient)".into(), 1, Variant::Single(single.clone())),
+        ("single async (same LockClient)".into(), 1, Variant::SingleAsync(single, rt())),
         ("quorum N=1".into(), 1, Variant::Quorum(quorum(1))),
         ("quorum N=3".into(), 3, Variant::Quorum(quorum(3))),
         ("quorum N=5".into(), 5, Variant::Quorum(quorum(5))),

@@ -1,66 +1,42 @@
-//! [`LockClient`]: where locks come from. It owns the connections (one sync,
-//! one async, each opened on first use) and runs every [`LockCmd`] on them.
+//! [`LockClient`]: the public facade where locks come from. One
+//! implementation of every operation, async, over the client's transport
+//! (`transport.rs`: one server or a cluster); the sync methods drive the
+//! same futures to completion on the calling thread (`runtime::block`).
 
-use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rand::Rng;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{ConnectionLike as _, RedisResult};
+use redis::aio::{ConnectionManager, MultiplexedConnection};
 
 use crate::cluster::{self, Cluster};
-use crate::cmd::{random_token, Backend, BackendCell, Grant, LockCmd};
+use crate::cmd::{random_token, Backend, Grant, LockCmd};
 use crate::error::{Error, Result};
-use crate::info::{self, LockInfo};
-use crate::lock::Lock;
+use crate::info::LockInfo;
+use crate::lock::{Flavor, Lock};
 use crate::options::{ClientOptions, LockOptions};
 use crate::replicas;
-use crate::wait::{self, Waited};
+use crate::retry::Backoff;
+use crate::runtime;
+use crate::single::{AsyncConn, Single};
+use crate::transport::{Api, Core};
+use crate::wait::Waited;
 
-/// A lock client: sync methods and their `_async` twins over one command
-/// builder. Cheap to clone (clones share the connections).
+/// A lock client: sync methods and their `_async` twins, one
+/// implementation each. Cheap to clone (clones share the connections).
 ///
-/// Built from a URL or a [`redis::Client`], it opens a blocking connection
-/// for the sync API and a [`ConnectionManager`] (which reconnects by itself)
-/// for the async API, each on first use. Built from an existing connection,
-/// only the matching API works; the other fails with
+/// Built from a URL or a [`redis::Client`], it opens one
+/// [`ConnectionManager`] (which reconnects by itself) on first use, shared
+/// by both APIs and by the watchdogs of all its locks. Built from an
+/// existing connection, only the matching API works; the other fails with
 /// [`Error::InvalidArgument`].
 #[derive(Clone)]
 pub struct LockClient {
-    pub(crate) inner: Arc<Inner>,
-}
-
-#[derive(Clone)]
-pub(crate) enum AsyncConn {
-    Manager(ConnectionManager),
-    Multiplexed(MultiplexedConnection),
-}
-
-pub(crate) struct Inner {
-    /// `None` when built from a connection: no reconnects, no wait connections.
-    pub(crate) client: Option<redis::Client>,
-    pub(crate) opts: ClientOptions,
-    /// `None` until first use, and again after an I/O error: a connection
-    /// that timed out may still deliver the late reply, which the next
-    /// command would take for its own.
-    sync: Mutex<Option<redis::Connection>>,
-    /// Also what the sync wait connections (same URL) are taken to speak.
-    pub(crate) sync_backend: BackendCell,
-    /// Set once the sync connection was given by the caller (no reconnect).
-    sync_given: bool,
-    aio: tokio::sync::OnceCell<AsyncConn>,
-    pub(crate) aio_backend: BackendCell,
-    /// Dedicated connections for blocking waits (see the `wait` module).
-    pub(crate) waits: wait::Pool,
-    /// Set for a Redis Cluster client: then every command goes through it
-    /// (`client`, `sync` and `aio` stay unused).
-    pub(crate) cluster: Option<Cluster>,
+    pub(crate) core: Arc<Core>,
 }
 
 impl std::fmt::Debug for LockClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LockClient").field("options", &self.inner.opts).finish_non_exhaustive()
+        f.debug_struct("LockClient").field("options", &self.core.opts).finish_non_exhaustive()
     }
 }
 
@@ -83,7 +59,7 @@ impl LockClient {
 
     /// A client on an existing [`redis::Client`]; both APIs work.
     pub fn from_client(client: redis::Client, opts: ClientOptions) -> Self {
-        Self::build(Some(client), None, None, opts)
+        Self::build(Single::from_client(client, opts.clone()), opts)
     }
 
     /// A sync-only client on an existing connection. Its read and write
@@ -91,54 +67,52 @@ impl LockClient {
     /// connection is dropped and, having no URL, the client cannot reconnect:
     /// further calls fail with [`Error::InvalidArgument`].
     pub fn from_connection(con: redis::Connection, opts: ClientOptions) -> Result<Self> {
-        con.set_read_timeout(Some(opts.response_timeout))?;
-        con.set_write_timeout(Some(opts.response_timeout))?;
-        Ok(Self::build(None, Some(con), None, opts))
+        Ok(Self::build(Single::from_sync(con, opts.clone())?, opts))
     }
 
     /// An async-only client on an existing [`ConnectionManager`].
     pub fn from_manager(manager: ConnectionManager, opts: ClientOptions) -> Self {
-        Self::build(None, None, Some(AsyncConn::Manager(manager)), opts)
+        Self::build(Single::from_async(AsyncConn::Manager(manager), opts.clone()), opts)
     }
 
     /// An async-only client on an existing [`MultiplexedConnection`].
     pub fn from_multiplexed(con: MultiplexedConnection, opts: ClientOptions) -> Self {
-        Self::build(None, None, Some(AsyncConn::Multiplexed(con)), opts)
+        Self::build(Single::from_async(AsyncConn::Multiplexed(con), opts.clone()), opts)
     }
 
-    pub(crate) fn build_cluster(cluster: Cluster, opts: ClientOptions) -> Self {
-        let mut lc = Self::build(None, None, None, opts);
-        if let Some(inner) = Arc::get_mut(&mut lc.inner) {
-            inner.cluster = Some(cluster);
-        }
-        lc
+    /// A client for a Redis Cluster, given one or more seed nodes
+    /// (`redis://host:port/` each, or `redis+cluster://h1:p1,h2:p2/`). Does
+    /// not connect yet. Same API as a single-server client: locks on keys of
+    /// every master, with fences, waits and watchdogs; see the "Redis Cluster"
+    /// section of the crate docs for what differs.
+    pub fn open_cluster<S: AsRef<str>>(urls: &[S]) -> Result<Self> {
+        Self::open_cluster_with(urls, ClientOptions::default())
     }
 
-    fn build(client: Option<redis::Client>, sync: Option<redis::Connection>, aio: Option<AsyncConn>, opts: ClientOptions) -> Self {
-        let sync_given = sync.is_some();
-        LockClient {
-            inner: Arc::new(Inner {
-                client,
-                opts,
-                sync: Mutex::new(sync),
-                sync_backend: BackendCell::default(),
-                sync_given,
-                aio: tokio::sync::OnceCell::new_with(aio),
-                aio_backend: BackendCell::default(),
-                waits: wait::Pool::default(),
-                cluster: None,
-            }),
-        }
+    /// [`LockClient::open_cluster`] with options.
+    pub fn open_cluster_with<S: AsRef<str>>(urls: &[S], opts: ClientOptions) -> Result<Self> {
+        Ok(LockClient { core: Core::new(Arc::new(Cluster::open(urls, opts.clone())?), opts) })
     }
 
-    /// What the sync connection's server was found to speak.
+    fn build(single: Single, opts: ClientOptions) -> Self {
+        LockClient { core: Core::new(Arc::new(single), opts) }
+    }
+
+    /// Whether this client talks to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.core.transport.is_cluster()
+    }
+
+    /// What the client's server was found to speak (in a cluster: the node
+    /// of the last command). One connection serves both APIs, so this is
+    /// [`LockClient::backend_async`] too.
     pub fn backend(&self) -> Backend {
-        self.inner.sync_backend.get()
+        self.core.transport.backend().get()
     }
 
     /// What the async connection's server was found to speak.
     pub fn backend_async(&self) -> Backend {
-        self.inner.aio_backend.get()
+        self.backend()
     }
 
     /// Takes `key` for `ttl` if it is free; [`Error::NotAcquired`] if not.
@@ -153,7 +127,9 @@ impl LockClient {
 
     /// Takes `key` for `ttl`, waiting up to `wait` while it is held; then
     /// [`Error::NotAcquired`]. Server and connection errors end the wait at
-    /// once.
+    /// once, except in a cluster, where a topology change (a failover's
+    /// refused connections and redirects, `CLUSTERDOWN`, `TRYAGAIN`) is
+    /// retried with a growing pause until the wait ends.
     ///
     /// With the module, the wait happens inside the server
     /// (`LOCK.ACQUIRE ... WAIT`): one call on a dedicated connection, queued
@@ -168,30 +144,9 @@ impl LockClient {
 
     /// [`LockClient::acquire`] with options (token, watchdog, backoff).
     pub fn acquire_with(&self, key: &str, ttl: Duration, wait: Duration, opts: &LockOptions) -> Result<Lock> {
-        let token = token_of(opts);
-        let cmd = LockCmd::acquire(key, &token, ttl)?;
-        let mut backoff = Backoff::new(opts, wait);
-        loop {
-            if let Some(left) = self.inner.may_block(&self.inner.sync_backend, backoff.left()) {
-                match wait::acquire(&self.inner, &cmd, ttl, left)? {
-                    Waited::Granted { fence, sent } => return replicas::confirm(self, Lock::new_sync(self.clone(), key, token, sent, ttl, opts, fence), opts.replicas),
-                    Waited::Refused => return Err(Error::NotAcquired { key: key.into() }),
-                    Waited::Unsupported => {}
-                }
-            }
-            let sent = Instant::now();
-            if let Grant::Granted(fence) = self.inner.run_grant(&cmd)? {
-                return replicas::confirm(self, Lock::new_sync(self.clone(), key, token, sent, ttl, opts, fence), opts.replicas);
-            }
-            // This first attempt found the module: wait in its queue from now.
-            if self.inner.may_block(&self.inner.sync_backend, backoff.left()).is_some() {
-                continue;
-            }
-            match backoff.next() {
-                Some(d) => std::thread::sleep(d),
-                None => return Err(Error::NotAcquired { key: key.into() }),
-            }
-        }
+        self.core.transport.serves(Api::Sync)?;
+        let (me, key, opts) = (self.clone(), key.to_string(), opts.clone());
+        runtime::block(async move { me.acquire_core(&key, ttl, wait, &opts, Flavor::Sync).await })
     }
 
     /// Acquire-or-takeover (`LOCK.TAKEOVER`): takes `key` when it is free,
@@ -205,13 +160,9 @@ impl LockClient {
 
     /// [`LockClient::takeover`] with options (token, watchdog).
     pub fn takeover_with(&self, key: &str, run_id: &str, ttl: Duration, opts: &LockOptions) -> Result<Lock> {
-        let token = token_of(opts);
-        let cmd = LockCmd::takeover(key, &token, run_id, ttl)?;
-        let sent = Instant::now();
-        match self.inner.run_grant(&cmd)? {
-            Grant::Granted(fence) => replicas::confirm(self, Lock::new_sync(self.clone(), key, token, sent, ttl, opts, fence), opts.replicas),
-            Grant::Refused => Err(Error::NotAcquired { key: key.into() }),
-        }
+        self.core.transport.serves(Api::Sync)?;
+        let (me, key, run_id, opts) = (self.clone(), key.to_string(), run_id.to_string(), opts.clone());
+        runtime::block(async move { me.takeover_core(&key, &run_id, ttl, &opts, Flavor::Sync).await })
     }
 
     /// What `key` holds, as the lock commands see it; `None` when it does
@@ -221,38 +172,25 @@ impl LockClient {
     /// [`Error::Redis`] (`WRONGTYPE`).
     pub fn info(&self, key: &str) -> Result<Option<LockInfo>> {
         check_key(key)?;
-        if let Some(c) = &self.inner.cluster {
-            return c.info(&self.inner, key);
-        }
-        self.inner.with_sync(|con, backend| info::query(key, con, backend))
+        self.core.transport.serves(Api::Sync)?;
+        let (core, key) = (self.core.clone(), key.to_string());
+        runtime::block(async move { core.transport.info(&key).await })
     }
 
     /// The async twin of [`LockClient::info`].
     pub async fn info_async(&self, key: &str) -> Result<Option<LockInfo>> {
         check_key(key)?;
-        if let Some(c) = &self.inner.cluster {
-            return c.info_async(&self.inner, key).await;
-        }
-        let backend = &self.inner.aio_backend;
-        self.inner
-            .with_async(|mut con| async move {
-                match &mut con {
-                    AsyncConn::Manager(m) => info::query_async(key, m, backend).await,
-                    AsyncConn::Multiplexed(m) => info::query_async(key, m, backend).await,
-                }
-            })
-            .await
+        self.core.transport.serves(Api::Async)?;
+        self.core.transport.info(key).await
     }
 
     /// Releases `key` if `token` owns it, without a [`Lock`] handle (for
     /// operators clearing a lock whose holder is gone). [`Error::NotHeld`]
     /// if `token` does not own it.
     pub fn release_token(&self, key: &str, token: &str) -> Result<()> {
-        if self.inner.run(&LockCmd::release(key, token)?)? {
-            Ok(())
-        } else {
-            Err(Error::NotHeld { key: key.into() })
-        }
+        self.core.transport.serves(Api::Sync)?;
+        let (core, cmd) = (self.core.clone(), LockCmd::release(key, token)?);
+        released(key, runtime::block(async move { core.run_ok(&cmd).await })?)
     }
 
     /// The async twin of [`LockClient::try_acquire`].
@@ -274,33 +212,8 @@ impl LockClient {
     /// The async twin of [`LockClient::acquire_with`].
     pub async fn acquire_with_async(&self, key: &str, ttl: Duration, wait: Duration, opts: &LockOptions) -> Result<Lock> {
         let rt = runtime()?;
-        let token = token_of(opts);
-        let cmd = LockCmd::acquire(key, &token, ttl)?;
-        let mut backoff = Backoff::new(opts, wait);
-        loop {
-            if let Some(left) = self.inner.may_block(&self.inner.aio_backend, backoff.left()) {
-                match wait::acquire_async(self, &cmd, ttl, left).await? {
-                    Waited::Granted { fence, sent } => {
-                        let lock = Lock::new_async(self.clone(), key, token, sent, ttl, opts, rt, fence);
-                        return replicas::confirm_async(self, lock, opts.replicas).await;
-                    }
-                    Waited::Refused => return Err(Error::NotAcquired { key: key.into() }),
-                    Waited::Unsupported => {}
-                }
-            }
-            let sent = Instant::now();
-            if let Grant::Granted(fence) = self.inner.run_grant_async(&cmd).await? {
-                let lock = Lock::new_async(self.clone(), key, token, sent, ttl, opts, rt, fence);
-                return replicas::confirm_async(self, lock, opts.replicas).await;
-            }
-            if self.inner.may_block(&self.inner.aio_backend, backoff.left()).is_some() {
-                continue;
-            }
-            match backoff.next() {
-                Some(d) => tokio::time::sleep(d).await,
-                None => return Err(Error::NotAcquired { key: key.into() }),
-            }
-        }
+        self.core.transport.serves(Api::Async)?;
+        self.acquire_core(key, ttl, wait, opts, Flavor::Async(rt)).await
     }
 
     /// The async twin of [`LockClient::takeover`].
@@ -311,27 +224,74 @@ impl LockClient {
     /// The async twin of [`LockClient::takeover_with`].
     pub async fn takeover_with_async(&self, key: &str, run_id: &str, ttl: Duration, opts: &LockOptions) -> Result<Lock> {
         let rt = runtime()?;
-        let token = token_of(opts);
-        let cmd = LockCmd::takeover(key, &token, run_id, ttl)?;
-        let sent = Instant::now();
-        match self.inner.run_grant_async(&cmd).await? {
-            Grant::Granted(fence) => replicas::confirm_async(self, Lock::new_async(self.clone(), key, token, sent, ttl, opts, rt, fence), opts.replicas).await,
-            Grant::Refused => Err(Error::NotAcquired { key: key.into() }),
-        }
+        self.core.transport.serves(Api::Async)?;
+        self.takeover_core(key, run_id, ttl, opts, Flavor::Async(rt)).await
     }
 
     /// The async twin of [`LockClient::release_token`].
     pub async fn release_token_async(&self, key: &str, token: &str) -> Result<()> {
-        if self.inner.run_async(&LockCmd::release(key, token)?).await? {
-            Ok(())
-        } else {
-            Err(Error::NotHeld { key: key.into() })
+        self.core.transport.serves(Api::Async)?;
+        released(key, self.core.run_ok(&LockCmd::release(key, token)?).await?)
+    }
+
+    /// The one acquire, for both APIs.
+    async fn acquire_core(&self, key: &str, ttl: Duration, wait: Duration, opts: &LockOptions, flavor: Flavor) -> Result<Lock> {
+        let token = token_of(opts);
+        let cmd = LockCmd::acquire(key, &token, ttl)?;
+        let t = &self.core.transport;
+        let mut backoff = Backoff::new(opts.retry_min_delay, opts.retry_max_delay, wait, Instant::now());
+        loop {
+            if let Some(left) = t.may_block(backoff.left(Instant::now())) {
+                match t.clone().wait_acquire(&cmd, ttl, left).await? {
+                    Waited::Granted { fence, sent } => return self.hand_out(key, token, sent, ttl, opts, flavor, fence).await,
+                    Waited::Refused => return Err(Error::NotAcquired { key: key.into() }),
+                    Waited::Unsupported => {}
+                }
+            }
+            let sent = Instant::now();
+            if let Grant::Granted(fence) = t.run(&cmd, Some(backoff.deadline())).await? {
+                return self.hand_out(key, token, sent, ttl, opts, flavor, fence).await;
+            }
+            // This first attempt found the module: wait in its queue from now.
+            if t.may_block(backoff.left(Instant::now())).is_some() {
+                continue;
+            }
+            match backoff.next(Instant::now(), rand::random::<f64>()) {
+                Some(d) => tokio::time::sleep(d).await,
+                None => return Err(Error::NotAcquired { key: key.into() }),
+            }
         }
+    }
+
+    /// The one takeover, for both APIs.
+    async fn takeover_core(&self, key: &str, run_id: &str, ttl: Duration, opts: &LockOptions, flavor: Flavor) -> Result<Lock> {
+        let token = token_of(opts);
+        let cmd = LockCmd::takeover(key, &token, run_id, ttl)?;
+        let sent = Instant::now();
+        match self.core.run(&cmd).await? {
+            Grant::Granted(fence) => self.hand_out(key, token, sent, ttl, opts, flavor, fence).await,
+            Grant::Refused => Err(Error::NotAcquired { key: key.into() }),
+        }
+    }
+
+    /// A granted lock, confirmed on the replicas first if asked for.
+    #[allow(clippy::too_many_arguments)]
+    async fn hand_out(&self, key: &str, token: String, sent: Instant, ttl: Duration, opts: &LockOptions, flavor: Flavor, fence: Option<u64>) -> Result<Lock> {
+        let lock = Lock::new(self.core.clone(), key, token, sent, ttl, opts, flavor, fence);
+        replicas::confirm(&self.core, lock, opts.replicas).await
     }
 }
 
-/// The runtime that will run the lock's watchdog and its release on drop.
-/// Checked up front: tokio's timers would panic outside a runtime.
+fn released(key: &str, took_effect: bool) -> Result<()> {
+    if took_effect {
+        Ok(())
+    } else {
+        Err(Error::NotHeld { key: key.into() })
+    }
+}
+
+/// The runtime that will run the lock's release on drop (if the engine
+/// cannot). Checked up front: tokio would panic outside a runtime.
 fn runtime() -> Result<tokio::runtime::Handle> {
     tokio::runtime::Handle::try_current().map_err(|_| Error::InvalidArgument("the _async methods must run inside a tokio runtime".into()))
 }
@@ -346,142 +306,4 @@ fn check_key(key: &str) -> Result<()> {
 
 fn token_of(opts: &LockOptions) -> String {
     opts.token.clone().unwrap_or_else(random_token)
-}
-
-/// Full-jitter exponential backoff bounded by the wait's deadline.
-struct Backoff {
-    deadline: Instant,
-    min: Duration,
-    max: Duration,
-    cap: Duration,
-}
-
-impl Backoff {
-    fn new(opts: &LockOptions, wait: Duration) -> Self {
-        let deadline = Instant::now().checked_add(wait).unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
-        Backoff { deadline, min: opts.retry_min_delay, max: opts.retry_max_delay, cap: opts.retry_min_delay }
-    }
-
-    /// What is left of the wait.
-    fn left(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
-    }
-
-    /// The pause before the next attempt, or `None` when the wait is over.
-    /// The last pause is cut to end at the deadline, so one attempt is made there.
-    fn next(&mut self) -> Option<Duration> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return None;
-        }
-        let d = if self.cap > self.min { rand::thread_rng().gen_range(self.min..=self.cap) } else { self.min };
-        self.cap = (self.cap * 2).min(self.max);
-        Some(d.min(left))
-    }
-}
-
-impl Inner {
-    /// `Some(left)` when the rest of a wait can be spent blocked in the
-    /// server: the module has (or may have) WAIT, a dedicated connection can
-    /// be opened, and at least a millisecond is left.
-    pub(crate) fn may_block(&self, backend: &BackendCell, left: Duration) -> Option<Duration> {
-        ((self.client.is_some() || self.cluster.is_some()) && backend.may_wait() && left >= Duration::from_millis(1)).then_some(left)
-    }
-
-    /// Runs `cmd` on the sync connection: true when it took effect.
-    pub(crate) fn run(&self, cmd: &LockCmd) -> Result<bool> {
-        self.run_grant(cmd).map(Grant::took_effect)
-    }
-
-    pub(crate) fn run_grant(&self, cmd: &LockCmd) -> Result<Grant> {
-        if let Some(c) = &self.cluster {
-            return c.run_grant(self, cmd);
-        }
-        self.with_sync(|con, backend| cmd.query(con, backend))
-    }
-
-    /// Runs `f` on the sync connection, (re)connecting first if needed.
-    pub(crate) fn with_sync<T>(&self, f: impl FnOnce(&mut redis::Connection, &BackendCell) -> RedisResult<T>) -> Result<T> {
-        // Poisoning only means another thread panicked mid-command; the
-        // connection is dropped below on any doubt, so carry on.
-        let mut slot = self.sync.lock().unwrap_or_else(|p| p.into_inner());
-        let con = match slot.as_mut() {
-            Some(con) => con,
-            None => {
-                let Some(client) = &self.client else {
-                    return Err(Error::InvalidArgument(if self.sync_given {
-                        "the connection this client was built from failed; build a new client".into()
-                    } else {
-                        "this client was built from an async connection: use the _async methods".into()
-                    }));
-                };
-                let con = client.get_connection_with_timeout(self.opts.connect_timeout)?;
-                con.set_read_timeout(Some(self.opts.response_timeout))?;
-                con.set_write_timeout(Some(self.opts.response_timeout))?;
-                self.sync_backend.reset();
-                slot.insert(con)
-            }
-        };
-        let r = f(con, &self.sync_backend);
-        if let Err(e) = &r {
-            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || !con.is_open() {
-                *slot = None;
-            }
-        }
-        Ok(r?)
-    }
-
-    async fn conn_async(&self) -> Result<AsyncConn> {
-        let con = self
-            .aio
-            .get_or_try_init(|| async {
-                let Some(client) = &self.client else {
-                    return Err(Error::InvalidArgument("this client was built from a sync connection: use the sync methods".into()));
-                };
-                let cfg = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(self.opts.connect_timeout))
-                    .set_response_timeout(Some(self.opts.response_timeout))
-                    .set_number_of_retries(2)
-                    .set_max_delay(Duration::from_millis(200));
-                Ok(AsyncConn::Manager(client.get_connection_manager_with_config(cfg).await?))
-            })
-            .await?;
-        Ok(con.clone())
-    }
-
-    /// The async twin of [`Inner::run`].
-    pub(crate) async fn run_async(&self, cmd: &LockCmd) -> Result<bool> {
-        self.run_grant_async(cmd).await.map(Grant::took_effect)
-    }
-
-    pub(crate) async fn run_grant_async(&self, cmd: &LockCmd) -> Result<Grant> {
-        if let Some(c) = &self.cluster {
-            return c.run_grant_async(self, cmd).await;
-        }
-        let backend = &self.aio_backend;
-        self.with_async(|mut con| async move {
-            match &mut con {
-                AsyncConn::Manager(m) => cmd.query_async(m, backend).await,
-                AsyncConn::Multiplexed(m) => cmd.query_async(m, backend).await,
-            }
-        })
-        .await
-    }
-
-    /// The async twin of [`Inner::with_sync`]. The response timeout is
-    /// enforced here too, since a connection given by the caller may have none.
-    pub(crate) async fn with_async<T, F, Fut>(&self, f: F) -> Result<T>
-    where
-        F: FnOnce(AsyncConn) -> Fut,
-        Fut: Future<Output = RedisResult<T>>,
-    {
-        let fut = async {
-            let con = self.conn_async().await?;
-            Ok::<T, Error>(f(con).await?)
-        };
-        match tokio::time::timeout(self.opts.response_timeout + self.opts.connect_timeout, fut).await {
-            Ok(r) => r,
-            Err(_) => Err(Error::Redis(std::io::Error::new(std::io::ErrorKind::TimedOut, "lock command timed out").into())),
-        }
-    }
 }

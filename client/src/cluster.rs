@@ -1,10 +1,13 @@
-//! Redis Cluster: the same [`LockClient`] and [`Lock`](crate::Lock) API on
+//! Redis Cluster: the same [`LockClient`](crate::LockClient) and [`Lock`](crate::Lock) API on
 //! redis-rs's own cluster clients.
 //!
 //! - Every command except a blocking wait goes through redis-rs's
-//!   [`ClusterConnection`](redis::cluster::ClusterConnection) (sync) or
-//!   [`cluster_async::ClusterConnection`] (tokio), which route by the key's
-//!   slot and follow `MOVED`/`ASK`, retrying on `TRYAGAIN`/`CLUSTERDOWN`.
+//!   [`cluster_async::ClusterConnection`] (one per client, on the
+//!   background runtime, for both APIs), which routes by the key's slot and
+//!   follows `MOVED`/`ASK`, retrying on `TRYAGAIN`/`CLUSTERDOWN`. What
+//!   escapes its retries in a topology change (a failover's refused
+//!   connections, a redirect to a dead node, a long `CLUSTERDOWN`) is
+//!   retried here with a fresh connection and slot map ([`Retrying`]).
 //!   The `LOCK.*` commands are unknown to redis-rs, which routes them by
 //!   their first argument: the key. The scripts go as `EVALSHA sha 1 key`,
 //!   routed by the key too. `LOCK.FENCEFLOOR`, whose argument is a number and
@@ -21,23 +24,30 @@
 //!   wait when the node answers `MOVED` (to the new owner), `ASK` (to the
 //!   importing node, after `ASKING`), `TRYAGAIN`, `CLUSTERDOWN` or
 //!   `UNBLOCKED` (after a short pause), or drops the connection (a failover:
-//!   after a best-effort release, from the seeds again).
+//!   after a best-effort release, from the seeds again). A failover in
+//!   progress (redirects going round, every node refusing) makes it start
+//!   over from the seeds after a growing pause, until the wait ends.
+//! - **Batches** (the renewal engine's): one pipeline per master, grouped
+//!   by a `CLUSTER SLOTS` map; a key the map placed wrong (a `MOVED` in the
+//!   pipeline) goes alone through redis-rs's routing.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
-use redis::cluster::{ClusterClient, ClusterConfig, ClusterConnection};
+use futures_util::future::BoxFuture;
+use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async;
-use redis::cluster_routing::Slot;
-use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, RedisResult, ServerErrorKind};
+use redis::cluster_routing::{Route as SlotRoute, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, RedisResult, ServerErrorKind, Value};
 
-use crate::client::{Inner, LockClient};
 use crate::cmd::{is_wait_unsupported, Backend, BackendCell, Grant, LockCmd};
 use crate::error::{Error, Result};
 use crate::info::{self, LockInfo};
 use crate::options::ClientOptions;
+use crate::retry::{self, Failure};
+use crate::runtime;
+use crate::transport::{self, bounded, Api, Transport};
 use crate::wait::{self, ReleaseOnCancel, Waited};
 
 /// How long a slot whose node lacked the module keeps using the scripts
@@ -52,14 +62,11 @@ const MAX_REDIRECTS: usize = 16;
 /// (`TRYAGAIN`, `CLUSTERDOWN`, `UNBLOCKED`, a dropped connection).
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
-/// Idle wait connections kept per node.
-const MAX_IDLE: usize = 4;
-
 /// `host:port` of a node.
 type Addr = (String, u16);
 
-/// The cluster side of a [`LockClient`] built with
-/// [`LockClient::open_cluster`].
+/// The transport to a Redis Cluster, of a client built with
+/// [`LockClient::open_cluster`](crate::LockClient::open_cluster).
 pub(crate) struct Cluster {
     client: ClusterClient,
     /// Seed nodes, in the order given: where a wait starts when the slot's
@@ -68,8 +75,9 @@ pub(crate) struct Cluster {
     /// Connection settings (credentials, TLS, database) of the first seed,
     /// used for the dedicated wait connections to any node.
     template: ConnectionInfo,
-    sync: Mutex<Option<ClusterConnection>>,
-    aio: tokio::sync::OnceCell<cluster_async::ClusterConnection>,
+    /// Replaced after a topology failure, so the next command starts from
+    /// a fresh slot map.
+    aio: tokio::sync::Mutex<Option<cluster_async::ClusterConnection>>,
     /// Slots whose node answered "unknown command", until when to use the
     /// scripts there. Absent: try the module.
     scripts: Mutex<HashMap<Slot, Instant>>,
@@ -77,9 +85,23 @@ pub(crate) struct Cluster {
     owners: Mutex<HashMap<Slot, Addr>>,
     /// What each node's wait connections found it to speak.
     nodes: Mutex<HashMap<Addr, Arc<BackendCell>>>,
-    idle_sync: Mutex<HashMap<Addr, Vec<redis::Connection>>>,
-    idle_aio: Mutex<HashMap<Addr, Vec<MultiplexedConnection>>>,
+    /// Idle wait connections, per node.
+    waits: wait::Pool<Addr>,
+    pub(crate) opts: ClientOptions,
+    /// What the last node a command reached was found to speak, for the
+    /// client's [`backend`](crate::LockClient::backend) getters.
+    pub(crate) backend: BackendCell,
+    /// Which master serves which slots (`CLUSTER SLOTS`), for grouping
+    /// batched commands by node; `None` until read, and again once a
+    /// redirect showed it stale.
+    slot_map: Mutex<Option<(Instant, Arc<SlotMap>)>>,
 }
+
+/// Slot ranges (inclusive) and their masters.
+type SlotMap = Vec<(u16, u16, Addr)>;
+
+/// How long a slot map is trusted without a redirect proving it wrong.
+const SLOT_MAP_MAX_AGE: Duration = Duration::from_secs(5);
 
 /// True for `redis+cluster://` and `rediss+cluster://` URLs.
 pub(crate) fn is_cluster_url(url: &str) -> bool {
@@ -126,18 +148,10 @@ fn addr_of(info: &ConnectionInfo) -> Option<Addr> {
     }
 }
 
-impl LockClient {
-    /// A client for a Redis Cluster, given one or more seed nodes
-    /// (`redis://host:port/` each, or `redis+cluster://h1:p1,h2:p2/`). Does
-    /// not connect yet. Same API as a single-server client: locks on keys of
-    /// every master, with fences, waits and watchdogs; see the "Redis Cluster"
-    /// section of the crate docs for what differs.
-    pub fn open_cluster<S: AsRef<str>>(urls: &[S]) -> Result<Self> {
-        Self::open_cluster_with(urls, ClientOptions::default())
-    }
-
-    /// [`LockClient::open_cluster`] with options.
-    pub fn open_cluster_with<S: AsRef<str>>(urls: &[S], opts: ClientOptions) -> Result<Self> {
+impl Cluster {
+    /// The cluster of these seed nodes (see `LockClient::open_cluster`).
+    /// Does not connect yet.
+    pub(crate) fn open<S: AsRef<str>>(urls: &[S], opts: ClientOptions) -> Result<Cluster> {
         let urls = seed_urls(urls);
         let infos = urls.iter().map(|u| u.as_str().into_connection_info()).collect::<RedisResult<Vec<_>>>()?;
         let Some(template) = infos.first().cloned() else {
@@ -161,20 +175,16 @@ impl LockClient {
             client,
             seeds,
             template,
-            sync: Mutex::new(None),
-            aio: tokio::sync::OnceCell::new(),
+            aio: tokio::sync::Mutex::new(None),
             scripts: Mutex::default(),
             owners: Mutex::default(),
             nodes: Mutex::default(),
-            idle_sync: Mutex::default(),
-            idle_aio: Mutex::default(),
+            waits: wait::Pool::default(),
+            opts,
+            backend: BackendCell::default(),
+            slot_map: Mutex::default(),
         };
-        Ok(Self::build_cluster(cluster, opts))
-    }
-
-    /// Whether this client talks to a Redis Cluster.
-    pub fn is_cluster(&self) -> bool {
-        self.inner.cluster.is_some()
+        Ok(cluster)
     }
 }
 
@@ -199,8 +209,8 @@ impl Cluster {
     }
 
     /// Records what the command on `slot` found, for the slot and for the
-    /// client's [`backend`](LockClient::backend) getters.
-    fn learn(&self, slot: Slot, cell: &BackendCell, client_cell: &BackendCell) {
+    /// client's [`backend`](crate::LockClient::backend) getters.
+    fn learn(&self, slot: Slot, cell: &BackendCell) {
         match cell.get() {
             Backend::Scripts => {
                 lock(&self.scripts).entry(slot).or_insert_with(|| Instant::now() + SCRIPTS_RECHECK);
@@ -208,82 +218,98 @@ impl Cluster {
             Backend::Module => {}
             Backend::Unknown => return,
         }
-        client_cell.set(cell.get());
+        self.backend.set(cell.get());
     }
 
-    /// Runs `f` on the sync cluster connection, connecting first if needed.
-    pub(crate) fn with_sync<T>(&self, inner: &Inner, f: impl FnOnce(&mut ClusterConnection) -> RedisResult<T>) -> Result<T> {
-        let mut slot = lock(&self.sync);
-        let con = match slot.as_mut() {
-            Some(con) => con,
-            None => {
-                let cfg = ClusterConfig::new().set_connection_timeout(inner.opts.connect_timeout).set_response_timeout(inner.opts.response_timeout);
-                slot.insert(self.client.get_connection_with_config(cfg)?)
+    pub(crate) async fn conn(&self) -> Result<cluster_async::ClusterConnection> {
+        let mut con = self.aio.lock().await;
+        if let Some(c) = con.as_ref() {
+            return Ok(c.clone());
+        }
+        let cfg = ClusterConfig::new().set_connection_timeout(self.opts.connect_timeout).set_response_timeout(self.opts.response_timeout);
+        // On the background runtime, which then drives it: it outlives the
+        // caller's runtime, and the renewal engine there shares it.
+        let client = self.client.clone();
+        let c = runtime::on_background(async move { client.get_async_connection_with_config(cfg).await }).await??;
+        *con = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Drops the async cluster connection after a topology failure.
+    async fn forget_async(&self) {
+        *self.aio.lock().await = None;
+    }
+
+    /// A lock command, routed by redis-rs, retried through topology
+    /// changes (see [`Retrying`]).
+    pub(crate) async fn run(&self, cmd: &LockCmd) -> Result<Grant> {
+        self.run_until(cmd, None).await
+    }
+
+    /// [`Cluster::run`], retrying until `deadline` too (an acquire's wait).
+    pub(crate) async fn run_until(&self, cmd: &LockCmd, deadline: Option<Instant>) -> Result<Grant> {
+        let mut t = Retrying::new(cmd, deadline);
+        loop {
+            if let Some(release) = t.release_first() {
+                let _ = self.run_once(&release).await;
             }
-        };
-        let r = f(con);
-        // As for one server: a reply that timed out may still arrive and be
-        // taken for the next command's.
-        if let Err(e) = &r {
-            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
-                *slot = None;
+            let r = self.run_once(cmd).await;
+            match t.after(&r) {
+                Step::Again(pause) => {
+                    self.forget_async().await;
+                    tokio::time::sleep(pause).await;
+                }
+                Step::Done => return t.settle(r),
+                Step::Doubt(release) => {
+                    let _ = self.run_once(&release).await;
+                    return r;
+                }
             }
         }
-        Ok(r?)
     }
 
-    pub(crate) async fn conn_async(&self, inner: &Inner) -> Result<cluster_async::ClusterConnection> {
-        let con = self
-            .aio
-            .get_or_try_init(|| async {
-                let cfg = ClusterConfig::new().set_connection_timeout(inner.opts.connect_timeout).set_response_timeout(inner.opts.response_timeout);
-                self.client.get_async_connection_with_config(cfg).await
-            })
-            .await?;
-        Ok(con.clone())
-    }
-
-    /// A lock command, routed by redis-rs.
-    pub(crate) fn run_grant(&self, inner: &Inner, cmd: &LockCmd) -> Result<Grant> {
-        let slot = Slot::for_key(cmd.key());
-        let cell = self.slot_cell(slot);
-        let r = self.with_sync(inner, |con| cmd.query(con, &cell));
-        self.learn(slot, &cell, &inner.sync_backend);
-        r
-    }
-
-    /// The async twin of [`Cluster::run_grant`].
-    pub(crate) async fn run_grant_async(&self, inner: &Inner, cmd: &LockCmd) -> Result<Grant> {
+    async fn run_once(&self, cmd: &LockCmd) -> Result<Grant> {
         let slot = Slot::for_key(cmd.key());
         let cell = self.slot_cell(slot);
         let fut = async {
-            let mut con = self.conn_async(inner).await?;
+            let mut con = self.conn().await?;
             Ok::<_, Error>(cmd.query_async(&mut con, &cell).await?)
         };
-        let r = bounded(inner, fut).await;
-        self.learn(slot, &cell, &inner.aio_backend);
+        let r = bounded(&self.opts, fut).await;
+        self.learn(slot, &cell);
         r
+    }
+
+    /// `renew`, then `wait` on the node that renewed (see `replicas.rs`):
+    /// the replicas that acknowledged, `None` when the renewal found the
+    /// lock gone.
+    pub(crate) async fn renew_then_wait(&self, renew: &LockCmd, wait: redis::Cmd) -> Result<Option<i64>> {
+        let fut = async {
+            let mut con = self.conn().await?;
+            let cell = BackendCell::default();
+            if !renew.query_async(&mut con, &cell).await?.took_effect() {
+                return Ok(None);
+            }
+            // To the master of the key's slot, where the renewal went, so
+            // WAIT counts that node's replicas (redis-rs would otherwise
+            // send it to every master).
+            let owner = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(SlotRoute::with_slot(Slot::for_key(renew.key()), SlotAddr::Master)));
+            let v = con.route_command(wait, owner).await?;
+            Ok::<_, Error>(Some(redis::from_redis_value(v).map_err(RedisError::from)?))
+        };
+        bounded(&self.opts, fut).await
     }
 
     /// `LOCK.INFO` (or its script twin) on the key's node.
-    pub(crate) fn info(&self, inner: &Inner, key: &str) -> Result<Option<LockInfo>> {
-        let slot = Slot::for_key(key);
-        let cell = self.slot_cell(slot);
-        let r = self.with_sync(inner, |con| info::query(key, con, &cell));
-        self.learn(slot, &cell, &inner.sync_backend);
-        r
-    }
-
-    /// The async twin of [`Cluster::info`].
-    pub(crate) async fn info_async(&self, inner: &Inner, key: &str) -> Result<Option<LockInfo>> {
+    pub(crate) async fn info(&self, key: &str) -> Result<Option<LockInfo>> {
         let slot = Slot::for_key(key);
         let cell = self.slot_cell(slot);
         let fut = async {
-            let mut con = self.conn_async(inner).await?;
+            let mut con = self.conn().await?;
             Ok::<_, Error>(info::query_async(key, &mut con, &cell).await?)
         };
-        let r = bounded(inner, fut).await;
-        self.learn(slot, &cell, &inner.aio_backend);
+        let r = bounded(&self.opts, fut).await;
+        self.learn(slot, &cell);
         r
     }
 
@@ -312,34 +338,9 @@ impl Cluster {
         self.template.clone().set_addr(a)
     }
 
-    fn take_sync(&self, addr: &Addr) -> Option<redis::Connection> {
-        lock(&self.idle_sync).get_mut(addr).and_then(Vec::pop)
-    }
-
-    fn put_sync(&self, addr: &Addr, con: redis::Connection) {
-        let mut idle = lock(&self.idle_sync);
-        let v = idle.entry(addr.clone()).or_default();
-        if v.len() < MAX_IDLE && redis::ConnectionLike::is_open(&con) {
-            v.push(con);
-        }
-    }
-
-    fn take_async(&self, addr: &Addr) -> Option<MultiplexedConnection> {
-        lock(&self.idle_aio).get_mut(addr).and_then(Vec::pop)
-    }
-
-    fn put_async(&self, addr: &Addr, con: MultiplexedConnection) {
-        let mut idle = lock(&self.idle_aio);
-        let v = idle.entry(addr.clone()).or_default();
-        if v.len() < MAX_IDLE {
-            v.push(con);
-        }
-    }
-
     /// Drops the idle wait connections to `addr` (it closed one on us).
     fn forget_node(&self, addr: &Addr) {
-        lock(&self.idle_sync).remove(addr);
-        lock(&self.idle_aio).remove(addr);
+        self.waits.forget(addr);
     }
 
     fn remember_owner(&self, slot: Slot, addr: &Addr) {
@@ -350,6 +351,205 @@ impl Cluster {
         let mut owners = lock(&self.owners);
         if owners.get(&slot) == Some(addr) {
             owners.remove(&slot);
+        }
+    }
+}
+
+/// A `CLUSTER SLOTS` reply: `[start, end, [host, port, ...], replicas...]`
+/// per range. `None` when it does not read as one.
+fn parse_slots(v: Value) -> Option<SlotMap> {
+    let Value::Array(ranges) = v else { return None };
+    let mut map = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        let Value::Array(r) = r else { return None };
+        let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) = (r.first(), r.get(1), r.get(2)) else { return None };
+        let host = match master.first() {
+            Some(Value::BulkString(h)) => String::from_utf8_lossy(h).into_owned(),
+            Some(Value::SimpleString(h)) => h.clone(),
+            _ => return None,
+        };
+        let Some(Value::Int(port)) = master.get(1) else { return None };
+        map.push((u16::try_from(*start).ok()?, u16::try_from(*end).ok()?, (host, u16::try_from(*port).ok()?)));
+    }
+    Some(map)
+}
+
+fn owner_in(map: &SlotMap, slot: u16) -> Option<&Addr> {
+    map.iter().find(|(a, b, _)| (*a..=*b).contains(&slot)).map(|(_, _, addr)| addr)
+}
+
+/// A reply in a batch that the routed single command handles better: a
+/// redirect (the map was stale), or a node that cannot serve now.
+fn retry_alone(v: &Value) -> bool {
+    let Value::ServerError(e) = v else { return false };
+    matches!(e.code(), "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN" | "LOADING" | "MASTERDOWN")
+}
+
+impl Cluster {
+    /// The slot map, read again when stale.
+    async fn slot_map(&self) -> Option<Arc<SlotMap>> {
+        if let Some((at, map)) = lock(&self.slot_map).as_ref() {
+            if at.elapsed() < SLOT_MAP_MAX_AGE {
+                return Some(map.clone());
+            }
+        }
+        let fut = async {
+            let mut con = self.conn().await?;
+            let v = con.route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random)).await?;
+            Ok::<_, Error>(v)
+        };
+        let map = Arc::new(parse_slots(bounded(&self.opts, fut).await.ok()?)?);
+        *lock(&self.slot_map) = Some((Instant::now(), map.clone()));
+        Some(map)
+    }
+
+    fn slot_map_stale(&self) {
+        *lock(&self.slot_map) = None;
+    }
+
+    /// Many renew or release commands: one pipeline per master (at most
+    /// `batch` commands each) for the keys the slot map places there, the
+    /// rest (and those a pipeline found moved) alone through redis-rs's
+    /// routing. Per command when it was sent and its outcome.
+    pub(crate) async fn run_batch(&self, cmds: Vec<LockCmd>, batch: usize) -> Vec<(Instant, Result<Grant>)> {
+        use futures_util::stream::{self, StreamExt};
+        let map = self.slot_map().await;
+        let now = Instant::now();
+        let mut groups: HashMap<&Addr, Vec<usize>> = HashMap::new();
+        let mut alone = Vec::new();
+        for (i, c) in cmds.iter().enumerate() {
+            let slot = redis_lock_rules::cluster::key_slot(c.key().as_bytes());
+            let scripts = lock(&self.scripts).get(&Slot::for_key(c.key())).is_some_and(|until| *until > now);
+            match map.as_deref().and_then(|m| owner_in(m, slot)) {
+                Some(addr) if !scripts => groups.entry(addr).or_default().push(i),
+                _ => alone.push(i),
+            }
+        }
+        let jobs: Vec<Vec<usize>> = groups.into_values().flat_map(|idx| idx.chunks(batch.max(1)).map(<[usize]>::to_vec).collect::<Vec<_>>()).collect();
+        let cmds = &cmds;
+        let sent_pipelines: Vec<(Vec<usize>, Instant, Result<Vec<Value>>)> = stream::iter(jobs)
+            .map(|idx| async move {
+                let mut pipe = redis::pipe();
+                for &i in &idx {
+                    pipe.add_command(cmds[i].module_cmd());
+                }
+                // Routed to the master of the group's first key: all of the
+                // group's keys are there as far as the map knows.
+                let route = SingleNodeRoutingInfo::SpecificNode(SlotRoute::with_slot(Slot::for_key(cmds[idx[0]].key()), SlotAddr::Master));
+                let n = idx.len();
+                let sent = Instant::now();
+                let fut = async {
+                    let mut con = self.conn().await?;
+                    Ok::<_, Error>(con.route_pipeline(pipe, 0, n, route).await?)
+                };
+                (idx, sent, bounded(&self.opts, fut).await)
+            })
+            .buffer_unordered(crate::engine::MAX_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut out: Vec<Option<(Instant, Result<Grant>)>> = (0..cmds.len()).map(|_| None).collect();
+        for (idx, sent, r) in sent_pipelines {
+            match r {
+                Ok(values) if values.len() == idx.len() => {
+                    for (i, v) in idx.into_iter().zip(values) {
+                        if retry_alone(&v) {
+                            self.slot_map_stale();
+                            alone.push(i);
+                            continue;
+                        }
+                        match cmds[i].batch_reply(v) {
+                            Some(r) => out[i] = Some((sent, r.map_err(Error::from))),
+                            None => alone.push(i),
+                        }
+                    }
+                }
+                // The node failed (a failover?): the watchdog retries these
+                // after TTL/10, by then through a fresh map.
+                Ok(_) | Err(_) => {
+                    self.slot_map_stale();
+                    let e = match r {
+                        Err(e) => e,
+                        Ok(v) => Error::Redis(crate::cmd::unexpected(Value::Array(v))),
+                    };
+                    let n = idx.len();
+                    for (i, f) in idx.into_iter().zip(crate::engine::failed_all(&e, n)) {
+                        out[i] = Some((sent, f));
+                    }
+                }
+            }
+        }
+        let singles: Vec<(usize, Instant, Result<Grant>)> = stream::iter(alone)
+            .map(|i| async move {
+                let sent = Instant::now();
+                (i, sent, self.run(&cmds[i]).await)
+            })
+            .buffer_unordered(crate::engine::MAX_IN_FLIGHT)
+            .collect()
+            .await;
+        for (i, sent, r) in singles {
+            out[i] = Some((sent, r));
+        }
+        out.into_iter().map(|o| o.unwrap_or_else(|| (now, Err(Error::InvalidArgument("no answer".into()))))).collect()
+    }
+}
+
+/// One cluster command's attempts through a topology change: a failure
+/// that did not apply it (a redirect that escaped redis-rs, `TRYAGAIN`,
+/// `CLUSTERDOWN`, a refused connection) or may have (a connection reset)
+/// is tried again after a growing pause, [`retry::TOPOLOGY_ATTEMPTS`]
+/// times in all, or until the deadline of an acquire's wait. An acquire
+/// or takeover that may have been applied is released before it is sent
+/// again, and once more if it finally fails, so its grant is never left
+/// behind; a release refused after a possibly applied attempt had most
+/// likely been done by it, and counts as done.
+struct Retrying<'a> {
+    cmd: &'a LockCmd,
+    deadline: Option<Instant>,
+    failed: usize,
+    doubt: bool,
+}
+
+/// What [`Retrying::after`] says to do.
+enum Step {
+    /// Pause, then try again.
+    Again(Duration),
+    /// Give the caller this outcome.
+    Done,
+    /// Give the caller this failure, after sending this release.
+    Doubt(LockCmd),
+}
+
+impl<'a> Retrying<'a> {
+    fn new(cmd: &'a LockCmd, deadline: Option<Instant>) -> Self {
+        Retrying { cmd, deadline, failed: 0, doubt: false }
+    }
+
+    /// The release of a grant an earlier attempt may have made, to send
+    /// before the next attempt.
+    fn release_first(&self) -> Option<LockCmd> {
+        (self.doubt && self.cmd.grants()).then(|| LockCmd::release(self.cmd.key(), self.cmd.token()).ok()).flatten()
+    }
+
+    fn after(&mut self, r: &Result<Grant>) -> Step {
+        let Err(Error::Redis(e)) = r else { return Step::Done };
+        let failure = retry::classify(e);
+        if failure == Failure::Unknown {
+            self.doubt = true;
+        }
+        let pause = retry::pause(self.failed, rand::random::<f64>());
+        self.failed += 1;
+        let more = self.failed < retry::TOPOLOGY_ATTEMPTS || self.deadline.is_some_and(|d| Instant::now() + pause < d);
+        match (failure, more, self.release_first()) {
+            (Failure::Final, _, Some(release)) | (_, false, Some(release)) => Step::Doubt(release),
+            (Failure::Final, _, None) | (_, false, None) => Step::Done,
+            _ => Step::Again(pause),
+        }
+    }
+
+    fn settle(&self, r: Result<Grant>) -> Result<Grant> {
+        match r {
+            Ok(Grant::Refused) if self.doubt && matches!(self.cmd, LockCmd::Release { .. }) => Ok(Grant::Granted(None)),
+            r => r,
         }
     }
 }
@@ -382,15 +582,6 @@ fn next_after(e: &RedisError) -> Next {
     }
 }
 
-/// Bounds an async cluster call like [`Inner`]'s own async calls: the
-/// response timeout plus the connect timeout.
-async fn bounded<T>(inner: &Inner, fut: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-    match tokio::time::timeout(inner.opts.response_timeout + inner.opts.connect_timeout, fut).await {
-        Ok(r) => r,
-        Err(_) => Err(Error::Redis(std::io::Error::new(std::io::ErrorKind::TimedOut, "lock command timed out").into())),
-    }
-}
-
 /// The state of one wait as it moves between nodes.
 struct Route {
     slot: Slot,
@@ -400,6 +591,8 @@ struct Route {
     redirects: usize,
     /// Nodes that refused a connection or dropped one during this wait.
     down: Vec<Addr>,
+    /// Times the wait started over ([`Route::settle`]).
+    settled: usize,
 }
 
 impl Route {
@@ -407,7 +600,7 @@ impl Route {
         let slot = Slot::for_key(key);
         let addr = cl.first_target(slot, &[]).ok_or_else(|| Error::InvalidArgument("no cluster seed node".into()))?;
         let deadline = Instant::now().checked_add(left).unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
-        Ok(Route { slot, deadline, addr, asking: false, redirects: 0, down: Vec::new() })
+        Ok(Route { slot, deadline, addr, asking: false, redirects: 0, down: Vec::new(), settled: 0 })
     }
 
     fn left(&self) -> Duration {
@@ -447,6 +640,24 @@ impl Route {
         }
     }
 
+    /// Too many redirects, or no node left to try: the topology is
+    /// changing under the wait (a failover in progress). Start again from
+    /// the seeds after a growing pause; `None` once the wait is over.
+    fn settle(&mut self, cl: &Cluster) -> Option<Duration> {
+        let left = self.left();
+        if left.is_zero() {
+            return None;
+        }
+        let pause = retry::pause(self.settled, rand::random::<f64>()).min(left);
+        self.settled += 1;
+        cl.forget_owner(self.slot, &self.addr);
+        self.redirects = 0;
+        self.down.clear();
+        self.asking = false;
+        self.addr = cl.first_target(self.slot, &[])?;
+        Some(pause)
+    }
+
     /// A pause before re-issuing, cut to the deadline; false once the wait
     /// is over.
     fn pause(&self) -> Option<Duration> {
@@ -455,229 +666,173 @@ impl Route {
     }
 }
 
-/// A blocking acquire in a cluster, on a dedicated sync connection to the
-/// slot's owner (see the module docs).
-pub(crate) fn wait_acquire(inner: &Inner, cl: &Cluster, cmd: &LockCmd, ttl: Duration, left: Duration) -> Result<Waited> {
-    let mut route = Route::new(cl, cmd.key(), left)?;
-    loop {
-        let cell = cl.node_cell(&route.addr);
-        let pooled = cl.take_sync(&route.addr);
-        let reused = pooled.is_some();
-        let mut con = match pooled {
-            Some(c) => c,
-            None => match redis::Client::open(cl.info_for(&route.addr)).and_then(|c| c.get_connection_with_timeout(inner.opts.connect_timeout)) {
-                Ok(c) => c,
-                Err(e) if route.node_down(cl) => {
-                    let _ = e;
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            },
-        };
-        let left = route.left();
-        con.set_write_timeout(Some(inner.opts.response_timeout))?;
-        con.set_read_timeout(Some(left.saturating_add(inner.opts.response_timeout)))?;
-        let asked = if route.asking { redis::cmd("ASKING").query::<()>(&mut con) } else { Ok(()) };
-        let sent = Instant::now();
-        let r = asked.and_then(|()| cmd.with_wait(wait::wait_ms(left)).query(&mut con, &cell));
-        match r {
-            Ok(Grant::Granted(fence)) => {
-                if !route.asking {
-                    cl.remember_owner(route.slot, &route.addr);
-                }
-                cell.set_wait(true);
-                inner.sync_backend.set(Backend::Module);
-                if !wait::needs_confirming(sent, ttl) {
-                    cl.put_sync(&route.addr, con);
-                    return Ok(Waited::Granted { fence, sent });
-                }
-                // Confirmed through the cluster connection: the slot may
-                // have moved on since the grant.
-                let renew = LockCmd::renew(cmd.key(), cmd.token(), ttl)?;
-                cl.put_sync(&route.addr, con);
-                let sent = Instant::now();
-                return match inner.run_grant(&renew) {
-                    Ok(Grant::Granted(_)) => Ok(Waited::Granted { fence, sent }),
-                    Ok(Grant::Refused) => Ok(Waited::Refused),
-                    Err(e) => {
-                        wait::release_quietly(inner, cmd);
-                        Err(e)
+impl Cluster {
+    /// A blocking acquire in a cluster, on a dedicated connection to the
+    /// slot's owner (see the module docs).
+    pub(crate) async fn wait_acquire(self: &Arc<Self>, cmd: &LockCmd, ttl: Duration, left: Duration) -> Result<Waited> {
+        let cl = self;
+        let mut route = Route::new(cl, cmd.key(), left)?;
+        loop {
+            let cell = cl.node_cell(&route.addr);
+            let pooled = cl.waits.take(&route.addr);
+            let reused = pooled.is_some();
+            let mut con = match pooled {
+                Some(c) => c,
+                None => {
+                    // No response timeout of its own: each use sets one below.
+                    let cfg = AsyncConnectionConfig::new().set_connection_timeout(Some(cl.opts.connect_timeout)).set_response_timeout(None);
+                    let info = cl.info_for(&route.addr);
+                    let opened = runtime::on_background(async move { redis::Client::open(info)?.get_multiplexed_async_connection_with_config(&cfg).await }).await?;
+                    match opened {
+                        Ok(c) => c,
+                        Err(_) if route.node_down(cl) => continue,
+                        Err(_) => match route.settle(cl) {
+                            Some(p) => {
+                                tokio::time::sleep(p).await;
+                                continue;
+                            }
+                            None => return Ok(Waited::Refused),
+                        },
                     }
-                };
+                }
+            };
+            let left = route.left();
+            con.set_response_timeout(left.saturating_add(cl.opts.response_timeout));
+            let guard = ReleaseOnCancel::new(transport::release_later(cl.clone(), cmd));
+            let asked = if route.asking { redis::cmd("ASKING").query_async::<()>(&mut con).await } else { Ok(()) };
+            let sent = Instant::now();
+            let r = match asked {
+                Ok(()) => cmd.with_wait(wait::wait_ms(left)).query_async(&mut con, &cell).await,
+                Err(e) => Err(e),
+            };
+            match r {
+                Ok(Grant::Granted(fence)) => {
+                    if !route.asking {
+                        cl.remember_owner(route.slot, &route.addr);
+                    }
+                    cell.set_wait(true);
+                    cl.backend.set(Backend::Module);
+                    cl.waits.put(&route.addr, con);
+                    if !wait::needs_confirming(sent, ttl, Instant::now()) {
+                        guard.disarm();
+                        return Ok(Waited::Granted { fence, sent });
+                    }
+                    let renew = LockCmd::renew(cmd.key(), cmd.token(), ttl)?;
+                    let sent = Instant::now();
+                    return match cl.run(&renew).await {
+                        Ok(Grant::Granted(_)) => {
+                            guard.disarm();
+                            Ok(Waited::Granted { fence, sent })
+                        }
+                        Ok(Grant::Refused) => {
+                            guard.disarm();
+                            Ok(Waited::Refused)
+                        }
+                        // The guard releases.
+                        Err(e) => Err(e),
+                    };
+                }
+                Ok(Grant::Refused) => {
+                    guard.disarm();
+                    cl.waits.put(&route.addr, con);
+                    let w = wait::refused(&cell);
+                    if cell.get() == Backend::Scripts {
+                        cl.backend.set(Backend::Scripts);
+                    }
+                    return Ok(w);
+                }
+                Err(e) if is_wait_unsupported(&e) => {
+                    guard.disarm();
+                    cell.set_wait(false);
+                    cl.backend.set_wait(false);
+                    cl.waits.put(&route.addr, con);
+                    return Ok(Waited::Unsupported);
+                }
+                Err(e) => match next_after(&e) {
+                    n @ (Next::Moved(_) | Next::Ask(_)) => {
+                        guard.disarm();
+                        let from = route.addr.clone();
+                        cl.waits.put(&from, con);
+                        if !route.redirect(cl, n) {
+                            match route.settle(cl) {
+                                Some(p) => tokio::time::sleep(p).await,
+                                None => return Ok(Waited::Refused),
+                            }
+                        }
+                    }
+                    Next::Later => {
+                        guard.disarm();
+                        cl.waits.put(&route.addr, con);
+                        match route.pause() {
+                            Some(p) => tokio::time::sleep(p).await,
+                            None => return Ok(Waited::Refused),
+                        }
+                    }
+                    Next::Fail => {
+                        drop(con);
+                        if !wait::outcome_unknown(&e) {
+                            guard.disarm();
+                            return Err(e.into());
+                        }
+                        // Released here, not by the guard's spawned task, which
+                        // could otherwise run after a retry's grant.
+                        guard.disarm();
+                        transport::release_later(cl.clone(), cmd).await;
+                        if wait::stale(&e, reused) {
+                            cl.forget_node(&route.addr);
+                            continue;
+                        }
+                        if e.is_timeout() {
+                            return Err(e.into());
+                        }
+                        let pause = if route.node_down(cl) { route.pause() } else { route.settle(cl) };
+                        match pause {
+                            Some(p) => tokio::time::sleep(p).await,
+                            None => return Ok(Waited::Refused),
+                        }
+                    }
+                },
             }
-            Ok(Grant::Refused) => {
-                cl.put_sync(&route.addr, con);
-                let w = wait::refused(&cell);
-                if cell.get() == Backend::Scripts {
-                    inner.sync_backend.set(Backend::Scripts);
-                }
-                return Ok(w);
-            }
-            Err(e) if is_wait_unsupported(&e) => {
-                cell.set_wait(false);
-                inner.sync_backend.set_wait(false);
-                cl.put_sync(&route.addr, con);
-                return Ok(Waited::Unsupported);
-            }
-            Err(e) => match next_after(&e) {
-                n @ (Next::Moved(_) | Next::Ask(_)) => {
-                    let from = route.addr.clone();
-                    cl.put_sync(&from, con);
-                    if !route.redirect(cl, n) {
-                        return Err(e.into());
-                    }
-                }
-                Next::Later => {
-                    cl.put_sync(&route.addr, con);
-                    match route.pause() {
-                        Some(p) => std::thread::sleep(p),
-                        None => return Ok(Waited::Refused),
-                    }
-                }
-                Next::Fail => {
-                    drop(con);
-                    if !wait::outcome_unknown(&e) {
-                        return Err(e.into());
-                    }
-                    // The node may have granted just before its connection
-                    // went; its successor (a failover) must not keep that grant.
-                    wait::release_quietly(inner, cmd);
-                    if wait::stale(&e, reused) {
-                        cl.forget_node(&route.addr);
-                        continue;
-                    }
-                    if e.is_timeout() || !route.node_down(cl) {
-                        return Err(e.into());
-                    }
-                    match route.pause() {
-                        Some(p) => std::thread::sleep(p),
-                        None => return Ok(Waited::Refused),
-                    }
-                }
-            },
         }
     }
 }
 
-/// The async twin of [`wait_acquire`], on dedicated multiplexed connections.
-pub(crate) async fn wait_acquire_async(lc: &LockClient, cl: &Cluster, cmd: &LockCmd, ttl: Duration, left: Duration) -> Result<Waited> {
-    let inner = &lc.inner;
-    let mut route = Route::new(cl, cmd.key(), left)?;
-    loop {
-        let cell = cl.node_cell(&route.addr);
-        let pooled = cl.take_async(&route.addr);
-        let reused = pooled.is_some();
-        let mut con = match pooled {
-            Some(c) => c,
-            None => {
-                // No response timeout of its own: each use sets one below.
-                let cfg = AsyncConnectionConfig::new().set_connection_timeout(Some(inner.opts.connect_timeout)).set_response_timeout(None);
-                let opened = match redis::Client::open(cl.info_for(&route.addr)) {
-                    Ok(c) => c.get_multiplexed_async_connection_with_config(&cfg).await,
-                    Err(e) => Err(e),
-                };
-                match opened {
-                    Ok(c) => c,
-                    Err(_) if route.node_down(cl) => continue,
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        };
-        let left = route.left();
-        con.set_response_timeout(left.saturating_add(inner.opts.response_timeout));
-        let guard = ReleaseOnCancel::new(lc, cmd);
-        let asked = if route.asking { redis::cmd("ASKING").query_async::<()>(&mut con).await } else { Ok(()) };
-        let sent = Instant::now();
-        let r = match asked {
-            Ok(()) => cmd.with_wait(wait::wait_ms(left)).query_async(&mut con, &cell).await,
-            Err(e) => Err(e),
-        };
-        match r {
-            Ok(Grant::Granted(fence)) => {
-                if !route.asking {
-                    cl.remember_owner(route.slot, &route.addr);
-                }
-                cell.set_wait(true);
-                inner.aio_backend.set(Backend::Module);
-                cl.put_async(&route.addr, con);
-                if !wait::needs_confirming(sent, ttl) {
-                    guard.disarm();
-                    return Ok(Waited::Granted { fence, sent });
-                }
-                let renew = LockCmd::renew(cmd.key(), cmd.token(), ttl)?;
-                let sent = Instant::now();
-                return match inner.run_grant_async(&renew).await {
-                    Ok(Grant::Granted(_)) => {
-                        guard.disarm();
-                        Ok(Waited::Granted { fence, sent })
-                    }
-                    Ok(Grant::Refused) => {
-                        guard.disarm();
-                        Ok(Waited::Refused)
-                    }
-                    // The guard releases.
-                    Err(e) => Err(e),
-                };
-            }
-            Ok(Grant::Refused) => {
-                guard.disarm();
-                cl.put_async(&route.addr, con);
-                let w = wait::refused(&cell);
-                if cell.get() == Backend::Scripts {
-                    inner.aio_backend.set(Backend::Scripts);
-                }
-                return Ok(w);
-            }
-            Err(e) if is_wait_unsupported(&e) => {
-                guard.disarm();
-                cell.set_wait(false);
-                inner.aio_backend.set_wait(false);
-                cl.put_async(&route.addr, con);
-                return Ok(Waited::Unsupported);
-            }
-            Err(e) => match next_after(&e) {
-                n @ (Next::Moved(_) | Next::Ask(_)) => {
-                    guard.disarm();
-                    let from = route.addr.clone();
-                    cl.put_async(&from, con);
-                    if !route.redirect(cl, n) {
-                        return Err(e.into());
-                    }
-                }
-                Next::Later => {
-                    guard.disarm();
-                    cl.put_async(&route.addr, con);
-                    match route.pause() {
-                        Some(p) => tokio::time::sleep(p).await,
-                        None => return Ok(Waited::Refused),
-                    }
-                }
-                Next::Fail => {
-                    drop(con);
-                    if !wait::outcome_unknown(&e) {
-                        guard.disarm();
-                        return Err(e.into());
-                    }
-                    // Released here, not by the guard's spawned task, which
-                    // could otherwise run after a retry's grant.
-                    guard.disarm();
-                    if let Ok(release) = LockCmd::release(cmd.key(), cmd.token()) {
-                        let _ = inner.run_grant_async(&release).await;
-                    }
-                    if wait::stale(&e, reused) {
-                        cl.forget_node(&route.addr);
-                        continue;
-                    }
-                    if e.is_timeout() || !route.node_down(cl) {
-                        return Err(e.into());
-                    }
-                    match route.pause() {
-                        Some(p) => tokio::time::sleep(p).await,
-                        None => return Ok(Waited::Refused),
-                    }
-                }
-            },
-        }
+impl Transport for Cluster {
+    fn serves(&self, _api: Api) -> Result<()> {
+        Ok(())
+    }
+
+    fn backend(&self) -> &BackendCell {
+        &self.backend
+    }
+
+    fn run<'a>(&'a self, cmd: &'a LockCmd, deadline: Option<Instant>) -> BoxFuture<'a, Result<Grant>> {
+        Box::pin(self.run_until(cmd, deadline))
+    }
+
+    fn run_batch(self: Arc<Self>, cmds: Vec<LockCmd>, batch: usize) -> BoxFuture<'static, Vec<(Instant, Result<Grant>)>> {
+        Box::pin(async move { Cluster::run_batch(&self, cmds, batch).await })
+    }
+
+    fn info<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<LockInfo>>> {
+        Box::pin(Cluster::info(self, key))
+    }
+
+    /// Waits run on connections of their own to the slot's owner.
+    fn may_block(&self, left: Duration) -> Option<Duration> {
+        (self.backend.may_wait() && left >= Duration::from_millis(1)).then_some(left)
+    }
+
+    fn wait_acquire<'a>(self: Arc<Self>, cmd: &'a LockCmd, ttl: Duration, left: Duration) -> BoxFuture<'a, Result<Waited>> {
+        Box::pin(async move { Cluster::wait_acquire(&self, cmd, ttl, left).await })
+    }
+
+    fn renew_then_wait<'a>(&'a self, renew: &'a LockCmd, wait: redis::Cmd) -> BoxFuture<'a, Result<Option<i64>>> {
+        Box::pin(Cluster::renew_then_wait(self, renew, wait))
+    }
+
+    fn is_cluster(&self) -> bool {
+        true
     }
 }
 

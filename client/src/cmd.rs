@@ -70,12 +70,6 @@ impl BackendCell {
     pub(crate) fn set_wait(&self, supported: bool) {
         self.wait.store(if supported { 1 } else { 2 }, Ordering::Relaxed);
     }
-
-    /// A new connection may reach another server (or a newer module).
-    pub(crate) fn reset(&self) {
-        self.set(Backend::Unknown);
-        self.wait.store(0, Ordering::Relaxed);
-    }
 }
 
 /// What a lock command did.
@@ -172,7 +166,7 @@ impl LockCmd {
 
     /// The module command. Acquire and takeover always ask for a fence: the
     /// reply is then the fence or nil, never an ambiguous 1 (a valid fence).
-    fn module_cmd(&self) -> Cmd {
+    pub(crate) fn module_cmd(&self) -> Cmd {
         // Sized up front: a command grown argument by argument reallocates
         // its two buffers several times (~800 instructions per lock).
         let run_id = if let LockCmd::Takeover { run_id, .. } = self { run_id.len() } else { 0 };
@@ -227,6 +221,24 @@ impl LockCmd {
         }
     }
 
+    /// A module command's reply in a pipeline; `None` when the command
+    /// has to run again alone (the module is not there, or no longer).
+    pub(crate) fn batch_reply(&self, v: Value) -> Option<RedisResult<Grant>> {
+        match v {
+            Value::ServerError(e) => {
+                let e = redis::RedisError::from(e);
+                (!is_unknown_command(&e)).then_some(Err(e))
+            }
+            v => Some(module_reply(v, self.fenced())),
+        }
+    }
+
+    /// Whether it grants the key (acquire, takeover): then an outcome in
+    /// doubt may have left a grant to release.
+    pub(crate) fn grants(&self) -> bool {
+        self.fenced()
+    }
+
     /// Whether the module's reply is a fence (or nil) rather than 1/0.
     fn fenced(&self) -> bool {
         matches!(self, LockCmd::Acquire { .. } | LockCmd::Takeover { .. })
@@ -272,6 +284,87 @@ impl LockCmd {
             Fallback::Script(inv) => fallback_reply(inv.invoke_async::<Value>(con).await?),
         }
     }
+}
+
+/// The script a fallback command runs (its source, to load it) and the
+/// `EVALSHA` that runs it; for renew and release only, the operations the
+/// engine batches.
+fn batch_script(cmd: &LockCmd) -> Option<(&'static str, Cmd)> {
+    let (source, script) = match cmd {
+        LockCmd::Renew { .. } => (scripts::RENEW, &*RENEW),
+        LockCmd::Release { .. } => (scripts::RELEASE, &*RELEASE),
+        _ => return None,
+    };
+    let mut c = redis::cmd("EVALSHA");
+    c.arg(script.get_hash()).arg(1).arg(cmd.key()).arg(cmd.token());
+    if let LockCmd::Renew { ttl_ms, .. } = cmd {
+        c.arg(ttl_ms);
+    }
+    Some((source, c))
+}
+
+/// Runs `cmds` as one pipeline: one round trip for all of them. The outer
+/// error is the pipeline's (the connection failed: every outcome is
+/// unknown); the inner ones are each command's. An undetected backend is
+/// found out by the first command alone; a command the pipeline could not
+/// serve as planned (the module vanished, a script was flushed, or an
+/// acquire or takeover on a server without the module) runs again alone.
+pub(crate) async fn query_batch<C>(cmds: &[LockCmd], con: &mut C, backend: &BackendCell) -> RedisResult<Vec<RedisResult<Grant>>>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    let mut out = Vec::with_capacity(cmds.len());
+    let mut rest = cmds;
+    if backend.get() == Backend::Unknown {
+        let Some((first, tail)) = cmds.split_first() else { return Ok(out) };
+        out.push(first.query_async(con, backend).await);
+        rest = tail;
+    }
+    if rest.is_empty() {
+        return Ok(out);
+    }
+    let scripts = backend.get() == Backend::Scripts;
+    let planned: Vec<Option<Cmd>> = rest.iter().map(|c| if scripts { batch_script(c).map(|(_, e)| e) } else { Some(c.module_cmd()) }).collect();
+    let mut pipe = redis::pipe();
+    // Loaded in the same round trip, ahead of their EVALSHAs (loading a
+    // loaded script is a no-op): no NOSCRIPT to recover from.
+    let mut preload: Vec<&'static str> = Vec::new();
+    if scripts {
+        for (source, _) in rest.iter().filter_map(batch_script) {
+            if !preload.contains(&source) {
+                preload.push(source);
+                pipe.cmd("SCRIPT").arg("LOAD").arg(source);
+            }
+        }
+    }
+    // A command that cannot be planned is replaced by a PING, so the
+    // replies keep their places; it runs again alone below.
+    for p in &planned {
+        match p {
+            Some(c) => pipe.add_command(c.clone()),
+            None => pipe.cmd("PING"),
+        };
+    }
+    let replies = con.req_packed_commands(&pipe, preload.len(), rest.len()).await?;
+    if replies.len() != rest.len() {
+        return Err(unexpected(Value::Array(replies)));
+    }
+    for ((c, p), v) in rest.iter().zip(&planned).zip(replies) {
+        let r = match v {
+            _ if p.is_none() => None,
+            Value::ServerError(e) if scripts => {
+                let e = redis::RedisError::from(e);
+                (e.code() != Some("NOSCRIPT")).then_some(Err(e))
+            }
+            v if scripts => Some(fallback_reply(v)),
+            v => c.batch_reply(v),
+        };
+        out.push(match r {
+            Some(r) => r,
+            None => c.query_async(con, backend).await,
+        });
+    }
+    Ok(out)
 }
 
 /// `ERR WAIT is not supported by this version of the lock module`: a module

@@ -34,7 +34,7 @@ pub enum Error {
     /// majority of its servers in time: which ones answered what is in the
     /// [`QuorumFailure`](crate::QuorumFailure). (A majority that *refused*
     /// is [`Error::NotAcquired`] or [`Error::NotHeld`] instead.)
-    NoQuorum(Box<crate::quorum::QuorumFailure>),
+    NoQuorum(Box<crate::failure::QuorumFailure>),
     /// [`LockOptions::wait_for_replicas`](crate::LockOptions::wait_for_replicas):
     /// the grant reached fewer replicas than wanted in time, so the lock
     /// was released again.

@@ -12,6 +12,10 @@
 //!   [`Lock::fence`], strictly increasing per key (`None` without it).
 //! - A [`Lock`] renews, releases (idempotent), is released on drop, and can
 //!   be kept alive by a watchdog ([`WatchdogOptions`]) that renews every TTL/3.
+//!   All the watchdogs of a client are one renewal engine: one task on the
+//!   process's one background thread, sending the renewals due together as
+//!   one pipeline per node ([`ClientOptions::watchdog_batch`]), so holding
+//!   100,000 locks costs no thread, task or connection per lock.
 //! - A lost lock is never silent: [`Lock::is_held`], [`Lock::lost`] (a
 //!   future) and [`LostSignal`] (blocking or async) report it with a
 //!   [`LossReason`].
@@ -92,10 +96,28 @@
 //! and follow `MOVED`/`ASK`. A blocking `acquire` waits on a dedicated
 //! connection to the slot's owner and is re-issued with the remaining wait
 //! on `MOVED`, `ASK` (after `ASKING`), `TRYAGAIN`, `CLUSTERDOWN`, `UNBLOCKED`
-//! or a dropped node. The backend is detected per slot's node; a node found
+//! or a dropped node. A topology change that redis-rs's own retries do not
+//! absorb (a master killed, its replica not yet promoted) is retried with a
+//! fresh slot map and a growing pause: until the wait ends for an
+//! `acquire`, a few times for anything else; an acquire whose reply was
+//! lost is released before it is tried again. The backend is detected per slot's node; a node found
 //! without the module is asked again after [`SCRIPTS_RECHECK`]. Fences come
 //! from each key's node, led by its configEpoch, so a key's fences keep
 //! increasing across slot moves and failovers (see the top-level README).
+//!
+//! # Layers
+//!
+//! From the bottom: errors and options (`error`, `failure`, `options`);
+//! pure decisions taking `now` (`cmd` builds commands and reads replies,
+//! `watchdog` the renewal schedule, `retry` backoff and failure kinds,
+//! `state` the lock state, `quorum::round`'s tally, `info` parsing); the
+//! background `runtime` and the renewal `engine`; the transport seam
+//! (`transport`: one server in `single`, a cluster in `cluster`, waits'
+//! shared rules in `wait`); the modes over it (`lock`, `replicas`,
+//! `quorum`); the facade (`client`, this file). No module imports one
+//! above it (`tests/layers.rs` checks there is no cycle). Every operation
+//! is implemented once, async; the sync API drives the same future to
+//! completion on the calling thread.
 //!
 //! # Timing
 //!
@@ -112,13 +134,19 @@
 mod client;
 mod cluster;
 mod cmd;
+mod engine;
 mod error;
+mod failure;
 mod info;
 mod lock;
 mod options;
 mod quorum;
 mod replicas;
+mod retry;
+mod runtime;
+mod single;
 mod state;
+mod transport;
 mod wait;
 mod watchdog;
 

@@ -1,22 +1,24 @@
 //! [`Lock`]: the handle of a held lock.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::LockClient;
 use crate::cmd::LockCmd;
+use crate::engine::Renewer;
 use crate::error::{Error, Result};
 use crate::options::LockOptions;
+use crate::runtime;
 use crate::state::{LossReason, LostSignal, Shared, Status};
-use crate::watchdog;
+use crate::transport::{Api, Core};
 
 /// How the lock was taken, which decides how drop releases it.
 #[derive(Debug)]
-enum Flavor {
+pub(crate) enum Flavor {
     /// Sync API: drop releases on the dropping thread (bounded by the
     /// response timeout).
     Sync,
-    /// Async API: drop spawns the release on this runtime and returns at once.
+    /// Async API: drop queues the release with the client's engine (or
+    /// spawns it on this runtime) and returns at once.
     Async(tokio::runtime::Handle),
 }
 
@@ -29,48 +31,34 @@ enum Flavor {
 ///
 /// Once lost, a lock stays lost: `renew` then fails with
 /// [`Error::NotHeld`] without asking the server.
-#[derive(Debug)]
 pub struct Lock {
     shared: Arc<Shared>,
-    client: LockClient,
+    core: Arc<Core>,
     flavor: Flavor,
-    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     fence: Option<u64>,
 }
 
-impl Lock {
-    pub(crate) fn new_sync(client: LockClient, key: &str, token: String, sent: Instant, ttl: Duration, opts: &LockOptions, fence: Option<u64>) -> Lock {
-        let shared = Arc::new(Shared::new(key.into(), token, sent, ttl));
-        if let Some(w) = &opts.watchdog {
-            watchdog::spawn_sync(shared.clone(), client.clone(), w);
-        }
-        Lock { shared, client, flavor: Flavor::Sync, task: Mutex::new(None), fence }
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock").field("key", &self.shared.key).field("fence", &self.fence).field("flavor", &self.flavor).finish_non_exhaustive()
     }
+}
 
+impl Lock {
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new_async(
-        client: LockClient,
-        key: &str,
-        token: String,
-        sent: Instant,
-        ttl: Duration,
-        opts: &LockOptions,
-        rt: tokio::runtime::Handle,
-        fence: Option<u64>,
-    ) -> Lock {
+    pub(crate) fn new(core: Arc<Core>, key: &str, token: String, sent: Instant, ttl: Duration, opts: &LockOptions, flavor: Flavor, fence: Option<u64>) -> Lock {
         let shared = Arc::new(Shared::new(key.into(), token, sent, ttl));
-        let task = opts.watchdog.as_ref().map(|w| watchdog::spawn_async(shared.clone(), client.clone(), w, &rt));
-        Lock { shared, client, flavor: Flavor::Async(rt), task: Mutex::new(task), fence }
+        if let (Some(w), Some(engine)) = (&opts.watchdog, opts.watchdog.as_ref().and_then(|_| core.engine())) {
+            engine.add(shared.clone(), w, fence);
+        }
+        // Without an engine there are no renewals; the state still turns
+        // Lost(Expired) at the end of the TTL, so the loss is not silent.
+        Lock { shared, core, flavor, fence }
     }
 
     /// The TTL it was granted (and is renewed) for.
     pub(crate) fn ttl(&self) -> Duration {
         self.shared.ttl()
-    }
-
-    /// Whether it was made by an `_async` method (released on its runtime).
-    pub(crate) fn is_async(&self) -> bool {
-        matches!(self.flavor, Flavor::Async(_))
     }
 
     /// The locked key.
@@ -123,25 +111,25 @@ impl Lock {
     /// [`Error::NotHeld`] if the key is no longer ours; then the lock is lost.
     pub fn renew(&self, ttl: Duration) -> Result<()> {
         self.shared.check_renewable()?;
-        let cmd = LockCmd::renew(self.key(), self.token(), ttl)?;
+        self.core.transport.serves(Api::Sync)?;
+        let (core, cmd) = (self.core.clone(), LockCmd::renew(self.key(), self.token(), ttl)?);
         let sent = Instant::now();
-        self.shared.after_renew(sent, ttl, self.client.inner.run(&cmd))
+        self.shared.after_renew(sent, ttl, runtime::block(async move { core.run_ok(&cmd).await }))
     }
 
     /// The async twin of [`Lock::renew`].
     pub async fn renew_async(&self, ttl: Duration) -> Result<()> {
         self.shared.check_renewable()?;
+        self.core.transport.serves(Api::Async)?;
         let cmd = LockCmd::renew(self.key(), self.token(), ttl)?;
         let sent = Instant::now();
-        let r = self.client.inner.run_async(&cmd).await;
+        let r = self.core.run_ok(&cmd).await;
         self.shared.after_renew(sent, ttl, r)
     }
 
+    /// The engine drops the lock from its schedule when it next comes due.
     fn stop_watchdog(&self) {
         self.shared.stop_watchdog();
-        if let Some(t) = self.task.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            t.abort();
-        }
     }
 
     fn after_release(&self, r: Result<bool>) -> Result<()> {
@@ -164,8 +152,9 @@ impl Lock {
         if self.shared.status() == Status::Released {
             return Ok(());
         }
-        let cmd = LockCmd::release(self.key(), self.token())?;
-        self.after_release(self.client.inner.run(&cmd))
+        self.core.transport.serves(Api::Sync)?;
+        let (core, cmd) = (self.core.clone(), LockCmd::release(self.key(), self.token())?);
+        self.after_release(runtime::block(async move { core.run_ok(&cmd).await }))
     }
 
     /// The async twin of [`Lock::release`].
@@ -174,18 +163,20 @@ impl Lock {
         if self.shared.status() == Status::Released {
             return Ok(());
         }
+        self.core.transport.serves(Api::Async)?;
         let cmd = LockCmd::release(self.key(), self.token())?;
-        let r = self.client.inner.run_async(&cmd).await;
+        let r = self.core.run_ok(&cmd).await;
         self.after_release(r)
     }
 }
 
 impl Drop for Lock {
     /// Best-effort release. Sync locks release on the dropping thread
-    /// (bounded by the response timeout); async locks spawn the release on
-    /// their runtime and return at once, so dropping never blocks a runtime
-    /// thread. If that runtime is gone, or the release fails, the key simply
-    /// expires after its TTL.
+    /// (bounded by the response timeout); async locks queue the release
+    /// with the client's renewal engine, which pipelines the releases of
+    /// many dropped locks (or, its bounded queue full, spawn it on their
+    /// runtime), and return at once, so dropping never blocks a runtime
+    /// thread. If the release fails, the key simply expires after its TTL.
     fn drop(&mut self) {
         self.stop_watchdog();
         let status = self.shared.status();
@@ -201,13 +192,20 @@ impl Drop for Lock {
         let Ok(cmd) = LockCmd::release(self.key(), self.token()) else { return };
         match &self.flavor {
             Flavor::Sync => {
-                let _ = self.client.inner.run(&cmd);
+                let core = self.core.clone();
+                let _ = runtime::block(async move { core.run_ok(&cmd).await });
             }
             Flavor::Async(rt) => {
-                let client = self.client.clone();
+                // Queued for the engine, which pipelines the releases of
+                // many dropped locks; a full queue (or no engine) spawns it.
+                let owner: Arc<dyn Renewer> = self.core.clone();
+                if self.core.engine().is_some_and(|e| e.queue_release(owner, self.shared.key.clone(), self.shared.token.clone())) {
+                    return;
+                }
+                let core = self.core.clone();
                 let rt = tokio::runtime::Handle::try_current().unwrap_or_else(|_| rt.clone());
                 rt.spawn(async move {
-                    let _ = client.inner.run_async(&cmd).await;
+                    let _ = core.run_ok(&cmd).await;
                 });
             }
         }

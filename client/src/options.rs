@@ -2,16 +2,21 @@
 
 use std::time::Duration;
 
+/// The default of [`ClientOptions::watchdog_batch`]: Redisson's
+/// `lockWatchdogBatchSize`.
+pub(crate) const DEFAULT_WATCHDOG_BATCH: usize = 100;
+
 /// Connection-level options of a [`LockClient`](crate::LockClient).
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    pub(crate) watchdog_batch: usize,
 }
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        ClientOptions { connect_timeout: Duration::from_secs(2), response_timeout: Duration::from_secs(2) }
+        ClientOptions { connect_timeout: Duration::from_secs(2), response_timeout: Duration::from_secs(2), watchdog_batch: DEFAULT_WATCHDOG_BATCH }
     }
 }
 
@@ -33,6 +38,18 @@ impl ClientOptions {
     /// TTLs you use. Default: 2 s.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
+        self
+    }
+
+    /// At most this many watchdog renewals (or queued releases of dropped
+    /// locks) go in one pipeline to one node. The client's renewal engine
+    /// sends every renewal due within a short window together, one
+    /// pipeline per node of this size at most, several pipelines in flight
+    /// at once. Larger batches mean fewer round trips and longer single
+    /// commands on the server. Default: 100 (Redisson's
+    /// `lockWatchdogBatchSize`); 0 counts as 1.
+    pub fn watchdog_batch(mut self, n: usize) -> Self {
+        self.watchdog_batch = n.max(1);
         self
     }
 }

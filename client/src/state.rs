@@ -51,7 +51,8 @@ pub(crate) struct Inner {
     pub(crate) ttl: Duration,
     /// The watchdog stopped at its maximum lifetime.
     pub(crate) retired: bool,
-    /// Release or drop asked the watchdog to stop.
+    /// Release or drop asked the watchdog to stop (the engine drops the
+    /// lock from its schedule when it next comes due).
     pub(crate) stop: bool,
     /// Threads asleep on `cond`: a notify with none is a wasted futex call
     /// on every release.
@@ -63,9 +64,9 @@ pub(crate) struct Shared {
     pub(crate) key: String,
     pub(crate) token: String,
     inner: Mutex<Inner>,
-    /// Wakes blocking waiters and the sync watchdog.
+    /// Wakes blocking waiters.
     cond: Condvar,
-    /// Wakes async waiters and the async watchdog.
+    /// Wakes async waiters.
     notify: Notify,
 }
 
@@ -183,46 +184,6 @@ impl Shared {
 
     pub(crate) fn ttl(&self) -> Duration {
         self.lock().ttl
-    }
-
-    /// The watchdog's sleep: true when `until` is reached and the lock is
-    /// still held, false as soon as it should stop.
-    pub(crate) fn watchdog_wait(&self, until: Instant) -> bool {
-        let mut g = self.lock();
-        loop {
-            if g.status != Status::Held || g.stop {
-                return false;
-            }
-            let now = Instant::now();
-            if now >= until {
-                return true;
-            }
-            let wake = until.min(g.valid_until);
-            g = self.sleep(g, wake);
-        }
-    }
-
-    /// The async twin of [`Shared::watchdog_wait`].
-    pub(crate) async fn watchdog_wait_async(&self, until: Instant) -> bool {
-        loop {
-            let notified = self.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let wake = {
-                let g = self.lock();
-                if g.status != Status::Held || g.stop {
-                    return false;
-                }
-                if Instant::now() >= until {
-                    return true;
-                }
-                until.min(g.valid_until)
-            };
-            tokio::select! {
-                _ = notified => {}
-                _ = tokio::time::sleep_until(wake.into()) => {}
-            }
-        }
     }
 
     pub(crate) fn retire(&self) {

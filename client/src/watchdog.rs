@@ -1,56 +1,72 @@
-//! The opt-in background renewal of one lock: a thread for locks taken with
-//! the sync API, a tokio task for the async API, one schedule for both.
+//! The renewal schedule of a watchdog lock, as pure decisions taking `now`:
+//! when the next renewal is due, how early it may go to share a round trip
+//! with others, and what a renewal's outcome means. The renewal engine
+//! (`engine.rs`) runs it for every lock of a client at once.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::LockClient;
-use crate::cmd::LockCmd;
 use crate::error::Error;
 use crate::options::WatchdogOptions;
 use crate::state::{LossReason, Shared};
 
 /// Renew every TTL/3: a live holder's remaining TTL then never falls below
 /// 2·TTL/3, which is what the takeover rule's TTL/2 staleness test assumes.
-fn interval(ttl: Duration) -> Duration {
+pub(crate) fn interval(ttl: Duration) -> Duration {
     (ttl / 3).max(Duration::from_millis(1))
 }
 
 /// After a failed renewal, try again sooner than the cadence: the lock has
 /// at most 2·TTL/3 left and every attempt counts.
-fn retry_interval(ttl: Duration) -> Duration {
+pub(crate) fn retry_interval(ttl: Duration) -> Duration {
     (ttl / 10).max(Duration::from_millis(1))
 }
 
+/// The longest a renewal is sent ahead of its due time, to share a round
+/// trip with renewals due just after it.
+pub(crate) const MAX_EARLY: Duration = Duration::from_millis(100);
+
+/// How early a renewal of a lock of this TTL may be sent: TTL/30 (so the
+/// cadence stays between 0.30 and 0.33 TTL: renewing early only leaves the
+/// key more time), at most [`MAX_EARLY`].
+pub(crate) fn early(ttl: Duration) -> Duration {
+    (ttl / 30).min(MAX_EARLY)
+}
+
 /// What a renewal's outcome means for the schedule.
-enum Outcome {
-    /// Renewed: next one at this instant.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Renew again at this instant.
     Next(Instant),
     /// Stop renewing.
     Stop,
 }
 
-struct Schedule {
+/// One lock's schedule.
+#[derive(Debug)]
+pub(crate) struct Schedule {
     started: Instant,
     max_lifetime: Option<Duration>,
 }
 
 impl Schedule {
-    fn new(opts: &WatchdogOptions) -> Self {
-        Schedule { started: Instant::now(), max_lifetime: opts.max_lifetime }
+    pub(crate) fn new(opts: &WatchdogOptions, now: Instant) -> Self {
+        Schedule { started: now, max_lifetime: opts.max_lifetime }
+    }
+
+    /// The first renewal.
+    pub(crate) fn first(&self, ttl: Duration) -> Instant {
+        self.started + interval(ttl)
     }
 
     /// Past its maximum lifetime the watchdog retires: the lock runs out its
     /// current TTL and the state reports `MaxLifetime`.
-    fn retired(&self, shared: &Shared) -> bool {
-        if self.max_lifetime.is_some_and(|m| self.started.elapsed() >= m) {
-            shared.retire();
-            return true;
-        }
-        false
+    pub(crate) fn retired(&self, now: Instant) -> bool {
+        self.max_lifetime.is_some_and(|m| now.saturating_duration_since(self.started) >= m)
     }
 
-    fn after(&self, shared: &Shared, sent: Instant, ttl: Duration, r: Result<bool, Error>) -> Outcome {
+    /// Applies a renewal sent at `sent` for `ttl` to the lock's state, and
+    /// says what comes next.
+    pub(crate) fn after(&self, shared: &Shared, sent: Instant, ttl: Duration, r: Result<bool, Error>, now: Instant) -> Outcome {
         match r {
             Ok(true) if shared.renewed(sent, ttl) => Outcome::Next(sent + interval(ttl)),
             // Released meanwhile.
@@ -60,70 +76,48 @@ impl Schedule {
                 Outcome::Stop
             }
             // Connection trouble: keep trying; once the validity has passed
-            // the state turns Lost(Expired) by itself and the wait ends.
-            Err(_) => Outcome::Next(Instant::now() + retry_interval(ttl)),
+            // the state turns Lost(Expired) by itself and renewals stop.
+            Err(_) => Outcome::Next(now + retry_interval(ttl)),
         }
     }
 }
 
-pub(crate) fn spawn_sync(shared: Arc<Shared>, client: LockClient, opts: &WatchdogOptions) {
-    let schedule = Schedule::new(opts);
-    let mut next = schedule.started + interval(shared.ttl());
-    let spawned = std::thread::Builder::new().name(format!("redis-lock watchdog {}", shared.key)).spawn(move || {
-        while shared.watchdog_wait(next) {
-            if schedule.retired(&shared) {
-                return;
-            }
-            let ttl = shared.ttl();
-            let sent = Instant::now();
-            let r = LockCmd::renew(&shared.key, &shared.token, ttl).and_then(|c| client.inner.run(&c));
-            match schedule.after(&shared, sent, ttl, r) {
-                Outcome::Next(at) => next = at,
-                Outcome::Stop => return,
-            }
-        }
-    });
-    // Without a thread there are no renewals; the state still turns
-    // Lost(Expired) at the end of the TTL, so the loss is not silent.
-    drop(spawned);
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-pub(crate) fn spawn_async(shared: Arc<Shared>, client: LockClient, opts: &WatchdogOptions, rt: &tokio::runtime::Handle) -> tokio::task::JoinHandle<()> {
-    spawn_async_with(shared, opts, rt, move |shared, ttl| {
-        let client = client.clone();
-        async move {
-            let sent = Instant::now();
-            let r = match LockCmd::renew(&shared.key, &shared.token, ttl) {
-                Ok(c) => client.inner.run_async(&c).await,
-                Err(e) => Err(e),
-            };
-            (sent, r)
-        }
-    })
-}
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
 
-/// The async watchdog with the renewal given by the caller (the quorum
-/// lock renews on several servers): `renew(shared, ttl)` answers when the
-/// renewal's validity starts (the `sent` of a single-server renewal) and
-/// its outcome, read as for a single server.
-pub(crate) fn spawn_async_with<F, Fut>(shared: Arc<Shared>, opts: &WatchdogOptions, rt: &tokio::runtime::Handle, renew: F) -> tokio::task::JoinHandle<()>
-where
-    F: Fn(Arc<Shared>, Duration) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = (Instant, Result<bool, Error>)> + Send + 'static,
-{
-    let schedule = Schedule::new(opts);
-    rt.spawn(async move {
-        let mut next = schedule.started + interval(shared.ttl());
-        while shared.watchdog_wait_async(next).await {
-            if schedule.retired(&shared) {
-                return;
-            }
-            let ttl = shared.ttl();
-            let (sent, r) = renew(shared.clone(), ttl).await;
-            match schedule.after(&shared, sent, ttl, r) {
-                Outcome::Next(at) => next = at,
-                Outcome::Stop => return,
-            }
-        }
-    })
+    #[test]
+    fn cadence_retry_and_early_window() {
+        assert_eq!(interval(ms(300)), ms(100));
+        assert_eq!(retry_interval(ms(300)), ms(30));
+        assert_eq!(interval(Duration::from_micros(10)), ms(1));
+        assert_eq!(early(ms(300)), ms(10));
+        assert_eq!(early(Duration::from_secs(30)), MAX_EARLY);
+        // Sent as early as allowed, a renewal still comes after 0.3 TTL.
+        let ttl = ms(3000);
+        assert!(interval(ttl) - early(ttl) >= ttl.mul_f64(0.3) - ms(1));
+    }
+
+    #[test]
+    fn outcomes_follow_the_documented_rules() {
+        let t0 = Instant::now();
+        let ttl = ms(300);
+        let s = Shared::new("k".into(), "t".into(), t0, ttl);
+        let sched = Schedule::new(&WatchdogOptions::new().max_lifetime(ms(1000)), t0);
+        assert_eq!(sched.first(ttl), t0 + ms(100));
+        let sent = t0 + ms(100);
+        assert_eq!(sched.after(&s, sent, ttl, Ok(true), sent + ms(1)), Outcome::Next(sent + ms(100)));
+        assert_eq!(s.lock().valid_until, sent + ttl, "validity counts from the sending");
+        let now = t0 + ms(205);
+        assert_eq!(sched.after(&s, now, ttl, Err(Error::InvalidArgument("x".into())), now), Outcome::Next(now + ms(30)));
+        assert!(!sched.retired(t0 + ms(999)));
+        assert!(sched.retired(t0 + ms(1000)));
+        assert_eq!(sched.after(&s, now, ttl, Ok(false), now), Outcome::Stop);
+        assert_eq!(s.loss_reason(), Some(LossReason::NotOwner));
+        assert_eq!(sched.after(&s, now, ttl, Ok(true), now), Outcome::Stop, "a lost lock stays lost");
+    }
 }

@@ -192,3 +192,71 @@ fn a_waiter_during_a_reshard_is_served_by_the_new_owner() {
     assert_held(&c, &got, "the waiter's grant");
     got.release().unwrap();
 }
+
+/// Four threads take turns on one key, each `acquire` with a wait, while
+/// the key's master is killed (`kill -9`) and a replica takes over by
+/// itself: no acquisition fails with a redirection or connection error
+/// while its wait lasts (the client refreshes its view and retries), the
+/// fences of successive holders keep increasing, and no two holders'
+/// times overlap.
+#[test]
+fn acquires_with_a_wait_ride_out_a_master_kill() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let mut c = Cluster::start(3, 1);
+    let m = c.masters();
+    let key = c.key_on("contended:", m[0]);
+    let victim = c.owner_of(&key);
+    let stop = Arc::new(AtomicBool::new(false));
+    // (acquired at, fence, released at) per grant; errors other than NotAcquired.
+    let grants = Arc::new(Mutex::new(Vec::<(Instant, u64, Instant)>::new()));
+    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (stop, grants, errors, key) = (stop.clone(), grants.clone(), errors.clone(), key.clone());
+            let client = LockClient::open_cluster(&c.urls()).unwrap();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    // The wait outlasts a failover (node timeout 1 s + election).
+                    match client.acquire(&key, ms(3000), ms(10_000)) {
+                        Ok(lock) => {
+                            let at = Instant::now();
+                            std::thread::sleep(ms(20));
+                            let fence = lock.fence().expect("the module gives fences");
+                            let released = Instant::now();
+                            // A release that fails in the failover leaves the key to its TTL.
+                            let _ = lock.release();
+                            grants.lock().unwrap().push((at, fence, released));
+                        }
+                        Err(Error::NotAcquired { .. }) => {}
+                        Err(e) => errors.lock().unwrap().push(e.to_string()),
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(ms(1500));
+    let before = grants.lock().unwrap().len();
+    let promoted = c.kill_master(victim);
+    assert_eq!(c.owner_of(&key), promoted);
+    std::thread::sleep(ms(3000));
+    let after = grants.lock().unwrap().len();
+    std::thread::sleep(ms(1000));
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let errors = errors.lock().unwrap();
+    assert!(errors.is_empty(), "{} acquisitions failed: {:?}", errors.len(), &errors[..errors.len().min(5)]);
+    let mut grants = grants.lock().unwrap().clone();
+    assert!(before > 0 && grants.len() > after, "grants before the kill ({before}) and after the failover ({} in all)", grants.len());
+    grants.sort_by_key(|g| g.0);
+    for w in grants.windows(2) {
+        let ((a0, f0, r0), (a1, f1, _)) = (w[0], w[1]);
+        assert!(f1 > f0, "fences increase: {f0} then {f1}");
+        assert!(a1 >= r0, "holders overlap: one held until {:?} after the next was granted", r0 - a1);
+        let _ = a0;
+    }
+    c.restart_node(victim);
+}

@@ -1,33 +1,22 @@
 //! [`QuorumLock`]: the handle of a lock held on a majority of servers.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::options::LockOptions;
-use crate::quorum::node::Api;
 use crate::quorum::protocol::{self, Acquired, Ctx};
-use crate::quorum::runtime;
+use crate::runtime;
 use crate::state::{LossReason, LostSignal, Shared, Status};
-use crate::watchdog;
 
-/// How the lock was taken, which decides where drop releases it and where
-/// the watchdog runs.
+/// How the lock was taken, which decides how drop releases it.
 #[derive(Debug)]
 enum Flavor {
-    /// Sync API: the quorum client's background runtime.
+    /// Sync API: drop waits for the release (on the background runtime).
     Sync,
-    /// Async API: the caller's runtime.
+    /// Async API: drop queues the release with the engine, or spawns it on
+    /// this runtime.
     Async(tokio::runtime::Handle),
-}
-
-impl Flavor {
-    fn api(&self) -> Api {
-        match self {
-            Flavor::Sync => Api::Sync,
-            Flavor::Async(_) => Api::Async,
-        }
-    }
 }
 
 /// A lock held on a majority of a [`QuorumClient`](crate::QuorumClient)'s
@@ -46,7 +35,6 @@ pub struct QuorumLock {
     shared: Arc<Shared>,
     ctx: Arc<Ctx>,
     flavor: Flavor,
-    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     fence: Option<u64>,
 }
 
@@ -63,25 +51,13 @@ impl QuorumLock {
             Some(rt) => Flavor::Async(rt),
             None => Flavor::Sync,
         };
-        let api = flavor.api();
         let fence = acquired.fence;
-        let rt = match &flavor {
-            Flavor::Async(rt) => Some(rt.clone()),
-            Flavor::Sync => runtime::background().ok(),
-        };
-        // Without a runtime there are no renewals; the state still turns
+        if let (Some(w), Some(engine)) = (&opts.watchdog, opts.watchdog.as_ref().and_then(|_| ctx.engine())) {
+            engine.add(shared.clone(), w, fence);
+        }
+        // Without an engine there are no renewals; the state still turns
         // Lost(Expired) at the end of the validity, so the loss is not silent.
-        let task = match (&opts.watchdog, rt) {
-            (Some(w), Some(rt)) => {
-                let ctx = ctx.clone();
-                Some(watchdog::spawn_async_with(shared.clone(), w, &rt, move |shared, ttl| {
-                    let ctx = ctx.clone();
-                    async move { protocol::renew(&ctx, api, &shared.key, &shared.token, ttl, fence).await }
-                }))
-            }
-            _ => None,
-        };
-        QuorumLock { shared, ctx, flavor, task: Mutex::new(task), fence }
+        QuorumLock { shared, ctx, flavor, fence }
     }
 
     /// The locked key.
@@ -143,7 +119,7 @@ impl QuorumLock {
     pub fn renew(&self, ttl: Duration) -> Result<()> {
         self.shared.check_renewable()?;
         let (ctx, key, token, fence) = (self.ctx.clone(), self.key().to_string(), self.token().to_string(), self.fence);
-        let (from, r) = runtime::block(async move { Ok(protocol::renew(&ctx, Api::Sync, &key, &token, ttl, fence).await) })?;
+        let (from, r) = runtime::block(async move { Ok(protocol::renew(&ctx, &key, &token, ttl, fence).await) })?;
         self.shared.after_renew(from, ttl, r)
     }
 
@@ -151,15 +127,13 @@ impl QuorumLock {
     pub async fn renew_async(&self, ttl: Duration) -> Result<()> {
         self.shared.check_renewable()?;
         in_runtime()?;
-        let (from, r) = protocol::renew(&self.ctx, Api::Async, self.key(), self.token(), ttl, self.fence).await;
+        let (from, r) = protocol::renew(&self.ctx, self.key(), self.token(), ttl, self.fence).await;
         self.shared.after_renew(from, ttl, r)
     }
 
+    /// The engine drops the lock from its schedule when it next comes due.
     fn stop_watchdog(&self) {
         self.shared.stop_watchdog();
-        if let Some(t) = self.task.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            t.abort();
-        }
     }
 
     fn after_release(&self, r: Result<bool>) -> Result<()> {
@@ -188,7 +162,7 @@ impl QuorumLock {
             return Ok(());
         }
         let (ctx, key, token, timeout) = (self.ctx.clone(), self.key().to_string(), self.token().to_string(), self.node_timeout());
-        let r = runtime::block(async move { protocol::release(&ctx, Api::Sync, &key, &token, timeout).await });
+        let r = runtime::block(async move { protocol::release(&ctx, &key, &token, timeout).await });
         self.after_release(r)
     }
 
@@ -199,7 +173,7 @@ impl QuorumLock {
             return Ok(());
         }
         in_runtime()?;
-        let r = protocol::release(&self.ctx, Api::Async, self.key(), self.token(), self.node_timeout()).await;
+        let r = protocol::release(&self.ctx, self.key(), self.token(), self.node_timeout()).await;
         self.after_release(r)
     }
 }
@@ -220,12 +194,18 @@ impl Drop for QuorumLock {
         let (ctx, key, token, timeout) = (self.ctx.clone(), self.key().to_string(), self.token().to_string(), self.node_timeout());
         match &self.flavor {
             Flavor::Sync => {
-                let _ = runtime::block(async move { protocol::release(&ctx, Api::Sync, &key, &token, timeout).await });
+                let _ = runtime::block(async move { protocol::release(&ctx, &key, &token, timeout).await });
             }
             Flavor::Async(rt) => {
+                // Queued with the engine, which pipelines the releases of
+                // many dropped locks; a full queue (or no engine) spawns it.
+                let owner: Arc<dyn crate::engine::Renewer> = ctx.clone();
+                if ctx.engine().is_some_and(|e| e.queue_release(owner, key.clone(), token.clone())) {
+                    return;
+                }
                 let rt = tokio::runtime::Handle::try_current().unwrap_or_else(|_| rt.clone());
                 rt.spawn(async move {
-                    let _ = protocol::release(&ctx, Api::Async, &key, &token, timeout).await;
+                    let _ = protocol::release(&ctx, &key, &token, timeout).await;
                 });
             }
         }

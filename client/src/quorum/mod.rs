@@ -20,8 +20,10 @@
 //!   single-server lock, but give no fences: with fewer than a majority of
 //!   fence-capable servers, [`QuorumLock::fence`] is `None`.
 //!
-//! The sync API runs the same async code on a private background runtime
-//! (one thread per process); the `_async` twins run on the caller's.
+//! The sync API drives the same async code to completion on the calling
+//! thread (`runtime::block`); the `_async` twins run on the caller's
+//! runtime. The watchdogs of all of a client's locks are one renewal
+//! engine, which renews them in one pipeline per server.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -36,25 +38,24 @@
 //! }
 //! ```
 
-mod failure;
 mod lock;
 mod node;
 mod options;
 mod protocol;
 mod round;
-mod runtime;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use failure::QuorumFailure;
+pub use crate::failure::QuorumFailure;
 pub use lock::QuorumLock;
 pub use options::QuorumOptions;
 
 use crate::cmd::random_token;
+use crate::runtime;
 use crate::error::{Error, Result};
 use crate::options::{ClientOptions, LockOptions};
-use node::{Api, Node};
+use node::Node;
 use protocol::Ctx;
 
 /// A lock client over several independent redis masters: a lock is held
@@ -96,7 +97,7 @@ impl QuorumClient {
             let url = url.as_ref();
             let info = redis::IntoConnectionInfo::into_connection_info(url)?;
             if !seen.insert(format!("{:?}/{}", info.addr(), info.redis_settings().db())) {
-                return Err(Error::InvalidArgument(format!("server {} is listed twice", failure::redact(url))));
+                return Err(Error::InvalidArgument(format!("server {} is listed twice", crate::failure::redact(url))));
             }
             nodes.push(Arc::new(Node::open(url, client_opts.clone())?));
         }
@@ -137,7 +138,7 @@ impl QuorumClient {
         let token = opts.token.clone().unwrap_or_else(random_token);
         protocol::check(&self.ctx, key, &token, ttl)?;
         let (ctx, k, t) = (self.ctx.clone(), key.to_string(), token.clone());
-        let acquired = runtime::block(async move { protocol::acquire(&ctx, Api::Sync, &k, &t, ttl, wait).await })?;
+        let acquired = runtime::block(async move { protocol::acquire(&ctx, &k, &t, ttl, wait).await })?;
         Ok(QuorumLock::new(self.ctx.clone(), key, token, acquired, ttl, opts, None))
     }
 
@@ -162,7 +163,7 @@ impl QuorumClient {
         let rt = lock::in_runtime()?;
         let token = opts.token.clone().unwrap_or_else(random_token);
         protocol::check(&self.ctx, key, &token, ttl)?;
-        let acquired = protocol::acquire(&self.ctx, Api::Async, key, &token, ttl, wait).await?;
+        let acquired = protocol::acquire(&self.ctx, key, &token, ttl, wait).await?;
         Ok(QuorumLock::new(self.ctx.clone(), key, token, acquired, ttl, opts, Some(rt)))
     }
 
@@ -172,7 +173,7 @@ impl QuorumClient {
     pub fn release_token(&self, key: &str, token: &str) -> Result<()> {
         let (ctx, k, t) = (self.ctx.clone(), key.to_string(), token.to_string());
         let timeout = self.ctx.opts.node_timeout.unwrap_or(Duration::from_secs(1));
-        match runtime::block(async move { protocol::release(&ctx, Api::Sync, &k, &t, timeout).await })? {
+        match runtime::block(async move { protocol::release(&ctx, &k, &t, timeout).await })? {
             true => Ok(()),
             false => Err(Error::NotHeld { key: key.into() }),
         }

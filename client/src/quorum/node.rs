@@ -1,26 +1,19 @@
 //! One server of a quorum, and the single-server steps the quorum
 //! algorithm is made of. Each step runs the existing command builder
-//! ([`LockCmd`]) through a [`LockClient`] of that server, so module and
-//! script servers are handled as for a single-server lock.
+//! ([`LockCmd`]) through that server's single-server transport, so module
+//! and script servers are handled as for a single-server lock.
 
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 
 use redis::{ErrorKind, ServerErrorKind};
 
-use crate::client::LockClient;
 use crate::cmd::{Backend, Grant, LockCmd};
 use crate::error::{Error, Result};
 use crate::options::ClientOptions;
-use crate::quorum::failure::redact;
-
-/// Which API a step runs for. Each server has one client per API: the sync
-/// API's connections live on the background runtime, the async API's on
-/// the caller's, and a connection must stay with the runtime driving it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Api {
-    Sync,
-    Async,
-}
+use crate::failure::redact;
+use crate::single::Single;
+use crate::transport::Core;
 
 /// `LOCK.RENEW ... FLOOR` support: not known yet, works, refused.
 const FLOOR_UNKNOWN: u8 = 0;
@@ -31,8 +24,9 @@ const FLOOR_NO: u8 = 2;
 pub(crate) struct Node {
     /// The URL without credentials, for messages.
     pub(crate) name: String,
-    sync: LockClient,
-    aio: LockClient,
+    /// This server's transport (its one connection, shared by both APIs
+    /// and the renewal engine).
+    core: Arc<Core>,
     /// Whether this server's module takes `FLOOR` (one of `FLOOR_*`). Once
     /// refused, it is not asked again for this client's lifetime: an older
     /// module answers every `FLOOR` with an arity error, which would cost
@@ -56,26 +50,18 @@ impl Node {
     pub(crate) fn open(url: &str, opts: ClientOptions) -> Result<Node> {
         Ok(Node {
             name: redact(url),
-            sync: LockClient::open_with(url, opts.clone())?,
-            aio: LockClient::open_with(url, opts)?,
+            core: Core::new(Arc::new(Single::from_client(redis::Client::open(url)?, opts.clone())), opts),
             floor: AtomicU8::new(FLOOR_UNKNOWN),
         })
     }
 
-    fn client(&self, api: Api) -> &LockClient {
-        match api {
-            Api::Sync => &self.sync,
-            Api::Async => &self.aio,
-        }
-    }
-
-    async fn run(&self, api: Api, cmd: &LockCmd) -> Result<Grant> {
-        self.client(api).inner.run_grant_async(cmd).await
+    async fn run(&self, cmd: &LockCmd) -> Result<Grant> {
+        self.core.run(cmd).await
     }
 
     /// One command, its outcome as an answer.
-    pub(crate) async fn step(&self, api: Api, cmd: &LockCmd) -> Answer {
-        match self.run(api, cmd).await {
+    pub(crate) async fn step(&self, cmd: &LockCmd) -> Answer {
+        match self.run(cmd).await {
             Ok(Grant::Granted(fence)) => Answer::Yes { fence, floored: false },
             Ok(Grant::Refused) => Answer::No,
             Err(e) => Answer::Failed(e.to_string()),
@@ -85,25 +71,25 @@ impl Node {
     /// Renews, raising the server's fence mark to `floor` where it can. A
     /// key that is absent is taken again when `reacquire` is given (see
     /// `QuorumOptions::reacquire_on_renew`) and then floored like a renewal.
-    pub(crate) async fn renew(&self, api: Api, renew: &LockCmd, floor: Option<u64>, reacquire: Option<&LockCmd>) -> Answer {
-        let a = self.renew_floor(api, renew, floor).await;
+    pub(crate) async fn renew(&self, renew: &LockCmd, floor: Option<u64>, reacquire: Option<&LockCmd>) -> Answer {
+        let a = self.renew_floor(renew, floor).await;
         let (Answer::No, Some(acquire)) = (&a, reacquire) else { return a };
-        match self.run(api, acquire).await {
-            Ok(Grant::Granted(_)) if floor.is_some() => self.renew_floor(api, renew, floor).await,
+        match self.run(acquire).await {
+            Ok(Grant::Granted(_)) if floor.is_some() => self.renew_floor(renew, floor).await,
             Ok(Grant::Granted(_)) => Answer::Yes { fence: None, floored: false },
             Ok(Grant::Refused) => Answer::No,
             Err(e) => Answer::Failed(e.to_string()),
         }
     }
 
-    async fn renew_floor(&self, api: Api, renew: &LockCmd, floor: Option<u64>) -> Answer {
+    async fn renew_floor(&self, renew: &LockCmd, floor: Option<u64>) -> Answer {
         let Some(f) = floor.filter(|_| self.floor.load(Ordering::Relaxed) != FLOOR_NO) else {
-            return self.step(api, renew).await;
+            return self.step(renew).await;
         };
-        match self.run(api, &renew.clone().with_floor(f)).await {
+        match self.run(&renew.clone().with_floor(f)).await {
             Ok(Grant::Granted(_)) => {
                 // The scripts fallback renews without a floor.
-                let floored = self.client(api).backend_async() == Backend::Module;
+                let floored = self.core.transport.backend().get() == Backend::Module;
                 if floored {
                     self.floor.store(FLOOR_YES, Ordering::Relaxed);
                 }
@@ -112,13 +98,58 @@ impl Node {
             Ok(Grant::Refused) => Answer::No,
             Err(e) if is_floor_unsupported(&e) => {
                 self.floor.store(FLOOR_NO, Ordering::Relaxed);
-                self.step(api, renew).await
+                self.step(renew).await
             }
             // The floor is too far ahead of this server's clock: it keeps
             // the key (an error changes nothing), renewed without it.
-            Err(e) if is_floor_out_of_range(&e) => self.step(api, renew).await,
+            Err(e) if is_floor_out_of_range(&e) => self.step(renew).await,
             Err(e) => Answer::Failed(e.to_string()),
         }
+    }
+}
+
+impl Node {
+    /// Renews many locks on this server at once (the renewal engine's
+    /// batch, pipelines of at most `batch`): `items` are each lock's
+    /// renewal, fence floor and acquire (to take an absent key again when
+    /// `reacquire`). Answers like [`Node::renew`], per lock; the rare cases
+    /// that need a second step (an absent key, a floor this server
+    /// refuses) go through it alone.
+    pub(crate) async fn renew_batch(&self, items: &[(LockCmd, Option<u64>, LockCmd)], reacquire: bool, batch: usize) -> Vec<Answer> {
+        let use_floor = self.floor.load(Ordering::Relaxed) != FLOOR_NO;
+        let cmds = items
+            .iter()
+            .map(|(renew, floor, _)| match floor {
+                Some(f) if use_floor => renew.clone().with_floor(*f),
+                _ => renew.clone(),
+            })
+            .collect();
+        let ran = self.core.transport.clone().run_batch(cmds, batch).await;
+        let module = self.core.transport.backend().get() == Backend::Module;
+        let mut out = Vec::with_capacity(items.len());
+        for ((renew, floor, acquire), (_, r)) in items.iter().zip(ran) {
+            let floored = floor.is_some() && use_floor && module;
+            out.push(match r {
+                Ok(Grant::Granted(_)) => {
+                    if floored {
+                        self.floor.store(FLOOR_YES, Ordering::Relaxed);
+                    }
+                    Answer::Yes { fence: None, floored }
+                }
+                Ok(Grant::Refused) if !reacquire => Answer::No,
+                Ok(Grant::Refused) => self.renew(renew, *floor, Some(acquire)).await,
+                Err(e) if floor.is_some() && (is_floor_unsupported(&e) || is_floor_out_of_range(&e)) => {
+                    self.renew(renew, *floor, reacquire.then_some(acquire)).await
+                }
+                Err(e) => Answer::Failed(e.to_string()),
+            });
+        }
+        out
+    }
+
+    /// Releases many locks on this server at once, best effort.
+    pub(crate) async fn release_batch(&self, cmds: Vec<LockCmd>, batch: usize) {
+        self.core.transport.clone().run_batch(cmds, batch).await;
     }
 }
 

@@ -15,6 +15,7 @@ pub struct QuorumOptions {
     pub(crate) retry_min_delay: Duration,
     pub(crate) retry_max_delay: Duration,
     pub(crate) reacquire_on_renew: bool,
+    pub(crate) watchdog_batch: usize,
 }
 
 impl Default for QuorumOptions {
@@ -27,6 +28,7 @@ impl Default for QuorumOptions {
             retry_min_delay: Duration::from_millis(50),
             retry_max_delay: Duration::from_millis(250),
             reacquire_on_renew: true,
+            watchdog_batch: crate::options::DEFAULT_WATCHDOG_BATCH,
         }
     }
 }
@@ -83,6 +85,15 @@ impl QuorumOptions {
     /// README's Quorum section for what a restart can still break.
     pub fn reacquire_on_renew(mut self, on: bool) -> Self {
         self.reacquire_on_renew = on;
+        self
+    }
+
+    /// At most this many watchdog renewals (or queued releases) go in one
+    /// pipeline to one server; as
+    /// [`ClientOptions::watchdog_batch`](crate::ClientOptions::watchdog_batch).
+    /// Default: 100.
+    pub fn watchdog_batch(mut self, n: usize) -> Self {
+        self.watchdog_batch = n.max(1);
         self
     }
 

@@ -7,7 +7,9 @@
 //!    that many can no longer grant (fail fast).
 //! 2. With fences F = the largest granted, `LOCK.RENEW key token ttl FLOOR F`
 //!    on every server that granted one: each raises its fence mark to ≥ F
-//!    while it still holds the key for us.
+//!    while it still holds the key for us. Skipped when every server
+//!    granted with F itself (their marks are at F already): always for
+//!    N = 1.
 //! 3. The lock is ours if a majority still holds it after step 2 and the
 //!    validity `TTL − elapsed − drift` is positive. Its fence is F if a
 //!    majority confirmed the floor, else none (servers without the module
@@ -25,12 +27,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use rand::Rng;
 
 use crate::cmd::LockCmd;
 use crate::error::{Error, Result};
-use crate::quorum::failure::QuorumFailure;
-use crate::quorum::node::{Api, Node};
+use crate::failure::QuorumFailure;
+use crate::engine::{Due, Engine, EngineSlot, Renewed, Renewer};
+use crate::quorum::node::{Answer, Node};
 use crate::quorum::options::QuorumOptions;
 use crate::quorum::round::{round, Tally};
 
@@ -40,6 +44,34 @@ pub(crate) struct Ctx {
     pub(crate) opts: QuorumOptions,
     /// `0..nodes.len()`.
     all: Vec<usize>,
+    /// Renews every watchdog lock of this client.
+    engine: EngineSlot,
+}
+
+impl Ctx {
+    /// The client's renewal engine (see [`EngineSlot::get`]).
+    pub(crate) fn engine(self: &Arc<Self>) -> Option<&Arc<Engine>> {
+        self.engine.get(|| self.clone(), self.opts.watchdog_batch)
+    }
+}
+
+impl Renewer for Ctx {
+    fn renew_all(self: Arc<Self>, due: Vec<Due>, batch: usize) -> BoxFuture<'static, Vec<Renewed>> {
+        Box::pin(async move { renew_all(&self, &due, batch).await })
+    }
+
+    /// Releases on every server, each bounded by the node timeout.
+    fn release_all(self: Arc<Self>, locks: Vec<(String, String)>, batch: usize) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let timeout = self.opts.node_timeout.unwrap_or(Duration::from_secs(1));
+            let cmds: Vec<LockCmd> = locks.iter().filter_map(|(k, t)| LockCmd::release(k, t).ok()).collect();
+            let cmds = &cmds;
+            futures_util::future::join_all(self.nodes.iter().map(|node| async move {
+                let _ = tokio::time::timeout(timeout, node.release_batch(cmds.clone(), batch)).await;
+            }))
+            .await;
+        })
+    }
 }
 
 /// A successful acquire.
@@ -54,7 +86,7 @@ pub(crate) struct Acquired {
 impl Ctx {
     pub(crate) fn new(nodes: Vec<Arc<Node>>, opts: QuorumOptions) -> Ctx {
         let all = (0..nodes.len()).collect();
-        Ctx { nodes, opts, all }
+        Ctx { nodes, opts, all, engine: EngineSlot::default() }
     }
 
     /// ⌊N/2⌋ + 1.
@@ -105,10 +137,10 @@ pub(crate) fn check(ctx: &Ctx, key: &str, token: &str, ttl: Duration) -> Result<
 /// Attempts until one succeeds or `wait` is over, pausing
 /// `QuorumOptions::retry_delay` between attempts. The error is the last
 /// attempt's.
-pub(crate) async fn acquire(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl: Duration, wait: Duration) -> Result<Acquired> {
+pub(crate) async fn acquire(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duration, wait: Duration) -> Result<Acquired> {
     let deadline = Instant::now().checked_add(wait);
     loop {
-        let err = match attempt(ctx, api, key, token, ttl).await {
+        let err = match attempt(ctx, key, token, ttl).await {
             Ok(a) => return Ok(a),
             Err(e @ Error::InvalidArgument(_)) => return Err(e),
             Err(e) => e,
@@ -124,7 +156,7 @@ pub(crate) async fn acquire(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, tt
 }
 
 /// One two-phase attempt (see the module docs).
-async fn attempt(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl: Duration) -> Result<Acquired> {
+async fn attempt(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duration) -> Result<Acquired> {
     let (n, q) = (ctx.nodes.len(), ctx.quorum());
     let timeout = ctx.opts.node_timeout_for(ttl);
     let acquire = LockCmd::acquire(key, token, ttl)?;
@@ -132,11 +164,11 @@ async fn attempt(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl: Duration
     let start = Instant::now();
     let valid_from = ctx.valid_from(start, ttl)?;
     // Dropped before the end (an async caller gave up): release everywhere.
-    let mut guard = ReleaseGuard { ctx: ctx.clone(), api, release: Some(LockCmd::release(key, token)?) };
+    let mut guard = ReleaseGuard { ctx: ctx.clone(), release: Some(LockCmd::release(key, token)?) };
 
     let grants = round(&ctx.nodes, &ctx.all, timeout, |node| {
         let cmd = acquire.clone();
-        async move { node.step(api, &cmd).await }
+        async move { node.step(&cmd).await }
     }, |t| t.yes() >= q || t.yes() + t.pending() < q)
     .await;
     let outcome = if grants.yes() < q {
@@ -148,6 +180,12 @@ async fn attempt(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl: Duration
     } else {
         let (held, fence, confirm) = match grants.fences().map(|(_, f)| f).max() {
             None => (grants.yes(), None, None),
+            // Every server granted, each with the fence F itself (so each
+            // has the module and granted): each mark
+            // is already at F (it issued it), so no floor is left to push
+            // (always so for N = 1, which then costs what a single-server
+            // lock does).
+            Some(floor) if grants.fences().filter(|&(_, f)| f == floor).count() == n => (n, Some(floor), None),
             Some(floor) => {
                 // Every server but those that refused: one that granted
                 // after the first round was decided holds our key too and
@@ -157,7 +195,7 @@ async fn attempt(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl: Duration
                 let asked: Vec<usize> = ctx.all.iter().copied().filter(|&i| !grants.refused_at(i)).collect();
                 let t = round(&ctx.nodes, &asked, timeout, |node| {
                     let cmd = renew.clone();
-                    async move { node.renew(api, &cmd, Some(floor), None).await }
+                    async move { node.renew(&cmd, Some(floor), None).await }
                 }, |t| t.floored() >= q || t.pending() == 0 || (t.yes() >= q && t.floored() + t.pending() < q))
                 .await;
                 // A server holds the key if it renewed now, or granted and
@@ -185,7 +223,7 @@ async fn attempt(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl: Duration
             if let Some(cmd) = guard.release.take() {
                 // Wait for the servers that granted; the rest finish alone.
                 let granted = grants.yes();
-                release_round(ctx, api, cmd, timeout, move |t| t.yes() >= granted).await;
+                release_round(ctx, cmd, timeout, move |t| t.yes() >= granted).await;
             }
             Err(e)
         }
@@ -197,35 +235,82 @@ async fn attempt(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl: Duration
 /// watchdog expects: when the new validity counts from, and `Ok(true)`
 /// renewed by a majority in time, `Ok(false)` a majority says the key is
 /// not ours, else the error.
-pub(crate) async fn renew(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ttl: Duration, fence: Option<u64>) -> (Instant, Result<bool>) {
+pub(crate) async fn renew(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duration, fence: Option<u64>) -> (Instant, Result<bool>) {
     let start = Instant::now();
     let (cmds, valid_from) = match (LockCmd::renew(key, token, ttl), LockCmd::acquire(key, token, ttl), ctx.valid_from(start, ttl)) {
         (Ok(r), Ok(a), Ok(v)) => ((r, a), v),
         (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return (start, Err(e)),
     };
-    let (n, q) = (ctx.nodes.len(), ctx.quorum());
+    let q = ctx.quorum();
     let reacquire = ctx.opts.reacquire_on_renew;
     let t = round(&ctx.nodes, &ctx.all, ctx.opts.node_timeout_for(ttl), |node| {
         let (renew, acquire) = cmds.clone();
-        async move { node.renew(api, &renew, fence, reacquire.then_some(&acquire)).await }
+        async move { node.renew(&renew, fence, reacquire.then_some(&acquire)).await }
     }, |t| t.yes() >= q || t.yes() + t.pending() < q)
     .await;
-    let r = if t.yes() >= q && within(valid_from, ttl) {
+    (valid_from, renew_outcome(ctx, key, &t, valid_from, ttl))
+}
+
+/// What a renewal round's answers mean: `Ok(true)` renewed by a majority
+/// within the validity, `Ok(false)` a majority says the key is not ours,
+/// else the error.
+fn renew_outcome(ctx: &Ctx, key: &str, t: &Tally, valid_from: Instant, ttl: Duration) -> Result<bool> {
+    let (n, q) = (ctx.nodes.len(), ctx.quorum());
+    if t.yes() >= q && within(valid_from, ttl) {
         Ok(true)
     } else if t.no() > n - q {
         Ok(false)
     } else {
-        Err(ctx.failure("renew", key, &t, &ctx.all, t.yes(), t.yes() >= q))
-    };
-    (valid_from, r)
+        Err(ctx.failure("renew", key, t, &ctx.all, t.yes(), t.yes() >= q))
+    }
+}
+
+/// Renews many locks at once, for the renewal engine: every server gets
+/// one pipeline per `batch` locks (all servers at once, each bounded by the
+/// node timeout), and each lock's answers are read as [`renew`] reads them.
+pub(crate) async fn renew_all(ctx: &Arc<Ctx>, due: &[Due], batch: usize) -> Vec<(Instant, Result<bool>)> {
+    let start = Instant::now();
+    let mut items = Vec::with_capacity(due.len());
+    let mut prepared = Vec::with_capacity(due.len());
+    for d in due {
+        let (key, token) = (&d.shared.key, &d.shared.token);
+        match (LockCmd::renew(key, token, d.ttl), LockCmd::acquire(key, token, d.ttl), ctx.valid_from(start, d.ttl)) {
+            (Ok(r), Ok(a), Ok(v)) => {
+                items.push((r, d.fence, a));
+                prepared.push(Ok(v));
+            }
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => prepared.push(Err(e)),
+        }
+    }
+    let timeout = due.iter().map(|d| ctx.opts.node_timeout_for(d.ttl)).min().unwrap_or(Duration::from_secs(1));
+    let reacquire = ctx.opts.reacquire_on_renew;
+    let items = &items;
+    let per_node = futures_util::future::join_all(ctx.nodes.iter().map(|node| async move {
+        let n = items.len();
+        tokio::time::timeout(timeout, node.renew_batch(items, reacquire, batch)).await.unwrap_or_else(|_| {
+            (0..n).map(|_| Answer::Failed(format!("no answer within {} ms (node timeout: down, unreachable or slow)", timeout.as_millis()))).collect()
+        })
+    }))
+    .await;
+    let mut per_node: Vec<_> = per_node.into_iter().map(Vec::into_iter).collect();
+    due.iter()
+        .zip(prepared)
+        .map(|(d, p)| match p {
+            Ok(valid_from) => {
+                let t = Tally::of(per_node.iter_mut().map(|a| a.next()).collect());
+                (valid_from, renew_outcome(ctx, &d.shared.key, &t, valid_from, d.ttl))
+            }
+            Err(e) => (start, Err(e)),
+        })
+        .collect()
 }
 
 /// Releases on every server. `Ok(true)`: a majority deleted it;
 /// `Ok(false)`: no majority held it (it was lost); else the error, and the
 /// key may still be held until its validity ends.
-pub(crate) async fn release(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, timeout: Duration) -> Result<bool> {
+pub(crate) async fn release(ctx: &Arc<Ctx>, key: &str, token: &str, timeout: Duration) -> Result<bool> {
     let (n, q) = (ctx.nodes.len(), ctx.quorum());
-    let t = release_round(ctx, api, LockCmd::release(key, token)?, timeout, move |t| t.yes() >= q || t.no() > n - q).await;
+    let t = release_round(ctx, LockCmd::release(key, token)?, timeout, move |t| t.yes() >= q || t.no() > n - q).await;
     if t.yes() >= q {
         Ok(true)
     } else if t.no() > n - q || t.yes() + t.no() == n {
@@ -238,10 +323,10 @@ pub(crate) async fn release(ctx: &Arc<Ctx>, api: Api, key: &str, token: &str, ti
 
 /// A release on all servers, decided by `enough` (or when all answered);
 /// the others finish in the background.
-async fn release_round(ctx: &Arc<Ctx>, api: Api, cmd: LockCmd, timeout: Duration, enough: impl Fn(&Tally) -> bool) -> Tally {
+async fn release_round(ctx: &Arc<Ctx>, cmd: LockCmd, timeout: Duration, enough: impl Fn(&Tally) -> bool) -> Tally {
     round(&ctx.nodes, &ctx.all, timeout, |node| {
         let cmd = cmd.clone();
-        async move { node.step(api, &cmd).await }
+        async move { node.step(&cmd).await }
     }, |t| t.pending() == 0 || enough(t))
     .await
 }
@@ -250,7 +335,6 @@ async fn release_round(ctx: &Arc<Ctx>, api: Api, cmd: LockCmd, timeout: Duration
 /// dropped): a grant may have landed on some servers.
 struct ReleaseGuard {
     ctx: Arc<Ctx>,
-    api: Api,
     release: Option<LockCmd>,
 }
 
@@ -258,10 +342,10 @@ impl Drop for ReleaseGuard {
     fn drop(&mut self) {
         let Some(cmd) = self.release.take() else { return };
         let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
-        let (ctx, api) = (self.ctx.clone(), self.api);
+        let ctx = self.ctx.clone();
         let timeout = ctx.opts.node_timeout.unwrap_or(Duration::from_secs(1));
         rt.spawn(async move {
-            release_round(&ctx, api, cmd, timeout, |_| false).await;
+            release_round(&ctx, cmd, timeout, |_| false).await;
         });
     }
 }

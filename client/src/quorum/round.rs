@@ -19,6 +19,12 @@ pub(crate) struct Tally {
 }
 
 impl Tally {
+    /// A tally of answers already in, one per server (all asked).
+    pub(crate) fn of(answers: Vec<Option<Answer>>) -> Tally {
+        let asked = answers.len();
+        Tally { answers, asked }
+    }
+
     fn count(&self, f: impl Fn(&Answer) -> bool) -> usize {
         self.answers.iter().flatten().filter(|a| f(a)).count()
     }

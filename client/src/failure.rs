@@ -1,5 +1,6 @@
 //! [`QuorumFailure`]: what each server answered when a quorum operation
-//! fell short, carried by [`Error::NoQuorum`](crate::Error::NoQuorum).
+//! fell short, carried by [`Error::NoQuorum`](crate::Error::NoQuorum). At
+//! the bottom layer with the error it is part of: it imports nothing.
 
 use std::fmt;
 

@@ -1,0 +1,132 @@
+//! The transport layer's one seam: [`Transport`], what a lock client
+//! sends its commands through. Two implement it: one server
+//! (`single.rs`) and a Redis Cluster (`cluster.rs`); a quorum is N
+//! single-server [`Core`]s (`quorum/`). Above it, [`Core`] adds what every
+//! kind shares: the options and the renewal engine.
+//!
+//! Everything here is async; the sync API drives the same futures to
+//! completion (`runtime::block`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+
+use crate::cmd::{BackendCell, Grant, LockCmd};
+use crate::engine::{Due, Engine, EngineSlot, Renewed, Renewer};
+use crate::error::{Error, Result};
+use crate::info::LockInfo;
+use crate::options::ClientOptions;
+use crate::wait::Waited;
+
+/// Which API a call comes from: a client built from a given connection
+/// serves only the matching one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Api {
+    Sync,
+    Async,
+}
+
+/// One server or a cluster, as the lock operations see it.
+pub(crate) trait Transport: Send + Sync + 'static {
+    /// Refuses an API this transport cannot serve.
+    fn serves(&self, api: Api) -> Result<()>;
+
+    /// What the server (the last node reached) was found to speak.
+    fn backend(&self) -> &BackendCell;
+
+    /// One lock command. `deadline`: an acquire that may wait until then
+    /// (a cluster retries topology failures until it).
+    fn run<'a>(&'a self, cmd: &'a LockCmd, deadline: Option<Instant>) -> BoxFuture<'a, Result<Grant>>;
+
+    /// Many renew or release commands, pipelined per node in batches of at
+    /// most `batch`: per command when it was sent and its outcome.
+    fn run_batch(self: Arc<Self>, cmds: Vec<LockCmd>, batch: usize) -> BoxFuture<'static, Vec<(Instant, Result<Grant>)>>;
+
+    fn info<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<LockInfo>>>;
+
+    /// `Some(left)` when the rest of an acquire's wait can be spent blocked
+    /// in the server (`LOCK.ACQUIRE ... WAIT`).
+    fn may_block(&self, left: Duration) -> Option<Duration>;
+
+    /// Blocks in the server for up to `left` on a dedicated connection.
+    fn wait_acquire<'a>(self: Arc<Self>, cmd: &'a LockCmd, ttl: Duration, left: Duration) -> BoxFuture<'a, Result<Waited>>;
+
+    /// `renew`, then `wait` (a `WAIT n timeout`) on the node that renewed:
+    /// the replicas that acknowledged, `None` when the lock was gone.
+    fn renew_then_wait<'a>(&'a self, renew: &'a LockCmd, wait: redis::Cmd) -> BoxFuture<'a, Result<Option<i64>>>;
+
+    fn is_cluster(&self) -> bool;
+}
+
+/// A client's transport, options and renewal engine.
+pub(crate) struct Core {
+    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) opts: ClientOptions,
+    /// Renews every watchdog lock of this client.
+    engine: EngineSlot,
+}
+
+impl Core {
+    pub(crate) fn new(transport: Arc<dyn Transport>, opts: ClientOptions) -> Arc<Core> {
+        Arc::new(Core { transport, opts, engine: EngineSlot::default() })
+    }
+
+    /// One lock command.
+    pub(crate) async fn run(&self, cmd: &LockCmd) -> Result<Grant> {
+        self.transport.run(cmd, None).await
+    }
+
+    /// One lock command: true when it took effect.
+    pub(crate) async fn run_ok(&self, cmd: &LockCmd) -> Result<bool> {
+        self.run(cmd).await.map(Grant::took_effect)
+    }
+
+    /// This client's renewal engine (see [`EngineSlot::get`]).
+    pub(crate) fn engine(self: &Arc<Self>) -> Option<&Arc<Engine>> {
+        self.engine.get(|| self.clone(), self.opts.watchdog_batch)
+    }
+}
+
+impl Renewer for Core {
+    fn renew_all(self: Arc<Self>, due: Vec<Due>, batch: usize) -> BoxFuture<'static, Vec<Renewed>> {
+        Box::pin(async move {
+            let now = Instant::now();
+            let cmds: Vec<Result<LockCmd>> = due.iter().map(|d| LockCmd::renew(&d.shared.key, &d.shared.token, d.ttl)).collect();
+            let ok: Vec<LockCmd> = cmds.iter().filter_map(|c| c.as_ref().ok().cloned()).collect();
+            let mut ran = self.transport.clone().run_batch(ok, batch).await.into_iter();
+            cmds.into_iter()
+                .map(|c| match c {
+                    Ok(_) => ran.next().map_or_else(|| (now, Err(Error::InvalidArgument("no renewal answer".into()))), |(sent, r)| (sent, r.map(Grant::took_effect))),
+                    Err(e) => (now, Err(e)),
+                })
+                .collect()
+        })
+    }
+
+    fn release_all(self: Arc<Self>, locks: Vec<(String, String)>, batch: usize) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let cmds = locks.iter().filter_map(|(k, t)| LockCmd::release(k, t).ok()).collect();
+            self.transport.clone().run_batch(cmds, batch).await;
+        })
+    }
+}
+
+/// A best-effort release of `cmd`'s token, to spawn when a wait is
+/// abandoned (see `wait::ReleaseOnCancel`).
+pub(crate) fn release_later(t: Arc<dyn Transport>, cmd: &LockCmd) -> BoxFuture<'static, ()> {
+    let release = LockCmd::release(cmd.key(), cmd.token());
+    Box::pin(async move {
+        if let Ok(release) = release {
+            let _ = t.run(&release, None).await;
+        }
+    })
+}
+
+/// Bounds an async call by the response timeout plus the connect timeout.
+pub(crate) async fn bounded<T>(opts: &ClientOptions, fut: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    match tokio::time::timeout(opts.response_timeout + opts.connect_timeout, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(Error::Redis(std::io::Error::new(std::io::ErrorKind::TimedOut, "lock command timed out").into())),
+    }
+}
