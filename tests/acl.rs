@@ -54,7 +54,7 @@ fn commands_carry_their_native_twins_acl_categories() {
     let in_category = |c: &mut Connection, cat: &str| -> Vec<String> { redis::cmd("ACL").arg("CAT").arg(cat).query(c).unwrap() };
     if !has_module_acl_categories() {
         // Redis 7.0 has no API for them: module commands are in no category
-        // but @all (README, ACL), so rules must name them.
+        // but @all (docs/commands.md, ACL categories), so rules must name them.
         assert!(!in_category(&mut admin, "write").iter().any(|c| c.starts_with("lock.")));
         return;
     }

@@ -1,4 +1,4 @@
-//! The portable package (`scripts/package`, README "Install"), used as a
+//! The portable package (`scripts/package`, docs/install.md), used as a
 //! user would: unpack the tarball, check `SHA256SUMS`, run `redis-server
 //! redis.conf` in its folder (with `$REDIS_SERVER`), and the module the
 //! packaged `redis.conf` loads serves the core commands; the packaged CLI

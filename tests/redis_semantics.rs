@@ -507,8 +507,7 @@ fn a_lock_written_over_another_value_holds_exactly_its_bytes_in_as_much_memory_a
     // Valkey 9 embeds longer values (up to ~100 bytes here), which the
     // module's in-place writes never do: there such a lock is compared with
     // the same bytes stored unembedded (SETRANGE on a new key writes an
-    // exact-size raw string), and SET's value is smaller (README,
-    // Compatibility).
+    // exact-size raw string), and SET's value is smaller (docs/compatibility.md).
     let v = server_version();
     let set_embeds_long_values = v.is_valkey() && v.major >= 9;
     let cases = [(structured(&t40), &t90, "60000"), (structured(&t90), &u90, "60000"), (structured(&t90), &t40, "60000"), ("legacy-token".into(), &t40, "9000000")];

@@ -103,7 +103,7 @@
 //! lost is released before it is tried again. The backend is detected per slot's node; a node found
 //! without the module is asked again after [`SCRIPTS_RECHECK`]. Fences come
 //! from each key's node, led by its configEpoch, so a key's fences keep
-//! increasing across slot moves and failovers (see the top-level README).
+//! increasing across slot moves and failovers (see docs/cluster.md).
 //!
 //! # Layers
 //!
@@ -164,3 +164,14 @@ pub use state::{LossReason, LostSignal};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// Compiles the examples of the project's docs pages as doctests.
+#[cfg(doctest)]
+mod docs_doctests {
+    #[doc = include_str!("../../docs/cluster.md")]
+    struct Cluster;
+    #[doc = include_str!("../../docs/guarded-writes.md")]
+    struct GuardedWrites;
+    #[doc = include_str!("../../docs/quorum.md")]
+    struct Quorum;
+}

@@ -1,7 +1,7 @@
 //! The crate's modules import each other without a cycle: each layer uses
 //! only the ones below it (errors and options at the bottom, pure
 //! decisions, the transports, the modes, the facade on top; see the
-//! README's repository table). The check reads `client/src/**/*.rs`: an
+//! docs/repository.md). The check reads `client/src/**/*.rs`: an
 //! edge for every `crate::a::b` path in code (not comments), to the
 //! longest module path it names, with the crate root's re-exports
 //! (`crate::Error`) resolved to the modules that define them, and for the

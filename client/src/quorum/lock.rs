@@ -73,7 +73,7 @@ impl QuorumLock {
     /// The fencing token of this acquisition: strictly larger than that of
     /// every earlier successful quorum acquisition of the key through
     /// servers with the module, whatever their clocks say (see the crate's
-    /// README, Quorum). `None` when fewer than a majority of the servers
+    /// docs/quorum.md). `None` when fewer than a majority of the servers
     /// could raise their fence mark to it: servers without the module
     /// (script fallback), or whose module predates `LOCK.RENEW ... FLOOR`.
     /// Renewals keep it.

@@ -82,7 +82,7 @@ impl QuorumOptions {
     /// without persistence (or lost the key otherwise) then rejoins the
     /// holder's majority at the next renewal instead of staying free for a
     /// competitor; a key held by another token is never touched. See the
-    /// README's Quorum section for what a restart can still break.
+    /// docs/quorum.md for what a restart can still break.
     pub fn reacquire_on_renew(mut self, on: bool) -> Self {
         self.reacquire_on_renew = on;
         self

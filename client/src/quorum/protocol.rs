@@ -22,7 +22,7 @@
 //! our key lived there; so X's fence for the later holder is > F, and so is
 //! the later holder's maximum. No clock is compared anywhere: skewed
 //! servers only raise F. The argument needs X to keep its mark, which a
-//! restart without persistence breaks (see the README).
+//! restart without persistence breaks (see docs/quorum.md).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
