@@ -10,6 +10,7 @@ use std::fmt;
 /// | [`Error::NotHeld`] | `renew`/`release` found the key gone or owned by another token | stop the guarded work: the lock was lost |
 /// | [`Error::Redis`] | connection, timeout or server error (e.g. `WRONGTYPE`) | the outcome is unknown; treat the lock as at risk |
 /// | [`Error::InvalidArgument`] | empty key or token, zero or oversized TTL, API not available on this client | fix the call |
+/// | [`Error::Unsupported`] | the server has no `lock` module, and the operation has no script fallback (guarded writes, semaphores, read-write locks) | load the module (see docs/install.md) |
 /// | [`Error::NoQuorum`] | a quorum lock operation got no majority of answers (nodes down, slow, erroring) or ran out of validity | retry; for a held lock, treat it as at risk |
 #[derive(Debug)]
 #[non_exhaustive]
@@ -35,6 +36,12 @@ pub enum Error {
     /// [`QuorumFailure`](crate::QuorumFailure). (A majority that *refused*
     /// is [`Error::NotAcquired`] or [`Error::NotHeld`] instead.)
     NoQuorum(Box<crate::failure::QuorumFailure>),
+    /// The server lacks the `lock` module (or a command of it), and the
+    /// operation cannot be done with the reference scripts instead.
+    Unsupported {
+        /// The module command the server does not know, e.g. `LOCK.GUARD`.
+        command: &'static str,
+    },
     /// [`LockOptions::wait_for_replicas`](crate::LockOptions::wait_for_replicas):
     /// the grant reached fewer replicas than wanted in time, so the lock
     /// was released again.
@@ -70,6 +77,7 @@ impl fmt::Display for Error {
             }
             Error::Redis(e) => write!(f, "redis error: {e}"),
             Error::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
+            Error::Unsupported { command } => write!(f, "the server does not know {command}: load the lock module"),
             Error::NoQuorum(failure) => write!(f, "no quorum: {failure}"),
         }
     }
