@@ -359,8 +359,13 @@ fn answer_grant(ctx: Ctx, w: Waiter, fence: Option<u64>, grants: &stats::Counter
 /// that already holds) is answered as its command would be now.
 fn grant_holder(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId, want: Want) -> Step {
     let Some(token) = head_token(key) else { return Step::Done };
-    let now = ctx.now_ms();
     let mut k = HoldersKey::open(ctx, name);
+    // Read after the key is opened: outside a command (this runs from
+    // timers and key events) Redis expires keys against its live clock as
+    // it opens them, so a `now` read before could be a millisecond behind
+    // Redis's own: the last lease seen ended, the key gone, and yet the
+    // grant stamped as made during that lease's last millisecond.
+    let now = ctx.now_ms();
     let counters = stats::holder_counters(want.family());
     let Ok(loaded) = k.load_live(now) else {
         drop(k);
