@@ -59,6 +59,43 @@ fn redis_code(r: Result<Value, Error>) -> String {
     }
 }
 
+/// Polls `f` until true or `within` passes; returns whether it became true.
+fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + within;
+    while std::time::Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(ms(10));
+    }
+    f()
+}
+
+/// A client whose replies time out quickly (connecting may take longer).
+fn impatient() -> ClientOptions {
+    ClientOptions::new().response_timeout(ms(500)).connect_timeout(ms(2000))
+}
+
+/// A guarded INCR whose reply does not come in time (`server` stopped):
+/// `Error::Redis` with a timeout, the lock kept, and once the server runs
+/// again the INCR has run once: a write whose outcome is unknown is not sent
+/// again (redis-rs's cluster connection would resend it after its response
+/// timeout, and the stopped server would then run every copy).
+fn a_timed_out_write_is_not_resent(server: &Server, lock: &Lock, counter: &str) {
+    // The connections are open before the server stops.
+    assert_eq!(lock.guard(&cmd(&["GET", counter])).unwrap(), Value::Nil);
+    server.set_paused(true);
+    let r = lock.guard(&cmd(&["INCR", counter]));
+    server.set_paused(false);
+    assert!(matches!(&r, Err(Error::Redis(e)) if e.is_timeout()), "{r:?}");
+    assert!(lock.is_held());
+    let mut con = server.conn();
+    let n = |con: &mut redis::Connection| redis::cmd("GET").arg(counter).query::<Option<i64>>(con).expect("GET");
+    assert!(eventually(ms(10_000), || n(&mut con).is_some()), "the INCR sent before the stop ran");
+    std::thread::sleep(ms(500));
+    assert_eq!(n(&mut con), Some(1), "and ran once, never resent");
+}
+
 #[test]
 fn a_held_lock_runs_the_command_and_returns_its_reply_exactly() {
     let s = Server::start();
@@ -97,6 +134,13 @@ fn a_held_lock_runs_the_command_and_returns_its_reply_exactly() {
     assert_eq!(lock3.guard(&cmd(&["INCR", "n"])).unwrap(), Value::Int(3));
     assert_eq!(lock3.guard(&cmd(&["SET", "result", "again"])).unwrap(), Value::Okay);
     assert_eq!(get(&mut raw, "result").as_deref(), Some("again"));
+}
+
+#[test]
+fn a_timed_out_write_is_not_sent_again() {
+    let s = Server::start();
+    let lock = LockClient::open_with(&s.url(), impatient()).unwrap().try_acquire("lock:job", TTL).unwrap();
+    a_timed_out_write_is_not_resent(&s, &lock, "n");
 }
 
 #[test]
@@ -310,6 +354,12 @@ fn a_cluster_routes_by_the_lock_key_s_slot_and_follows_a_moving_slot() {
     assert_eq!(get(&mut c.node(back).conn(), &data).as_deref(), Some("3"));
     assert!(lock.is_held());
     lock.release().unwrap();
+
+    let m = masters[0];
+    let tag = tag_on(&c, m);
+    let lock = LockClient::open_cluster_with(&c.urls(), impatient()).unwrap().try_acquire(&format!("job:{{{tag}}}"), TTL).unwrap();
+    a_timed_out_write_is_not_resent(c.node(m), &lock, &format!("timeout:{{{tag}}}"));
+    c.wait_ok();
 }
 
 /// The module on some nodes only: a guard where it is missing is
