@@ -153,8 +153,9 @@ impl Lock {
     /// - [`Error::InvalidArgument`]: an empty `cmd`, or one with a
     ///   `cursor_arg`.
     ///
-    /// To read the reply as a type, `redis::from_redis_value`. For several
-    /// writes at once, guard a script: see docs/guarded-writes.md.
+    /// To read the reply as a type: `redis::from_redis_value(v)?`. Several
+    /// writes in one step: LOCK.GUARD calls inside `MULTI`, or LOCK.GUARD
+    /// called from a script (docs/guarded-writes.md).
     pub fn guard(&self, cmd: &redis::Cmd) -> Result<redis::Value> {
         runtime::block(self.guarded(Api::Sync, cmd)?)
     }
