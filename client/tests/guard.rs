@@ -2,9 +2,10 @@
 //! inner reply comes back exactly (RESP2 and RESP3), a lock held by
 //! someone else writes nothing and is lost, a lock known lost or released
 //! fails without a round trip, the inner command's own errors keep the lock,
-//! a server without the module is `Unsupported`; and on a cluster, routing
-//! by the lock key's slot, `CROSSSLOT`, and a slot that moved (`MOVED`) or is
-//! moving (`ASK`) under a client that knew the old owner.
+//! a server without the module is `Unsupported`, a write that timed out is
+//! not resent; and on a cluster, routing by the lock key's slot,
+//! `CROSSSLOT`, and a slot that moved (`MOVED`) or is moving (`ASK`,
+//! `TRYAGAIN`) under a client that knew the old owner.
 
 use std::time::Duration;
 
@@ -353,6 +354,25 @@ fn a_cluster_routes_by_the_lock_key_s_slot_and_follows_a_moving_slot() {
     assert!(after[to].1 > before[to].1, "the migrating node redirected it (ASK): {:?} then {:?}", before[to], after[to]);
     assert_eq!(get(&mut c.node(back).conn(), &data).as_deref(), Some("3"));
     assert!(lock.is_held());
+
+    // While the slot moves with only the lock key gone: the source answers
+    // TRYAGAIN (nothing ran), which is retried a few times, then reported.
+    c.open_slot_move(slot, back, to);
+    let migrate = redis::cmd("MIGRATE").arg("127.0.0.1").arg(c.node(to).port()).arg("").arg(0).arg(5000).arg("KEYS").arg(&lock_key).clone();
+    let _: Value = migrate.query(&mut c.node(back).conn()).unwrap();
+    let before = stats(&c);
+    let r = lock.guard(&cmd(&["SET", &data, "4"]));
+    let after = stats(&c);
+    assert_eq!(redis_code(r), "TRYAGAIN");
+    let tries = after[back].1 - before[back].1;
+    assert!((2..=4).contains(&tries), "retried a bounded number of times: {tries}");
+    assert!((0..c.len()).all(|i| after[i].0 == before[i].0), "ran nowhere");
+    c.migrate_slot_keys(slot, back, to);
+    c.close_slot_move(slot, back, to);
+    assert_eq!(get(&mut c.node(to).conn(), &data).as_deref(), Some("3"));
+    assert!(lock.is_held());
+    assert_eq!(lock.guard(&cmd(&["SET", &data, "5"])).unwrap(), Value::Okay);
+    assert_eq!(get(&mut c.node(to).conn(), &data).as_deref(), Some("5"));
     lock.release().unwrap();
 
     let m = masters[0];
