@@ -1,10 +1,12 @@
 //! Redis Cluster: the same [`LockClient`](crate::LockClient) and [`Lock`](crate::Lock) API on
 //! redis-rs's own cluster clients.
 //!
-//! - Every command except a blocking wait goes through redis-rs's
+//! - Every lock command goes through redis-rs's
 //!   [`cluster_async::ClusterConnection`] (one per client, on the
 //!   background runtime, for both APIs), which routes by the key's slot and
-//!   follows `MOVED`/`ASK`, retrying on `TRYAGAIN`/`CLUSTERDOWN`. What
+//!   follows `MOVED`/`ASK`, retrying on `TRYAGAIN`/`CLUSTERDOWN`. (Guarded
+//!   writes use a second one, opened on the first, on which redis-rs never
+//!   resends: see [`Cluster::call`]. Blocking waits use plain connections.) What
 //!   escapes its retries in a topology change (a failover's refused
 //!   connections, a redirect to a dead node, a long `CLUSTERDOWN`) is
 //!   retried here with a fresh connection and slot map ([`Retrying`]).
@@ -69,6 +71,9 @@ type Addr = (String, u16);
 /// [`LockClient::open_cluster`](crate::LockClient::open_cluster).
 pub(crate) struct Cluster {
     client: ClusterClient,
+    /// The same cluster without redis-rs's retries, for the caller's own
+    /// commands (guarded writes): see [`Cluster::call`].
+    once_client: ClusterClient,
     /// Seed nodes, in the order given: where a wait starts when the slot's
     /// owner is not known (or no longer answers).
     seeds: Vec<Addr>,
@@ -78,6 +83,8 @@ pub(crate) struct Cluster {
     /// Replaced after a topology failure, so the next command starts from
     /// a fresh slot map.
     aio: tokio::sync::Mutex<Option<cluster_async::ClusterConnection>>,
+    /// A connection of `once_client`, opened on the first guarded write.
+    once: tokio::sync::Mutex<Option<cluster_async::ClusterConnection>>,
     /// Slots whose node answered "unknown command", until when to use the
     /// scripts there. Absent: try the module.
     scripts: Mutex<HashMap<Slot, Instant>>,
@@ -161,9 +168,9 @@ impl Cluster {
         if seeds.len() != infos.len() {
             return Err(Error::InvalidArgument("cluster seed nodes must be TCP addresses".into()));
         }
-        let client = ClusterClient::builder(infos)
-            .connection_timeout(opts.connect_timeout)
-            .response_timeout(opts.response_timeout)
+        let builder = || ClusterClient::builder(infos.clone()).connection_timeout(opts.connect_timeout).response_timeout(opts.response_timeout);
+        let once_client = builder().retries(0).build()?;
+        let client = builder()
             // redis-rs waits 1.28 s and more between retries by default;
             // a lock's renewals cannot sit that long, and the watchdog
             // retries by itself (every TTL/10).
@@ -173,9 +180,11 @@ impl Cluster {
             .build()?;
         let cluster = Cluster {
             client,
+            once_client,
             seeds,
             template,
             aio: tokio::sync::Mutex::new(None),
+            once: tokio::sync::Mutex::new(None),
             scripts: Mutex::default(),
             owners: Mutex::default(),
             nodes: Mutex::default(),
@@ -222,14 +231,18 @@ impl Cluster {
     }
 
     pub(crate) async fn conn(&self) -> Result<cluster_async::ClusterConnection> {
-        let mut con = self.aio.lock().await;
+        self.conn_of(&self.aio, &self.client).await
+    }
+
+    async fn conn_of(&self, cell: &tokio::sync::Mutex<Option<cluster_async::ClusterConnection>>, client: &ClusterClient) -> Result<cluster_async::ClusterConnection> {
+        let mut con = cell.lock().await;
         if let Some(c) = con.as_ref() {
             return Ok(c.clone());
         }
         let cfg = ClusterConfig::new().set_connection_timeout(self.opts.connect_timeout).set_response_timeout(self.opts.response_timeout);
         // On the background runtime, which then drives it: it outlives the
         // caller's runtime, and the renewal engine there shares it.
-        let client = self.client.clone();
+        let client = client.clone();
         let c = runtime::on_background(async move { client.get_async_connection_with_config(cfg).await }).await??;
         *con = Some(c.clone());
         Ok(c)
@@ -238,6 +251,64 @@ impl Cluster {
     /// Drops the async cluster connection after a topology failure.
     async fn forget_async(&self) {
         *self.aio.lock().await = None;
+    }
+
+    /// A caller's command (a guarded write) on the master of `key`'s slot,
+    /// its reply as the server sent it.
+    ///
+    /// It may write, so it is sent again only after a failure showing that
+    /// it did not run: on the connection without retries, since redis-rs
+    /// resends a command after a dropped connection or a response timeout,
+    /// when it may have run. `MOVED` and `ASK` (after `ASKING`) are followed
+    /// at once to the node they name; `TRYAGAIN`, `CLUSTERDOWN`,
+    /// `MASTERDOWN`, `LOADING` (all refused before the command runs), a
+    /// refused connection and an unknown node are retried after a growing
+    /// pause with a fresh slot map ([`retry::classify`]'s `NotApplied`),
+    /// [`retry::TOPOLOGY_ATTEMPTS`] attempts in all. Any other failure —
+    /// a connection lost after sending, a timeout — reaches the caller, for
+    /// whom the outcome is unknown.
+    pub(crate) async fn call(&self, key: &str, cmd: &redis::Cmd) -> Result<Value> {
+        let slot = Slot::for_key(key);
+        let mut redirect = None;
+        let mut failed = 0;
+        loop {
+            let r = self.call_once(slot, cmd, redirect.take()).await;
+            let Err(Error::Redis(e)) = &r else { return r };
+            failed += 1;
+            if retry::classify(e) != Failure::NotApplied || failed >= retry::TOPOLOGY_ATTEMPTS {
+                return r;
+            }
+            match next_after(e) {
+                n @ (Next::Moved(_) | Next::Ask(_)) => redirect = Some(n),
+                _ => {
+                    *self.once.lock().await = None;
+                    tokio::time::sleep(retry::pause(failed - 1, rand::random::<f64>())).await;
+                }
+            }
+        }
+    }
+
+    /// One attempt of [`Cluster::call`]: to the slot's master as the slot
+    /// map knows it, or to where a redirect said.
+    async fn call_once(&self, slot: Slot, cmd: &redis::Cmd, redirect: Option<Next>) -> Result<Value> {
+        let fut = async {
+            let mut con = self.conn_of(&self.once, &self.once_client).await?;
+            let v = match redirect {
+                Some(Next::Moved((host, port))) => con.route_command(cmd.clone(), RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port })).await?,
+                Some(Next::Ask((host, port))) => {
+                    let mut pipe = redis::pipe();
+                    pipe.cmd("ASKING").add_command(cmd.clone());
+                    let mut v = con.route_pipeline(pipe, 1, 1, SingleNodeRoutingInfo::ByAddress { host, port }).await?;
+                    v.pop().ok_or_else(|| crate::cmd::unexpected(Value::Array(Vec::new())))?
+                }
+                _ => {
+                    let master = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(SlotRoute::with_slot(slot, SlotAddr::Master)));
+                    con.route_command(cmd.clone(), master).await?
+                }
+            };
+            Ok::<_, Error>(v.extract_error()?)
+        };
+        bounded(&self.opts, fut).await
     }
 
     /// A lock command, routed by redis-rs, retried through topology
@@ -829,6 +900,10 @@ impl Transport for Cluster {
 
     fn renew_then_wait<'a>(&'a self, renew: &'a LockCmd, wait: redis::Cmd) -> BoxFuture<'a, Result<Option<i64>>> {
         Box::pin(Cluster::renew_then_wait(self, renew, wait))
+    }
+
+    fn call<'a>(&'a self, key: &'a str, cmd: &'a redis::Cmd) -> BoxFuture<'a, Result<Value>> {
+        Box::pin(Cluster::call(self, key, cmd))
     }
 
     fn is_cluster(&self) -> bool {

@@ -7,7 +7,7 @@ use std::fmt;
 /// | variant | when | what to do |
 /// | --- | --- | --- |
 /// | [`Error::NotAcquired`] | someone else holds the key (after the whole wait, for `acquire`) | retry later, or give up |
-/// | [`Error::NotHeld`] | `renew`/`release` found the key gone or owned by another token | stop the guarded work: the lock was lost |
+/// | [`Error::NotHeld`] | `renew`/`release`/`guard` found the key gone or owned by another token (`guard` then ran nothing) | stop the guarded work: the lock was lost |
 /// | [`Error::Redis`] | connection, timeout or server error (e.g. `WRONGTYPE`) | the outcome is unknown; treat the lock as at risk |
 /// | [`Error::InvalidArgument`] | empty key or token, zero or oversized TTL, API not available on this client | fix the call |
 /// | [`Error::Unsupported`] | the server has no `lock` module, and the operation has no script fallback (guarded writes, semaphores, read-write locks) | load the module (see docs/install.md) |
@@ -20,8 +20,8 @@ pub enum Error {
         /// The contended key.
         key: String,
     },
-    /// A renew or release found that this token no longer owns the key
-    /// (it expired, was deleted, or was taken over).
+    /// A renew, release or guarded write found that this token no longer
+    /// owns the key (it expired, was deleted, or was taken over).
     NotHeld {
         /// The lost key.
         key: String,
@@ -95,6 +95,14 @@ impl std::error::Error for Error {
 impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Self {
         Error::Redis(e)
+    }
+}
+
+/// A reply read as the wrong type (`redis::from_redis_value` on what
+/// [`Lock::guard`](crate::Lock::guard) returned), as redis-rs reports it.
+impl From<redis::ParsingError> for Error {
+    fn from(e: redis::ParsingError) -> Self {
+        Error::Redis(e.into())
     }
 }
 

@@ -10,6 +10,10 @@
 //!   [`info`](LockClient::info) tells who holds a key ([`LockInfo`]).
 //! - With the module every grant carries a fencing token,
 //!   [`Lock::fence`], strictly increasing per key (`None` without it).
+//! - [`Lock::guard`] runs a command of yours only while the lock is held,
+//!   decided by the server in the same step (`LOCK.GUARD`, module only),
+//!   and returns its reply: a holder paused past its TTL cannot overwrite
+//!   its successor's data on that server.
 //! - A [`Lock`] renews, releases (idempotent), is released on drop, and can
 //!   be kept alive by a watchdog ([`WatchdogOptions`]) that renews every TTL/3.
 //!   All the watchdogs of a client are one renewal engine: one task on the
@@ -20,10 +24,12 @@
 //!   future) and [`LostSignal`] (blocking or async) report it with a
 //!   [`LossReason`].
 //! - Every failure is one [`Error`]: `NotAcquired`, `NotHeld`, `Redis`,
-//!   `InvalidArgument`, and `NoQuorum` for quorum locks.
+//!   `InvalidArgument`, `Unsupported` (no module), and `NoQuorum` for
+//!   quorum locks.
 //! - [`QuorumClient`] holds a lock on a majority of N independent servers
-//!   ([`QuorumLock`], same methods as [`Lock`]), with fences that never go
-//!   backwards whatever the servers' clocks.
+//!   ([`QuorumLock`], the same methods as [`Lock`] but `guard`: no one
+//!   server's copy of the lock is the majority's verdict), with fences that
+//!   never go backwards whatever the servers' clocks.
 //!
 //! The backend is detected once per connection: the first `LOCK.*` command
 //! either works or fails with "unknown command", after which that connection
@@ -46,6 +52,12 @@
 //!     let lock = client.try_acquire("jobs:nightly", Duration::from_secs(30))?;
 //!     // With the module: pass it along with each write the lock guards.
 //!     let _fence: Option<u64> = lock.fence();
+//!     // Or, for data on the same server: written only while held.
+//!     match lock.guard(redis::cmd("SET").arg("jobs:nightly:result").arg("done")) {
+//!         Ok(_reply) => {}
+//!         Err(Error::NotHeld { .. }) => return Ok(()), // lost: nothing was written
+//!         Err(e) => return Err(e),
+//!     }
 //!     lock.renew(Duration::from_secs(30))?;
 //!     lock.release()?;
 //!

@@ -1,9 +1,10 @@
 //! [`Lock`]: the handle of a held lock.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cmd::LockCmd;
+use crate::cmd::{self, GuardRefusal, LockCmd};
 use crate::engine::Renewer;
 use crate::error::{Error, Result};
 use crate::options::LockOptions;
@@ -125,6 +126,66 @@ impl Lock {
         let sent = Instant::now();
         let r = self.core.run_ok(&cmd).await;
         self.shared.after_renew(sent, ttl, r)
+    }
+
+    /// Runs `cmd` only if this lock is still held, decided by the server in
+    /// the same step (`LOCK.GUARD key token cmd...`), and returns `cmd`'s
+    /// reply as the server sent it (RESP3 types on a RESP3 connection).
+    /// This closes the gap every lock has: a holder paused past its TTL (GC,
+    /// a stopped VM, a slow network) whose write lands after someone else
+    /// took the lock. It covers data on the lock's own server only (in a
+    /// cluster, keys in the lock key's slot: use a hash tag, `job:{42}` and
+    /// `result:{42}`); anything else needs the [`fence`](Lock::fence).
+    ///
+    /// - [`Error::NotHeld`]: the server found the lock absent, expired or
+    ///   another owner's, and ran nothing; the lock is then lost
+    ///   ([`LossReason::NotOwner`]). A lock already known lost or released
+    ///   fails so without asking the server.
+    /// - [`Error::Redis`]: `cmd`'s own error (`WRONGTYPE`, `NOPERM`, `OOM`,
+    ///   `CROSSSLOT` for a key in another slot, an unknown command, ...) or
+    ///   LOCK.GUARD's refusal of a command it cannot run inside (`MULTI`,
+    ///   `EVAL`, `SELECT`, ...); the lock stays held. A connection failure
+    ///   or timeout is an `Error::Redis` too: then whether `cmd` ran is
+    ///   unknown, and it is never sent again by itself (a cluster resends
+    ///   only after `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN` or a refused
+    ///   connection, which show it did not run).
+    /// - [`Error::Unsupported`]: the server has no `lock` module.
+    /// - [`Error::InvalidArgument`]: an empty `cmd`, or one with a
+    ///   `cursor_arg`.
+    ///
+    /// To read the reply as a type: `redis::from_redis_value(v)?`. Several
+    /// writes in one step: LOCK.GUARD calls inside `MULTI`, or LOCK.GUARD
+    /// called from a script (docs/guarded-writes.md).
+    pub fn guard(&self, cmd: &redis::Cmd) -> Result<redis::Value> {
+        runtime::block(self.guarded(Api::Sync, cmd)?)
+    }
+
+    /// The async twin of [`Lock::guard`].
+    pub async fn guard_async(&self, cmd: &redis::Cmd) -> Result<redis::Value> {
+        self.guarded(Api::Async, cmd)?.await
+    }
+
+    /// The checks made before sending, then the guarded call and what its
+    /// outcome does to the lock, as one future both APIs run.
+    fn guarded(&self, api: Api, inner: &redis::Cmd) -> Result<impl Future<Output = Result<redis::Value>> + Send + 'static> {
+        self.shared.check_renewable()?;
+        self.core.transport.serves(api)?;
+        let guard = cmd::guard_cmd(self.key(), self.token(), inner)?;
+        let (core, shared) = (self.core.clone(), self.shared.clone());
+        Ok(async move {
+            let r = core.transport.call(&shared.key, &guard).await;
+            match r {
+                Err(Error::Redis(e)) => match cmd::guard_refusal(&e) {
+                    Some(GuardRefusal::NotHeld) => {
+                        shared.mark_lost(LossReason::NotOwner);
+                        Err(Error::NotHeld { key: shared.key.clone() })
+                    }
+                    Some(GuardRefusal::NoModule) => Err(Error::Unsupported { command: "LOCK.GUARD" }),
+                    None => Err(Error::Redis(e)),
+                },
+                r => r,
+            }
+        })
     }
 
     /// The engine drops the lock from its schedule when it next comes due.

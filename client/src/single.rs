@@ -225,6 +225,16 @@ impl Single {
         .await
     }
 
+    /// A caller's command (see [`Transport::call`]). Sent once: neither a
+    /// given connection nor a [`ConnectionManager`] resends a command (the
+    /// manager reconnects for the next one).
+    pub(crate) async fn call(&self, cmd: &redis::Cmd) -> Result<Value> {
+        if self.blocking() {
+            return self.with_sync(|con, _| cmd.query(con));
+        }
+        self.with_async(|mut con| async move { cmd.query_async(&mut con).await }).await
+    }
+
     /// `Some(left)` when the rest of a wait can be spent blocked in the
     /// server: the module has (or may have) WAIT, a dedicated connection can
     /// be opened, and at least a millisecond is left.
@@ -341,6 +351,10 @@ impl Transport for Single {
 
     fn renew_then_wait<'a>(&'a self, renew: &'a LockCmd, wait: redis::Cmd) -> BoxFuture<'a, Result<Option<i64>>> {
         Box::pin(Single::renew_then_wait(self, renew, wait))
+    }
+
+    fn call<'a>(&'a self, _key: &'a str, cmd: &'a redis::Cmd) -> BoxFuture<'a, Result<Value>> {
+        Box::pin(Single::call(self, cmd))
     }
 
     fn is_cluster(&self) -> bool {

@@ -56,6 +56,12 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// the replicas that acknowledged, `None` when the lock was gone.
     fn renew_then_wait<'a>(&'a self, renew: &'a LockCmd, wait: redis::Cmd) -> BoxFuture<'a, Result<Option<i64>>>;
 
+    /// A command that is not a lock command (a guarded write), on the
+    /// server of `key` (in a cluster: the master of its slot), its reply as
+    /// the server sent it, error replies as [`Error::Redis`]. It may write,
+    /// so it is never sent again after a failure that may have run it.
+    fn call<'a>(&'a self, key: &'a str, cmd: &'a redis::Cmd) -> BoxFuture<'a, Result<redis::Value>>;
+
     fn is_cluster(&self) -> bool;
 }
 

@@ -31,6 +31,16 @@ enum Flavor {
 /// report a loss. The validity is shorter than the TTL: it ends at
 /// [`valid_until`](QuorumLock::valid_until) = start of the last successful
 /// acquire or renewal + TTL − drift allowance.
+///
+/// There is no [`Lock::guard`](crate::Lock::guard) here, on purpose: a
+/// guarded write is checked against the copy of the lock on the server
+/// that holds the data, but a quorum lock is held by a majority, not by
+/// any one server. The data's server may be one where the grant failed,
+/// expired early or was never made, so its verdict is not the lock's; and
+/// no one command can ask a majority and write atomically. Use the
+/// [`fence`](QuorumLock::fence) instead: send it with every write and have
+/// the resource refuse a fence smaller than the largest it has seen
+/// (docs/fencing.md).
 pub struct QuorumLock {
     shared: Arc<Shared>,
     ctx: Arc<Ctx>,
