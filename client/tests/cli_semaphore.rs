@@ -106,6 +106,12 @@ fn permits_admit_n_runs_and_refuse_or_queue_the_next() {
     let mut both = vec![ta.clone(), tb.clone()];
     both.sort();
     assert_eq!(holders(&s, "LOCK.SEM.INFO", "pool"), both, "the server lists the tokens CMD was given");
+    let o = cli(&["info", "--url", &s.url(), "pool"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let shown = cli_support::stdout(&o);
+    for line in ["key: pool", "kind: semaphore", "limit: 2", &format!("holder: {ta} ttl-ms "), &format!("holder: {tb} ttl-ms "), "waiters: 0"] {
+        assert!(shown.contains(line), "no {line:?} in info:\n{shown}");
+    }
 
     // A third: refused with -n (and -E), queued with -w until one ends.
     let o = cli(&["run", "--url", &s.url(), "--permits", "2", "-n", "pool", "--", "true"]);
@@ -140,6 +146,9 @@ fn shared_runs_together_and_exclusive_waits() {
     let mut both = vec![t1, t2];
     both.sort();
     assert_eq!(holders(&s, "LOCK.RW.INFO", "doc"), both);
+    let o = cli(&["info", "--url", &s.url(), "doc"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(cli_support::stdout(&o).contains("kind: read-write lock\nmode: read\n"), "{}", cli_support::stdout(&o));
     for flag in ["--exclusive", "-x", "--write"] {
         let o = cli(&["run", "--url", &s.url(), flag, "-n", "doc", "--", "true"]);
         assert_eq!(o.status.code(), Some(75), "{flag}: {}", stderr(&o));

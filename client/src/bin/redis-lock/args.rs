@@ -50,7 +50,9 @@ pub enum Cmd {
     /// Show one lock: owner, run-id, format, ttl-ms, fence, waiters.
     ///
     /// What KEY holds as LOCK.INFO reports it (format: legacy or
-    /// structured; ttl-ms -1: no expiry), one `name: value` line each.
+    /// structured; ttl-ms -1: no expiry), one `name: value` line each. A
+    /// semaphore or read-write lock shows its kind, limit or mode, a
+    /// `holder: TOKEN ttl-ms N` line per holder, and its waiters.
     #[command(after_help = EXIT_STATUS)]
     Info {
         #[command(flatten)]
