@@ -20,10 +20,23 @@
 //!   future) and [`LostSignal`] (blocking or async) report it with a
 //!   [`LossReason`].
 //! - Every failure is one [`Error`]: `NotAcquired`, `NotHeld`, `Redis`,
-//!   `InvalidArgument`, and `NoQuorum` for quorum locks.
+//!   `InvalidArgument`, `Unsupported` (no module for a command without a
+//!   script fallback), and `NoQuorum` for quorum locks.
 //! - [`QuorumClient`] holds a lock on a majority of N independent servers
 //!   ([`QuorumLock`], same methods as [`Lock`]), with fences that never go
 //!   backwards whatever the servers' clocks.
+//! - Semaphores and read-write locks (module only, `LOCK.SEM.*`,
+//!   `LOCK.RW.*`): [`LockClient::semaphore`] and [`LockClient::rw_lock`]
+//!   name one ([`NamedLock`], [`RwLock`]), whose `try_acquire`/`acquire`
+//!   (with `_with` and `_async` variants) hand out the same [`Lock`], of
+//!   another [`LockKind`]: renewals, release on drop, the watchdog through
+//!   the same engine, the loss signal and a fence per grant work as for the
+//!   exclusive lock; `info` gives [`HoldersInfo`]. Without the module they
+//!   fail with [`Error::Unsupported`]; there is no script fallback (the
+//!   scripts are the exclusive lock's reference, and a Lua semaphore would
+//!   share neither the server's queue nor its fences) and no quorum variant
+//!   (permits counted on a majority do not bound the holders). See
+//!   docs/semaphores.md.
 //!
 //! The backend is detected once per connection: the first `LOCK.*` command
 //! either works or fails with "unknown command", after which that connection
@@ -114,7 +127,8 @@
 //! background `runtime` and the renewal `engine`; the transport seam
 //! (`transport`: one server in `single`, a cluster in `cluster`, waits'
 //! shared rules in `wait`); the modes over it (`lock`, `replicas`,
-//! `quorum`); the facade (`client`, this file). No module imports one
+//! `quorum`); the facade (`client`, the named semaphore and read-write
+//! lock handles in `named`, this file). No module imports one
 //! above it (`tests/layers.rs` checks there is no cycle). Every operation
 //! is implemented once, async; the sync API drives the same future to
 //! completion on the calling thread.
@@ -176,4 +190,6 @@ mod docs_doctests {
     struct GuardedWrites;
     #[doc = include_str!("../../docs/quorum.md")]
     struct Quorum;
+    #[doc = include_str!("../../docs/semaphores.md")]
+    struct Semaphores;
 }
