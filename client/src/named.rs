@@ -13,9 +13,10 @@
 //! alone: a Lua semaphore would not share the module's FIFO queue or its
 //! fences, so services mixing the two would break each other's
 //! guarantees. There is no quorum variant either: permits counted on a
-//! majority of N servers do not bound the holders (under a partition each
-//! majority can admit `limit` holders of its own), and the server's queue
-//! cannot span servers.
+//! majority of N servers do not bound the holders (each server counts only
+//! its own: with 3 servers of limit 2, holders granted on servers {1,2},
+//! {2,3} and {1,3} all hold a majority, three holders of two permits), and
+//! the server's queue cannot span servers.
 
 use std::time::Duration;
 
