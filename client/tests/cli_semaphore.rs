@@ -27,18 +27,22 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
+/// A run in the background: its name and process.
+struct Run(&'static str, Child);
+
 /// `redis-lock run --url <s> FLAGS KEY -- sh -c ...` in the background: its
-/// CMD writes `KEY|TOKEN|FENCE` to `dir/<name>` and exits once `dir/release`
-/// exists.
-fn hold(s: &Server, flags: &[&str], key: &str, dir: &Path, name: &str) -> Child {
+/// CMD writes `KEY|TOKEN|FENCE` to `dir/<name>` and exits once
+/// `dir/<name>.release` exists (one file per run: a run granted later must
+/// not end as soon as it starts).
+fn hold(s: &Server, flags: &[&str], key: &str, dir: &Path, name: &'static str) -> Run {
     let out = dir.join(name);
-    let release = dir.join("release");
+    let release = dir.join(format!("{name}.release"));
     let script = format!(
         "echo \"$REDIS_LOCK_KEY|$REDIS_LOCK_TOKEN|${{REDIS_LOCK_FENCE-unset}}\" > {out}.tmp && mv {out}.tmp {out}; while [ ! -e {release} ]; do sleep 0.05; done",
         out = out.display(),
         release = release.display()
     );
-    Command::new(BIN)
+    let child = Command::new(BIN)
         .args(["run", "--url", &s.url(), "--ttl", "60000"])
         .args(flags)
         .args([key, "--", "sh", "-c", &script])
@@ -47,7 +51,8 @@ fn hold(s: &Server, flags: &[&str], key: &str, dir: &Path, name: &str) -> Child 
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn redis-lock run")
+        .expect("spawn redis-lock run");
+    Run(name, child)
 }
 
 /// What a holding run's CMD was given, once it started: `[KEY, TOKEN, FENCE]`.
@@ -63,14 +68,15 @@ fn started(dir: &Path, name: &str) -> [String; 3] {
     }
 }
 
-/// Ends every holding run of `dir` and checks they exit 0.
-fn release_all(dir: &Path, runs: Vec<Child>) {
-    std::fs::write(dir.join("release"), "").expect("release file");
-    for r in runs {
-        let o = r.wait_with_output().expect("wait");
-        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+/// Ends these holding runs of `dir` and checks they exit 0.
+fn release_all(dir: &Path, runs: Vec<Run>) {
+    for Run(name, _) in &runs {
+        std::fs::write(dir.join(format!("{name}.release")), "").expect("release file");
     }
-    let _ = std::fs::remove_file(dir.join("release"));
+    for Run(name, child) in runs {
+        let o = child.wait_with_output().expect("wait");
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+    }
 }
 
 fn fence(f: &str) -> u64 {

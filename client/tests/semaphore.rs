@@ -143,7 +143,7 @@ fn the_watchdog_keeps_permits_alive_and_reports_their_loss() {
     let s = Server::start();
     let c = client(&s);
     let sem = c.semaphore("pool", 3);
-    let ttl = ms(2000);
+    let ttl = ms(3000);
     let opts = LockOptions::new().watchdog(WatchdogOptions::new());
     let a = sem.try_acquire_with(ttl, &opts).expect("a");
     let b = sem.try_acquire_with(ttl, &opts).expect("b");
@@ -279,7 +279,7 @@ fn semaphores_and_read_write_locks_on_a_cluster() {
     let cl = Cluster::start(3, 0);
     let c = LockClient::open_cluster_with(&[cl.node(0).url()], ClientOptions::new().response_timeout(ms(3000))).expect("cluster client");
     let opts = LockOptions::new().watchdog(WatchdogOptions::new());
-    let ttl = ms(1500);
+    let ttl = ms(3000);
     let mut held = Vec::new();
     for m in cl.masters() {
         let key = cl.key_on("pool:", m);
