@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 
 use crate::cluster::{self, Cluster};
-use crate::cmd::{random_token, Backend, Grant, LockCmd};
+use crate::cmd::{random_token, Backend, Grant, LockCmd, LockKind};
 use crate::error::{Error, Result};
 use crate::info::LockInfo;
 use crate::lock::{Flavor, Lock};
@@ -144,9 +144,7 @@ impl LockClient {
 
     /// [`LockClient::acquire`] with options (token, watchdog, backoff).
     pub fn acquire_with(&self, key: &str, ttl: Duration, wait: Duration, opts: &LockOptions) -> Result<Lock> {
-        self.core.transport.serves(Api::Sync)?;
-        let (me, key, opts) = (self.clone(), key.to_string(), opts.clone());
-        runtime::block(async move { me.acquire_core(&key, ttl, wait, &opts, Flavor::Sync).await })
+        self.acquire_sync(LockKind::Exclusive, key, ttl, wait, opts)
     }
 
     /// Acquire-or-takeover (`LOCK.TAKEOVER`): takes `key` when it is free,
@@ -211,9 +209,7 @@ impl LockClient {
 
     /// The async twin of [`LockClient::acquire_with`].
     pub async fn acquire_with_async(&self, key: &str, ttl: Duration, wait: Duration, opts: &LockOptions) -> Result<Lock> {
-        let rt = runtime()?;
-        self.core.transport.serves(Api::Async)?;
-        self.acquire_core(key, ttl, wait, opts, Flavor::Async(rt)).await
+        self.acquire_async_of(LockKind::Exclusive, key, ttl, wait, opts).await
     }
 
     /// The async twin of [`LockClient::takeover`].
@@ -234,23 +230,41 @@ impl LockClient {
         released(key, self.core.run_ok(&LockCmd::release(key, token)?).await?)
     }
 
-    /// The one acquire, for both APIs.
-    async fn acquire_core(&self, key: &str, ttl: Duration, wait: Duration, opts: &LockOptions, flavor: Flavor) -> Result<Lock> {
-        let token = token_of(opts);
-        let cmd = LockCmd::acquire(key, &token, ttl)?;
+    /// The sync acquire of every kind.
+    pub(crate) fn acquire_sync(&self, kind: LockKind, key: &str, ttl: Duration, wait: Duration, opts: &LockOptions) -> Result<Lock> {
+        self.core.transport.serves(Api::Sync)?;
+        let (me, key, opts) = (self.clone(), key.to_string(), opts.clone());
+        runtime::block(async move { me.acquire_core(kind, &key, ttl, wait, &opts, Flavor::Sync).await })
+    }
+
+    /// The async acquire of every kind.
+    pub(crate) async fn acquire_async_of(&self, kind: LockKind, key: &str, ttl: Duration, wait: Duration, opts: &LockOptions) -> Result<Lock> {
+        let rt = runtime()?;
+        self.core.transport.serves(Api::Async)?;
+        self.acquire_core(kind, key, ttl, wait, opts, Flavor::Async(rt)).await
+    }
+
+    /// The one acquire, for both APIs and every kind.
+    async fn acquire_core(&self, kind: LockKind, key: &str, ttl: Duration, wait: Duration, opts: &LockOptions, flavor: Flavor) -> Result<Lock> {
+        let cmd = LockCmd::acquire_of(kind, key, &token_of(opts), ttl)?;
+        self.acquire_cmd(&cmd, ttl, wait, opts, flavor).await.map_err(|e| cmd.explain(e))
+    }
+
+    async fn acquire_cmd(&self, cmd: &LockCmd, ttl: Duration, wait: Duration, opts: &LockOptions, flavor: Flavor) -> Result<Lock> {
+        let key = cmd.key();
         let t = &self.core.transport;
         let mut backoff = Backoff::new(opts.retry_min_delay, opts.retry_max_delay, wait, Instant::now());
         loop {
             if let Some(left) = t.may_block(backoff.left(Instant::now())) {
-                match t.clone().wait_acquire(&cmd, ttl, left).await? {
-                    Waited::Granted { fence, sent } => return self.hand_out(key, token, sent, ttl, opts, flavor, fence).await,
+                match t.clone().wait_acquire(cmd, ttl, left).await? {
+                    Waited::Granted { fence, sent } => return self.hand_out(cmd, sent, ttl, opts, flavor, fence).await,
                     Waited::Refused => return Err(Error::NotAcquired { key: key.into() }),
                     Waited::Unsupported => {}
                 }
             }
             let sent = Instant::now();
-            if let Grant::Granted(fence) = t.run(&cmd, Some(backoff.deadline())).await? {
-                return self.hand_out(key, token, sent, ttl, opts, flavor, fence).await;
+            if let Grant::Granted(fence) = t.run(cmd, Some(backoff.deadline())).await? {
+                return self.hand_out(cmd, sent, ttl, opts, flavor, fence).await;
             }
             // This first attempt found the module: wait in its queue from now.
             if t.may_block(backoff.left(Instant::now())).is_some() {
@@ -265,19 +279,17 @@ impl LockClient {
 
     /// The one takeover, for both APIs.
     async fn takeover_core(&self, key: &str, run_id: &str, ttl: Duration, opts: &LockOptions, flavor: Flavor) -> Result<Lock> {
-        let token = token_of(opts);
-        let cmd = LockCmd::takeover(key, &token, run_id, ttl)?;
+        let cmd = LockCmd::takeover(key, &token_of(opts), run_id, ttl)?;
         let sent = Instant::now();
         match self.core.run(&cmd).await? {
-            Grant::Granted(fence) => self.hand_out(key, token, sent, ttl, opts, flavor, fence).await,
+            Grant::Granted(fence) => self.hand_out(&cmd, sent, ttl, opts, flavor, fence).await,
             Grant::Refused => Err(Error::NotAcquired { key: key.into() }),
         }
     }
 
-    /// A granted lock, confirmed on the replicas first if asked for.
-    #[allow(clippy::too_many_arguments)]
-    async fn hand_out(&self, key: &str, token: String, sent: Instant, ttl: Duration, opts: &LockOptions, flavor: Flavor, fence: Option<u64>) -> Result<Lock> {
-        let lock = Lock::new(self.core.clone(), key, token, sent, ttl, opts, flavor, fence);
+    /// The lock `cmd` was granted, confirmed on the replicas first if asked for.
+    async fn hand_out(&self, cmd: &LockCmd, sent: Instant, ttl: Duration, opts: &LockOptions, flavor: Flavor, fence: Option<u64>) -> Result<Lock> {
+        let lock = Lock::new(self.core.clone(), cmd, sent, ttl, opts, flavor, fence);
         replicas::confirm(&self.core, lock, opts.replicas).await
     }
 }
@@ -297,7 +309,7 @@ fn runtime() -> Result<tokio::runtime::Handle> {
 }
 
 /// The module's check (`LOCK.INFO` with an empty key is refused there too).
-fn check_key(key: &str) -> Result<()> {
+pub(crate) fn check_key(key: &str) -> Result<()> {
     if key.is_empty() {
         return Err(Error::InvalidArgument("lock key is required".into()));
     }

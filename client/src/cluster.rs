@@ -43,9 +43,9 @@ use redis::cluster_async;
 use redis::cluster_routing::{Route as SlotRoute, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, RedisResult, ServerErrorKind, Value};
 
-use crate::cmd::{is_wait_unsupported, Backend, BackendCell, Grant, LockCmd};
+use crate::cmd::{is_wait_unsupported, Backend, BackendCell, Grant, LockCmd, LockKind};
 use crate::error::{Error, Result};
-use crate::info::{self, LockInfo};
+use crate::info::{self, HoldersInfo, LockInfo};
 use crate::options::ClientOptions;
 use crate::retry::{self, Failure};
 use crate::runtime;
@@ -384,6 +384,17 @@ impl Cluster {
         r
     }
 
+    /// `LOCK.SEM.INFO` or `LOCK.RW.INFO` on the key's node (module only:
+    /// no backend to learn).
+    pub(crate) async fn holders_info(&self, kind: LockKind, key: &str) -> Result<Option<HoldersInfo>> {
+        let cmd = info::holders_cmd(kind, key);
+        let fut = async {
+            let mut con = self.conn().await?;
+            Ok::<_, Error>(cmd.query_async::<Value>(&mut con).await?)
+        };
+        Ok(info::parse_holders(bounded(&self.opts, fut).await?)?)
+    }
+
     fn node_cell(&self, addr: &Addr) -> Arc<BackendCell> {
         lock(&self.nodes).entry(addr.clone()).or_default().clone()
     }
@@ -598,7 +609,7 @@ impl<'a> Retrying<'a> {
     /// The release of a grant an earlier attempt may have made, to send
     /// before the next attempt.
     fn release_first(&self) -> Option<LockCmd> {
-        (self.doubt && self.cmd.grants()).then(|| LockCmd::release(self.cmd.key(), self.cmd.token()).ok()).flatten()
+        (self.doubt && self.cmd.grants()).then(|| self.cmd.releasing().ok()).flatten()
     }
 
     fn after(&mut self, r: &Result<Grant>) -> Step {
@@ -788,7 +799,7 @@ impl Cluster {
                         guard.disarm();
                         return Ok(Waited::Granted { fence, sent });
                     }
-                    let renew = LockCmd::renew(cmd.key(), cmd.token(), ttl)?;
+                    let renew = cmd.renewal(ttl)?;
                     let sent = Instant::now();
                     return match cl.run(&renew).await {
                         Ok(Grant::Granted(_)) => {
@@ -887,6 +898,10 @@ impl Transport for Cluster {
 
     fn info<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<LockInfo>>> {
         Box::pin(Cluster::info(self, key))
+    }
+
+    fn holders_info<'a>(&'a self, kind: LockKind, key: &'a str) -> BoxFuture<'a, Result<Option<HoldersInfo>>> {
+        Box::pin(Cluster::holders_info(self, kind, key))
     }
 
     /// Waits run on connections of their own to the slot's owner.

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::RngCore;
 use redis::{Arg, Cmd, ErrorKind, RedisResult, Script, ServerErrorKind, Value};
-use redis_lock_rules::{args, encode, scripts, ArgError};
+use redis_lock_rules::{args, encode, holders, scripts, ArgError};
 
 use crate::error::{Error, Result};
 
@@ -72,6 +72,64 @@ impl BackendCell {
     }
 }
 
+/// What a lock grants its holder, and so which module commands serve it.
+///
+/// Every kind has the same lifecycle (acquire, renew, release, a watchdog
+/// through the client's renewal engine, a loss signal, a fence per grant),
+/// so one [`Lock`](crate::Lock) handle serves them all; only the commands
+/// differ. Only the exclusive lock has a script fallback: the scripts are
+/// the reference of the exclusive lock alone (see docs/semaphores.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// The key alone: `LOCK.ACQUIRE` (a string key), with the scripts as
+    /// fallback.
+    Exclusive,
+    /// One of `limit` permits of a counting semaphore: `LOCK.SEM.*`.
+    Permit {
+        /// The most holders at a time; every acquirer of the key names the
+        /// same one (the server refuses another while permits are held).
+        limit: u64,
+    },
+    /// A read-write lock's shared side: beside other readers, never a
+    /// writer (`LOCK.RW.ACQUIRE … READ`).
+    Read,
+    /// A read-write lock's exclusive side: no other reader or writer
+    /// (`LOCK.RW.ACQUIRE … WRITE`).
+    Write,
+}
+
+impl LockKind {
+    /// The module's acquire, renew, release and info commands for this kind.
+    fn commands(self) -> [&'static str; 4] {
+        match self {
+            LockKind::Exclusive => ["LOCK.ACQUIRE", "LOCK.RENEW", "LOCK.RELEASE", "LOCK.INFO"],
+            LockKind::Permit { .. } => ["LOCK.SEM.ACQUIRE", "LOCK.SEM.RENEW", "LOCK.SEM.RELEASE", "LOCK.SEM.INFO"],
+            LockKind::Read | LockKind::Write => ["LOCK.RW.ACQUIRE", "LOCK.RW.RENEW", "LOCK.RW.RELEASE", "LOCK.RW.INFO"],
+        }
+    }
+
+    /// The info command of this kind's family.
+    pub(crate) fn info_command(self) -> &'static str {
+        self.commands()[3]
+    }
+
+    /// Whether a server without the module can serve it (by the scripts).
+    pub(crate) fn has_fallback(self) -> bool {
+        self == LockKind::Exclusive
+    }
+
+    /// A `command` error that says "no such command" as
+    /// [`Error::Unsupported`] for a kind without a fallback; any other
+    /// error unchanged.
+    pub(crate) fn explain(self, command: &'static str, e: Error) -> Error {
+        match e {
+            Error::Redis(r) if !self.has_fallback() && is_unknown_command(&r) => Error::Unsupported { command },
+            e => e,
+        }
+    }
+}
+
 /// What a lock command did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Grant {
@@ -93,13 +151,13 @@ impl Grant {
 pub(crate) enum LockCmd {
     /// `wait_ms`: block in the server for up to this long (module only,
     /// never 0, which would mean forever).
-    Acquire { key: String, token: String, ttl_ms: u64, wait_ms: Option<u64> },
+    Acquire { kind: LockKind, key: String, token: String, ttl_ms: u64, wait_ms: Option<u64> },
     /// `floor`: also raise the server's fence mark to at least this
-    /// (`LOCK.RENEW ... FLOOR f`, for quorum locks). Module only: the
-    /// fallback script renews without it, so a caller that needs the floor
-    /// checks the connection's backend.
-    Renew { key: String, token: String, ttl_ms: u64, floor: Option<u64> },
-    Release { key: String, token: String },
+    /// (`LOCK.RENEW ... FLOOR f`, for quorum locks; exclusive locks only).
+    /// Module only: the fallback script renews without it, so a caller
+    /// that needs the floor checks the connection's backend.
+    Renew { kind: LockKind, key: String, token: String, ttl_ms: u64, floor: Option<u64> },
+    Release { kind: LockKind, key: String, token: String },
     /// A non-empty run-id (an empty one is built as `Acquire`).
     Takeover { key: String, token: String, run_id: String, ttl_ms: u64 },
 }
@@ -110,19 +168,57 @@ enum Fallback {
 }
 
 impl LockCmd {
+    /// An exclusive lock's acquire.
     pub(crate) fn acquire(key: &str, token: &str, ttl: Duration) -> Result<Self> {
-        let ttl_ms = check(key, token, ttl)?;
-        Ok(LockCmd::Acquire { key: key.into(), token: token.into(), ttl_ms, wait_ms: None })
+        Self::acquire_of(LockKind::Exclusive, key, token, ttl)
+    }
+
+    pub(crate) fn acquire_of(kind: LockKind, key: &str, token: &str, ttl: Duration) -> Result<Self> {
+        let ttl_ms = check(kind, key, token, ttl)?;
+        Ok(LockCmd::Acquire { kind, key: key.into(), token: token.into(), ttl_ms, wait_ms: None })
     }
 
     /// The same acquire, blocking in the server for up to `wait_ms` (≥ 1).
     pub(crate) fn with_wait(&self, wait_ms: u64) -> Self {
         match self {
-            LockCmd::Acquire { key, token, ttl_ms, .. } => {
-                LockCmd::Acquire { key: key.clone(), token: token.clone(), ttl_ms: *ttl_ms, wait_ms: Some(wait_ms.max(1)) }
+            LockCmd::Acquire { kind, key, token, ttl_ms, .. } => {
+                LockCmd::Acquire { kind: *kind, key: key.clone(), token: token.clone(), ttl_ms: *ttl_ms, wait_ms: Some(wait_ms.max(1)) }
             }
             other => other.clone(),
         }
+    }
+
+    pub(crate) fn kind(&self) -> LockKind {
+        match self {
+            LockCmd::Acquire { kind, .. } | LockCmd::Renew { kind, .. } | LockCmd::Release { kind, .. } => *kind,
+            LockCmd::Takeover { .. } => LockKind::Exclusive,
+        }
+    }
+
+    /// The module command's name.
+    pub(crate) fn name(&self) -> &'static str {
+        let [acquire, renew, release, _] = self.kind().commands();
+        match self {
+            LockCmd::Acquire { .. } => acquire,
+            LockCmd::Renew { .. } => renew,
+            LockCmd::Release { .. } => release,
+            LockCmd::Takeover { .. } => "LOCK.TAKEOVER",
+        }
+    }
+
+    /// [`LockKind::explain`] for this command.
+    pub(crate) fn explain(&self, e: Error) -> Error {
+        self.kind().explain(self.name(), e)
+    }
+
+    /// The renewal of what this command acquires (same kind, key, token).
+    pub(crate) fn renewal(&self, ttl: Duration) -> Result<Self> {
+        Self::renew_of(self.kind(), self.key(), self.token(), ttl)
+    }
+
+    /// The release of what this command acquires (same kind, key, token).
+    pub(crate) fn releasing(&self) -> Result<Self> {
+        Self::release_of(self.kind(), self.key(), self.token())
     }
 
     pub(crate) fn key(&self) -> &str {
@@ -137,30 +233,42 @@ impl LockCmd {
         }
     }
 
+    /// An exclusive lock's renewal.
     pub(crate) fn renew(key: &str, token: &str, ttl: Duration) -> Result<Self> {
-        let ttl_ms = check(key, token, ttl)?;
-        Ok(LockCmd::Renew { key: key.into(), token: token.into(), ttl_ms, floor: None })
+        Self::renew_of(LockKind::Exclusive, key, token, ttl)
+    }
+
+    pub(crate) fn renew_of(kind: LockKind, key: &str, token: &str, ttl: Duration) -> Result<Self> {
+        let ttl_ms = check(kind, key, token, ttl)?;
+        Ok(LockCmd::Renew { kind, key: key.into(), token: token.into(), ttl_ms, floor: None })
     }
 
     /// The same renewal with `FLOOR floor` (see [`LockCmd::Renew`]).
     pub(crate) fn with_floor(self, floor: u64) -> Self {
         match self {
-            LockCmd::Renew { key, token, ttl_ms, .. } => LockCmd::Renew { key, token, ttl_ms, floor: Some(floor) },
+            LockCmd::Renew { kind: LockKind::Exclusive, key, token, ttl_ms, .. } => {
+                LockCmd::Renew { kind: LockKind::Exclusive, key, token, ttl_ms, floor: Some(floor) }
+            }
             other => other,
         }
     }
 
+    /// An exclusive lock's release.
     pub(crate) fn release(key: &str, token: &str) -> Result<Self> {
+        Self::release_of(LockKind::Exclusive, key, token)
+    }
+
+    pub(crate) fn release_of(kind: LockKind, key: &str, token: &str) -> Result<Self> {
         args::check_key_and_token(key.as_bytes(), token.as_bytes())?;
-        Ok(LockCmd::Release { key: key.into(), token: token.into() })
+        Ok(LockCmd::Release { kind, key: key.into(), token: token.into() })
     }
 
     pub(crate) fn takeover(key: &str, token: &str, run_id: &str, ttl: Duration) -> Result<Self> {
-        let ttl_ms = check(key, token, ttl)?;
         if run_id.is_empty() {
             // As in the Go wrapper and LOCK.TAKEOVER: no run-id, plain acquire.
-            return Ok(LockCmd::Acquire { key: key.into(), token: token.into(), ttl_ms, wait_ms: None });
+            return Self::acquire(key, token, ttl);
         }
+        let ttl_ms = check(LockKind::Exclusive, key, token, ttl)?;
         Ok(LockCmd::Takeover { key: key.into(), token: token.into(), run_id: run_id.into(), ttl_ms })
     }
 
@@ -170,32 +278,50 @@ impl LockCmd {
         // Sized up front: a command grown argument by argument reallocates
         // its two buffers several times (~800 instructions per lock).
         let run_id = if let LockCmd::Takeover { run_id, .. } = self { run_id.len() } else { 0 };
-        let mut c = Cmd::with_capacity(8, 80 + self.key().len() + self.token().len() + run_id);
+        let mut c = Cmd::with_capacity(8, 100 + self.key().len() + self.token().len() + run_id);
+        c.arg(self.name());
         match self {
-            LockCmd::Acquire { key, token, ttl_ms, wait_ms } => {
-                c.arg("LOCK.ACQUIRE").arg(key).arg(token).arg(ttl_ms).arg("FENCE");
+            LockCmd::Acquire { kind, key, token, ttl_ms, wait_ms } => {
+                c.arg(key).arg(token);
+                match kind {
+                    LockKind::Exclusive => {}
+                    LockKind::Permit { limit } => {
+                        c.arg(limit);
+                    }
+                    LockKind::Read => {
+                        c.arg("READ");
+                    }
+                    LockKind::Write => {
+                        c.arg("WRITE");
+                    }
+                }
+                c.arg(ttl_ms).arg("FENCE");
                 if let Some(ms) = wait_ms {
                     c.arg("WAIT").arg(ms);
                 }
             }
-            LockCmd::Renew { key, token, ttl_ms, floor } => {
-                c.arg("LOCK.RENEW").arg(key).arg(token).arg(ttl_ms);
+            LockCmd::Renew { key, token, ttl_ms, floor, .. } => {
+                c.arg(key).arg(token).arg(ttl_ms);
                 if let Some(f) = floor {
                     c.arg("FLOOR").arg(f);
                 }
             }
-            LockCmd::Release { key, token } => {
-                c.arg("LOCK.RELEASE").arg(key).arg(token);
+            LockCmd::Release { key, token, .. } => {
+                c.arg(key).arg(token);
             }
             LockCmd::Takeover { key, token, run_id, ttl_ms } => {
-                c.arg("LOCK.TAKEOVER").arg(key).arg(token).arg(run_id).arg(ttl_ms).arg("FENCE");
+                c.arg(key).arg(token).arg(run_id).arg(ttl_ms).arg("FENCE");
             }
         }
         c
     }
 
-    fn fallback(&self) -> Fallback {
-        match self {
+    /// `None` for a kind without a fallback.
+    fn fallback(&self) -> Option<Fallback> {
+        if !self.kind().has_fallback() {
+            return None;
+        }
+        Some(match self {
             // Without the module there is no server-side queue: a waiting
             // acquire polls (the caller's backoff), so `wait_ms` is unused.
             LockCmd::Acquire { key, token, ttl_ms, .. } => {
@@ -208,7 +334,7 @@ impl LockCmd {
                 inv.key(key).arg(token).arg(ttl_ms);
                 Fallback::Script(inv)
             }
-            LockCmd::Release { key, token } => {
+            LockCmd::Release { key, token, .. } => {
                 let mut inv = RELEASE.prepare_invoke();
                 inv.key(key).arg(token);
                 Fallback::Script(inv)
@@ -218,7 +344,7 @@ impl LockCmd {
                 inv.key(key).arg(encode::structured_value(token, run_id)).arg(ttl_ms);
                 Fallback::Script(inv)
             }
-        }
+        })
     }
 
     /// A module command's reply in a pipeline; `None` when the command
@@ -247,20 +373,24 @@ impl LockCmd {
     /// Runs the operation on a sync connection. A module that refuses `WAIT`
     /// answers an error the caller recognises with [`is_wait_unsupported`].
     pub(crate) fn query(&self, con: &mut dyn redis::ConnectionLike, backend: &BackendCell) -> RedisResult<Grant> {
-        if backend.get() != Backend::Scripts {
+        // A kind without a fallback always asks the module (it may have
+        // been loaded since), and its "unknown command" is the caller's.
+        let fallback = self.kind().has_fallback();
+        if backend.get() != Backend::Scripts || !fallback {
             match self.module_cmd().query::<Value>(con) {
                 Ok(v) => {
                     backend.set(Backend::Module);
                     return module_reply(v, self.fenced());
                 }
-                Err(e) if is_unknown_command(&e) => backend.set(Backend::Scripts),
+                Err(e) if fallback && is_unknown_command(&e) => backend.set(Backend::Scripts),
                 Err(e) => return Err(e),
             }
         }
         match self.fallback() {
-            Fallback::Cmd(c) => fallback_reply(c.query::<Value>(con)?),
+            Some(Fallback::Cmd(c)) => fallback_reply(c.query::<Value>(con)?),
             // invoke = EVALSHA, then SCRIPT LOAD and EVALSHA again on NOSCRIPT.
-            Fallback::Script(inv) => fallback_reply(inv.invoke::<Value>(con)?),
+            Some(Fallback::Script(inv)) => fallback_reply(inv.invoke::<Value>(con)?),
+            None => Err(no_fallback()),
         }
     }
 
@@ -269,19 +399,23 @@ impl LockCmd {
     where
         C: redis::aio::ConnectionLike + Send,
     {
-        if backend.get() != Backend::Scripts {
+        // A kind without a fallback always asks the module (it may have
+        // been loaded since), and its "unknown command" is the caller's.
+        let fallback = self.kind().has_fallback();
+        if backend.get() != Backend::Scripts || !fallback {
             match self.module_cmd().query_async::<Value>(con).await {
                 Ok(v) => {
                     backend.set(Backend::Module);
                     return module_reply(v, self.fenced());
                 }
-                Err(e) if is_unknown_command(&e) => backend.set(Backend::Scripts),
+                Err(e) if fallback && is_unknown_command(&e) => backend.set(Backend::Scripts),
                 Err(e) => return Err(e),
             }
         }
         match self.fallback() {
-            Fallback::Cmd(c) => fallback_reply(c.query_async::<Value>(con).await?),
-            Fallback::Script(inv) => fallback_reply(inv.invoke_async::<Value>(con).await?),
+            Some(Fallback::Cmd(c)) => fallback_reply(c.query_async::<Value>(con).await?),
+            Some(Fallback::Script(inv)) => fallback_reply(inv.invoke_async::<Value>(con).await?),
+            None => Err(no_fallback()),
         }
     }
 }
@@ -290,6 +424,9 @@ impl LockCmd {
 /// `EVALSHA` that runs it; for renew and release only, the operations the
 /// engine batches.
 fn batch_script(cmd: &LockCmd) -> Option<(&'static str, Cmd)> {
+    if !cmd.kind().has_fallback() {
+        return None;
+    }
     let (source, script) = match cmd {
         LockCmd::Renew { .. } => (scripts::RENEW, &*RENEW),
         LockCmd::Release { .. } => (scripts::RELEASE, &*RELEASE),
@@ -457,21 +594,38 @@ fn fallback_reply(v: Value) -> RedisResult<Grant> {
     }
 }
 
+/// Unreachable: a kind without a fallback returns the module's answer.
+fn no_fallback() -> redis::RedisError {
+    redis::RedisError::from((ErrorKind::Client, "no script fallback for this lock kind"))
+}
+
 pub(crate) fn unexpected(v: Value) -> redis::RedisError {
     redis::RedisError::from((ErrorKind::UnexpectedReturnType, "unexpected reply to a lock command", format!("{v:?}")))
 }
 
-/// The checks of `redis_lock_rules::args`, made before anything is sent so
-/// module and fallback reject the same calls with the same words.
-fn check(key: &str, token: &str, ttl: Duration) -> Result<u64> {
+/// The checks of `redis_lock_rules::args` (and `holders` for the kinds
+/// stored as sorted sets), made before anything is sent so module and
+/// fallback reject the same calls with the same words.
+fn check(kind: LockKind, key: &str, token: &str, ttl: Duration) -> Result<u64> {
     args::check_key_and_token(key.as_bytes(), token.as_bytes())?;
+    if let LockKind::Permit { limit } = kind {
+        if limit == 0 || limit > holders::MAX_EXACT.unsigned_abs() {
+            return Err(ArgError::LimitInvalid.into());
+        }
+    }
     let ms = ttl.as_millis();
     if ms == 0 {
         return Err(ArgError::TtlNotPositive.into());
     }
     let ms = i64::try_from(ms).map_err(|_| Error::from(ArgError::TtlTooLarge))?;
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
-    args::expiry_at(i64::try_from(now).unwrap_or(i64::MAX), ms)?;
+    let now = i64::try_from(now).unwrap_or(i64::MAX);
+    // A lease end is a sorted-set score, exact only up to 2^53.
+    if kind.has_fallback() {
+        args::expiry_at(now, ms)?;
+    } else {
+        holders::lease_end(now, ms)?;
+    }
     // ms > 0, so the conversion is lossless.
     Ok(ms.unsigned_abs())
 }
@@ -571,6 +725,40 @@ mod tests {
         assert_eq!(refusal("ERR unknown command 'LOCK.GUARDX'"), None);
         assert_eq!(refusal("WRONGTYPE Operation against a key holding the wrong kind of value"), None);
         assert_eq!(refusal("ERR LOCK.GUARD cannot run MULTI, EXEC, DISCARD, WATCH or UNWATCH: send LOCK.GUARD calls inside MULTI instead"), None);
+    }
+
+    #[test]
+    fn kinds_send_their_module_commands() {
+        let ttl = Duration::from_millis(100);
+        let packed = |c: &LockCmd| String::from_utf8_lossy(&c.module_cmd().get_packed_command()).replace("\r\n", " ");
+        let sem = LockCmd::acquire_of(LockKind::Permit { limit: 5 }, "k", "t", ttl).unwrap();
+        assert!(packed(&sem.with_wait(7)).ends_with("$16 LOCK.SEM.ACQUIRE $1 k $1 t $1 5 $3 100 $5 FENCE $4 WAIT $1 7 "), "{}", packed(&sem));
+        assert!(packed(&sem.renewal(ttl).unwrap()).ends_with("$14 LOCK.SEM.RENEW $1 k $1 t $3 100 "));
+        assert!(packed(&sem.releasing().unwrap()).ends_with("$16 LOCK.SEM.RELEASE $1 k $1 t "));
+        let read = LockCmd::acquire_of(LockKind::Read, "k", "t", ttl).unwrap();
+        assert!(packed(&read).ends_with("$15 LOCK.RW.ACQUIRE $1 k $1 t $4 READ $3 100 $5 FENCE "), "{}", packed(&read));
+        assert!(packed(&LockCmd::acquire_of(LockKind::Write, "k", "t", ttl).unwrap()).contains("$5 WRITE $3 100 "));
+        assert!(packed(&read.renewal(ttl).unwrap()).contains("LOCK.RW.RENEW"));
+        assert!(!packed(&read.renewal(ttl).unwrap().with_floor(3)).contains("FLOOR"), "RENEW of the holders' kinds takes no FLOOR");
+        for limit in [0, (1 << 53) + 1] {
+            assert!(matches!(LockCmd::acquire_of(LockKind::Permit { limit }, "k", "t", ttl), Err(Error::InvalidArgument(m)) if m.contains("limit")));
+        }
+        assert!(LockCmd::acquire_of(LockKind::Permit { limit: 1 << 53 }, "k", "t", ttl).is_ok());
+        // A lease end is a score, exact only up to 2^53 ms.
+        let long = Duration::from_millis(1 << 53);
+        assert!(matches!(LockCmd::acquire_of(LockKind::Read, "k", "t", long), Err(Error::InvalidArgument(m)) if m.contains("too large")));
+    }
+
+    #[test]
+    fn unknown_commands_of_kinds_without_fallback_are_unsupported() {
+        let server = |line: &str| Error::Redis(redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).and_then(Value::extract_error).unwrap_err());
+        let ttl = Duration::from_millis(100);
+        let unknown = "ERR unknown command 'LOCK.SEM.ACQUIRE', with args beginning with: ";
+        let sem = LockCmd::acquire_of(LockKind::Permit { limit: 2 }, "k", "t", ttl).unwrap();
+        assert!(matches!(sem.explain(server(unknown)), Error::Unsupported { command: "LOCK.SEM.ACQUIRE" }));
+        assert!(matches!(sem.releasing().unwrap().explain(server(unknown)), Error::Unsupported { command: "LOCK.SEM.RELEASE" }));
+        assert!(matches!(sem.explain(server("ERR limit differs from the semaphore's: its limit is 3")), Error::Redis(_)));
+        assert!(matches!(LockCmd::acquire("k", "t", ttl).unwrap().explain(server(unknown)), Error::Redis(_)), "the exclusive lock falls back instead");
     }
 
     #[test]

@@ -56,8 +56,8 @@ pub(crate) trait Renewer: Send + Sync + 'static {
     /// Renews every lock of `due`; answers in the same order.
     fn renew_all(self: Arc<Self>, due: Vec<Due>, batch: usize) -> BoxFuture<'static, Vec<Renewed>>;
 
-    /// Releases every `(key, token)`, best effort.
-    fn release_all(self: Arc<Self>, locks: Vec<(String, String)>, batch: usize) -> BoxFuture<'static, ()>;
+    /// Releases every lock of `locks`, best effort.
+    fn release_all(self: Arc<Self>, locks: Vec<Arc<Shared>>, batch: usize) -> BoxFuture<'static, ()>;
 }
 
 struct Entry {
@@ -73,7 +73,7 @@ struct State {
     /// id, so equal instants do not collide).
     due: BTreeMap<(Instant, u64), Entry>,
     next_id: u64,
-    releases: Vec<(String, String)>,
+    releases: Vec<Arc<Shared>>,
     /// Keeps the client alive while its releases are queued: they must go
     /// out even when the last handle is dropped right after.
     release_owner: Option<Arc<dyn Renewer>>,
@@ -143,12 +143,12 @@ impl Engine {
 
     /// Queues the release of a dropped lock. False when the queue is full
     /// (or the engine closed): the caller releases by itself.
-    pub(crate) fn queue_release(&self, owner: Arc<dyn Renewer>, key: String, token: String) -> bool {
+    pub(crate) fn queue_release(&self, owner: Arc<dyn Renewer>, lock: Arc<Shared>) -> bool {
         let mut st = self.lock();
         if st.closed || st.releases.len() >= MAX_QUEUED_RELEASES {
             return false;
         }
-        st.releases.push((key, token));
+        st.releases.push(lock);
         let first = st.release_owner.is_none();
         st.release_owner.get_or_insert(owner);
         drop(st);
@@ -195,7 +195,7 @@ impl Engine {
         }
     }
 
-    fn take_releases(&self) -> (Vec<(String, String)>, Option<Arc<dyn Renewer>>, bool) {
+    fn take_releases(&self) -> (Vec<Arc<Shared>>, Option<Arc<dyn Renewer>>, bool) {
         let mut st = self.lock();
         (std::mem::take(&mut st.releases), st.release_owner.take(), st.closed)
     }
@@ -332,7 +332,7 @@ mod tests {
             let mut st = e.lock();
             let id = st.next_id;
             st.next_id += 1;
-            let shared = Arc::new(Shared::new("k".into(), "t".into(), now, ttl));
+            let shared = Arc::new(Shared::new("k".into(), "t".into(), crate::cmd::LockKind::Exclusive, now, ttl));
             st.due.insert((at, id), Entry { id, shared, schedule: Schedule::new(&WatchdogOptions::new(), now), fence: None });
         };
         add(now);

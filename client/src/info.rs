@@ -2,6 +2,9 @@
 //! with the module; without it, the same computed from `GET` and `PTTL` (in
 //! one script, so both describe the same moment) by the rules crate's
 //! `describe`, which is what the module itself uses.
+//!
+//! [`HoldersInfo`]: the same for a semaphore or read-write lock
+//! (`LOCK.SEM.INFO`, `LOCK.RW.INFO`), module only.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -9,7 +12,7 @@ use std::time::Duration;
 use redis::{RedisResult, Script, Value};
 use redis_lock_rules::lock::describe;
 
-use crate::cmd::{is_unknown_command, unexpected, Backend, BackendCell};
+use crate::cmd::{is_unknown_command, unexpected, Backend, BackendCell, LockKind};
 
 /// How the lock value is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,6 +58,39 @@ pub struct LockInfo {
     /// Clients blocked in the server waiting for this key (`acquire` with
     /// the module's `WAIT`). Always 0 without the module, where waiters poll.
     pub waiters: u64,
+}
+
+/// A semaphore's or read-write lock's state, from
+/// [`NamedLock::info`](crate::NamedLock::info) or
+/// [`RwLock::info`](crate::RwLock::info).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HoldersInfo {
+    /// [`LockKind::Permit`] with the semaphore's stored limit, or
+    /// [`LockKind::Read`] / [`LockKind::Write`]: what a read-write lock is
+    /// held for now.
+    pub kind: LockKind,
+    /// The live holders, earliest lease end first.
+    pub holders: Vec<Holder>,
+    /// Clients blocked in the server's queue for this key.
+    pub waiters: u64,
+}
+
+/// One holder of a semaphore or read-write lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// Its token ([`Lock::token`](crate::Lock::token)).
+    pub token: String,
+    /// What is left of its lease.
+    pub ttl: Duration,
+}
+
+/// `LOCK.SEM.INFO key` or `LOCK.RW.INFO key` (by `kind`'s family).
+pub(crate) fn holders_cmd(kind: LockKind, key: &str) -> redis::Cmd {
+    let mut c = redis::cmd(kind.info_command());
+    c.arg(key);
+    c
 }
 
 /// `LOCK.INFO key`, falling back on servers without the module.
@@ -133,9 +169,8 @@ fn lossy(b: Vec<u8>) -> String {
     String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
-/// Nil, or a flat array of field/value pairs (a map under RESP3). Fields
-/// this client does not know are skipped, so a newer module can add some.
-fn parse(v: Value) -> RedisResult<Option<LockInfo>> {
+/// Nil (`None`), or a flat array of field/value pairs (a map under RESP3).
+fn fields(v: Value) -> RedisResult<Option<Vec<(String, Value)>>> {
     let pairs: Vec<(Value, Value)> = match v {
         Value::Nil => return Ok(None),
         Value::Map(m) => m,
@@ -145,13 +180,24 @@ fn parse(v: Value) -> RedisResult<Option<LockInfo>> {
         }
         other => return Err(unexpected(other)),
     };
+    let named = pairs.into_iter().map(|(name, value)| match name {
+        Value::BulkString(b) => Ok((lossy(b), value)),
+        Value::SimpleString(s) => Ok((s, value)),
+        other => Err(unexpected(other)),
+    });
+    named.collect::<RedisResult<_>>().map(Some)
+}
+
+fn waiters(v: Value) -> RedisResult<u64> {
+    u64::try_from(int(v)?).map_err(|_| unexpected(Value::SimpleString("negative waiters".into())))
+}
+
+/// A `LOCK.INFO` reply. Fields this client does not know are skipped, so a
+/// newer module can add some.
+fn parse(v: Value) -> RedisResult<Option<LockInfo>> {
+    let Some(pairs) = fields(v)? else { return Ok(None) };
     let (mut owner, mut run_id, mut format, mut ttl_ms, mut fence, mut waiters) = (None, None, None, None, None, None);
     for (name, value) in pairs {
-        let name = match name {
-            Value::BulkString(b) => lossy(b),
-            Value::SimpleString(s) => s,
-            other => return Err(unexpected(other)),
-        };
         match name.as_str() {
             "owner" => owner = opt_bytes(value)?,
             "run-id" => run_id = opt_bytes(value)?,
@@ -170,7 +216,7 @@ fn parse(v: Value) -> RedisResult<Option<LockInfo>> {
                     other => return Err(unexpected(other)),
                 }
             }
-            "waiters" => waiters = Some(u64::try_from(int(value)?).map_err(|_| unexpected(Value::SimpleString("negative waiters".into())))?),
+            "waiters" => waiters = Some(self::waiters(value)?),
             _ => {}
         }
     }
@@ -185,6 +231,40 @@ fn parse(v: Value) -> RedisResult<Option<LockInfo>> {
         // An older module without the field has no waiters.
         waiters: waiters.unwrap_or(0),
     }))
+}
+
+/// A `LOCK.SEM.INFO` or `LOCK.RW.INFO` reply: `limit` N or `mode`
+/// read/write, `holders` [token, ttl-ms, …], `waiters` N. Unknown fields
+/// are skipped, as in [`parse`].
+pub(crate) fn parse_holders(v: Value) -> RedisResult<Option<HoldersInfo>> {
+    let Some(pairs) = fields(v)? else { return Ok(None) };
+    let (mut kind, mut holders, mut waiters) = (None, Vec::new(), 0);
+    for (name, value) in pairs {
+        match name.as_str() {
+            "limit" => kind = Some(LockKind::Permit { limit: u64::try_from(int(value)?).map_err(|_| unexpected(Value::SimpleString("negative limit".into())))? }),
+            "mode" => {
+                kind = Some(match opt_bytes(value)?.as_deref() {
+                    Some("read") => LockKind::Read,
+                    Some("write") => LockKind::Write,
+                    other => return Err(unexpected(Value::SimpleString(format!("mode {other:?}")))),
+                })
+            }
+            "holders" => {
+                let Value::Array(items) = value else { return Err(unexpected(value)) };
+                let mut it = items.into_iter();
+                while let Some(token) = it.next() {
+                    let token = opt_bytes(token)?.ok_or_else(|| unexpected(Value::Nil))?;
+                    let ms = it.next().map_or(Err(unexpected(Value::Nil)), int)?;
+                    // A lease is held through its last millisecond: never negative.
+                    holders.push(Holder { token, ttl: Duration::from_millis(ms.max(0).unsigned_abs()) });
+                }
+            }
+            "waiters" => waiters = self::waiters(value)?,
+            _ => {}
+        }
+    }
+    let kind = kind.ok_or_else(|| unexpected(Value::SimpleString("holders info reply without limit or mode".into())))?;
+    Ok(Some(HoldersInfo { kind, holders, waiters }))
 }
 
 fn opt_bytes(v: Value) -> RedisResult<Option<String>> {
@@ -236,6 +316,21 @@ mod tests {
         assert!(parse(Value::Array(vec![bulk("owner")])).is_err());
         assert!(parse(Value::Array(vec![bulk("format"), bulk("xml"), bulk("ttl-ms"), Value::Int(1)])).is_err());
         assert!(parse(Value::Array(vec![bulk("format"), bulk("legacy")])).is_err(), "ttl-ms is required");
+    }
+
+    #[test]
+    fn parses_holders_replies() {
+        let v = Value::Array(vec![bulk("limit"), Value::Int(3), bulk("holders"), Value::Array(vec![bulk("a"), Value::Int(10), bulk("b"), Value::Int(2500)]), bulk("waiters"), Value::Int(1)]);
+        let i = parse_holders(v).unwrap().unwrap();
+        assert_eq!(i.kind, LockKind::Permit { limit: 3 });
+        assert_eq!(i.holders.iter().map(|h| (h.token.as_str(), h.ttl.as_millis())).collect::<Vec<_>>(), [("a", 10), ("b", 2500)]);
+        assert_eq!(i.waiters, 1);
+        let v = Value::Array(vec![bulk("mode"), bulk("write"), bulk("holders"), Value::Array(vec![bulk("w"), Value::Int(5)]), bulk("waiters"), Value::Int(0)]);
+        assert_eq!(parse_holders(v).unwrap().unwrap().kind, LockKind::Write);
+        assert_eq!(parse_holders(Value::Nil).unwrap(), None);
+        assert!(parse_holders(Value::Array(vec![bulk("holders"), Value::Array(vec![])])).is_err(), "limit or mode is required");
+        assert!(parse_holders(Value::Array(vec![bulk("mode"), bulk("both")])).is_err());
+        assert!(parse_holders(Value::Array(vec![bulk("limit"), Value::Int(2), bulk("holders"), Value::Array(vec![bulk("a")])])).is_err(), "a token without its ttl");
     }
 
     #[test]

@@ -24,12 +24,24 @@
 //!   future) and [`LostSignal`] (blocking or async) report it with a
 //!   [`LossReason`].
 //! - Every failure is one [`Error`]: `NotAcquired`, `NotHeld`, `Redis`,
-//!   `InvalidArgument`, `Unsupported` (no module), and `NoQuorum` for
-//!   quorum locks.
+//!   `InvalidArgument`, `Unsupported` (no module for a command without a
+//!   script fallback), and `NoQuorum` for quorum locks.
 //! - [`QuorumClient`] holds a lock on a majority of N independent servers
 //!   ([`QuorumLock`], the same methods as [`Lock`] but `guard`: no one
 //!   server's copy of the lock is the majority's verdict), with fences that
 //!   never go backwards whatever the servers' clocks.
+//! - Semaphores and read-write locks (module only, `LOCK.SEM.*`,
+//!   `LOCK.RW.*`): [`LockClient::semaphore`] and [`LockClient::rw_lock`]
+//!   name one ([`NamedLock`], [`RwLock`]), whose `try_acquire`/`acquire`
+//!   (with `_with` and `_async` variants) hand out the same [`Lock`], of
+//!   another [`LockKind`]: renewals, release on drop, the watchdog through
+//!   the same engine, the loss signal and a fence per grant work as for the
+//!   exclusive lock; `info` gives [`HoldersInfo`]. Without the module they
+//!   fail with [`Error::Unsupported`]; there is no script fallback (the
+//!   scripts are the exclusive lock's reference, and a Lua semaphore would
+//!   share neither the server's queue nor its fences) and no quorum variant
+//!   (permits counted on a majority do not bound the holders). See
+//!   docs/semaphores.md.
 //!
 //! The backend is detected once per connection: the first `LOCK.*` command
 //! either works or fails with "unknown command", after which that connection
@@ -126,7 +138,8 @@
 //! background `runtime` and the renewal `engine`; the transport seam
 //! (`transport`: one server in `single`, a cluster in `cluster`, waits'
 //! shared rules in `wait`); the modes over it (`lock`, `replicas`,
-//! `quorum`); the facade (`client`, this file). No module imports one
+//! `quorum`); the facade (`client`, the named semaphore and read-write
+//! lock handles in `named`, this file). No module imports one
 //! above it (`tests/layers.rs` checks there is no cycle). Every operation
 //! is implemented once, async; the sync API drives the same future to
 //! completion on the calling thread.
@@ -151,6 +164,7 @@ mod error;
 mod failure;
 mod info;
 mod lock;
+mod named;
 mod options;
 mod quorum;
 mod replicas;
@@ -164,10 +178,11 @@ mod watchdog;
 
 pub use client::LockClient;
 pub use cluster::SCRIPTS_RECHECK;
-pub use cmd::Backend;
+pub use cmd::{Backend, LockKind};
 pub use error::{Error, Result};
-pub use info::{LockFormat, LockInfo};
+pub use info::{Holder, HoldersInfo, LockFormat, LockInfo};
 pub use lock::Lock;
+pub use named::{NamedLock, RwLock};
 pub use options::{ClientOptions, LockOptions, WatchdogOptions};
 pub use quorum::{QuorumClient, QuorumFailure, QuorumLock, QuorumOptions};
 pub use state::{LossReason, LostSignal};
@@ -186,4 +201,6 @@ mod docs_doctests {
     struct GuardedWrites;
     #[doc = include_str!("../../docs/quorum.md")]
     struct Quorum;
+    #[doc = include_str!("../../docs/semaphores.md")]
+    struct Semaphores;
 }

@@ -1,10 +1,10 @@
-//! [`Lock`]: the handle of a held lock.
+//! [`Lock`]: the handle of a held lock, of every [`LockKind`].
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cmd::{self, GuardRefusal, LockCmd};
+use crate::cmd::{self, GuardRefusal, LockCmd, LockKind};
 use crate::engine::Renewer;
 use crate::error::{Error, Result};
 use crate::options::LockOptions;
@@ -23,7 +23,13 @@ pub(crate) enum Flavor {
     Async(tokio::runtime::Handle),
 }
 
-/// A held lock. Released when dropped (best effort).
+/// A held lock, exclusive lock or semaphore permit or read or write lease
+/// ([`Lock::kind`]). Released when dropped (best effort).
+///
+/// One type for every kind: they are held, renewed, watched, lost and
+/// released alike, and differ only in the module commands the handle
+/// sends, so distinct types would repeat this API without adding a check
+/// the compiler could make.
 ///
 /// All methods take `&self`, so a `Lock` can be shared (`Arc<Lock>`).
 /// Locks taken with the sync API are renewed/released with the plain
@@ -41,14 +47,13 @@ pub struct Lock {
 
 impl std::fmt::Debug for Lock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lock").field("key", &self.shared.key).field("fence", &self.fence).field("flavor", &self.flavor).finish_non_exhaustive()
+        f.debug_struct("Lock").field("key", &self.shared.key).field("kind", &self.shared.kind).field("fence", &self.fence).field("flavor", &self.flavor).finish_non_exhaustive()
     }
 }
 
 impl Lock {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(core: Arc<Core>, key: &str, token: String, sent: Instant, ttl: Duration, opts: &LockOptions, flavor: Flavor, fence: Option<u64>) -> Lock {
-        let shared = Arc::new(Shared::new(key.into(), token, sent, ttl));
+    pub(crate) fn new(core: Arc<Core>, cmd: &LockCmd, sent: Instant, ttl: Duration, opts: &LockOptions, flavor: Flavor, fence: Option<u64>) -> Lock {
+        let shared = Arc::new(Shared::new(cmd.key().into(), cmd.token().into(), cmd.kind(), sent, ttl));
         if let (Some(w), Some(engine)) = (&opts.watchdog, opts.watchdog.as_ref().and_then(|_| core.engine())) {
             engine.add(shared.clone(), w, fence);
         }
@@ -70,6 +75,20 @@ impl Lock {
     /// The token that owns the key (the random one, or the caller's).
     pub fn token(&self) -> &str {
         &self.shared.token
+    }
+
+    /// What it holds: the key alone, a semaphore's permit, a read or a
+    /// write lease.
+    pub fn kind(&self) -> LockKind {
+        self.shared.kind
+    }
+
+    fn renewal(&self, ttl: Duration) -> Result<LockCmd> {
+        LockCmd::renew_of(self.kind(), self.key(), self.token(), ttl)
+    }
+
+    fn releasing(&self) -> Result<LockCmd> {
+        LockCmd::release_of(self.kind(), self.key(), self.token())
     }
 
     /// The fencing token of this grant: a positive number, strictly larger
@@ -113,7 +132,7 @@ impl Lock {
     pub fn renew(&self, ttl: Duration) -> Result<()> {
         self.shared.check_renewable()?;
         self.core.transport.serves(Api::Sync)?;
-        let (core, cmd) = (self.core.clone(), LockCmd::renew(self.key(), self.token(), ttl)?);
+        let (core, cmd) = (self.core.clone(), self.renewal(ttl)?);
         let sent = Instant::now();
         self.shared.after_renew(sent, ttl, runtime::block(async move { core.run_ok(&cmd).await }))
     }
@@ -122,7 +141,7 @@ impl Lock {
     pub async fn renew_async(&self, ttl: Duration) -> Result<()> {
         self.shared.check_renewable()?;
         self.core.transport.serves(Api::Async)?;
-        let cmd = LockCmd::renew(self.key(), self.token(), ttl)?;
+        let cmd = self.renewal(ttl)?;
         let sent = Instant::now();
         let r = self.core.run_ok(&cmd).await;
         self.shared.after_renew(sent, ttl, r)
@@ -168,6 +187,11 @@ impl Lock {
     /// The checks made before sending, then the guarded call and what its
     /// outcome does to the lock, as one future both APIs run.
     fn guarded(&self, api: Api, inner: &redis::Cmd) -> Result<impl Future<Output = Result<redis::Value>> + Send + 'static> {
+        if self.kind() != LockKind::Exclusive {
+            // LOCK.GUARD decides by LOCK.RELEASE's ownership rule, which a
+            // permit or a read/write lease (a member of a sorted set) has not.
+            return Err(Error::InvalidArgument("guard runs under an exclusive lock only, not a semaphore permit or a read-write lease".into()));
+        }
         self.shared.check_renewable()?;
         self.core.transport.serves(api)?;
         let guard = cmd::guard_cmd(self.key(), self.token(), inner)?;
@@ -214,7 +238,7 @@ impl Lock {
             return Ok(());
         }
         self.core.transport.serves(Api::Sync)?;
-        let (core, cmd) = (self.core.clone(), LockCmd::release(self.key(), self.token())?);
+        let (core, cmd) = (self.core.clone(), self.releasing()?);
         self.after_release(runtime::block(async move { core.run_ok(&cmd).await }))
     }
 
@@ -225,7 +249,7 @@ impl Lock {
             return Ok(());
         }
         self.core.transport.serves(Api::Async)?;
-        let cmd = LockCmd::release(self.key(), self.token())?;
+        let cmd = self.releasing()?;
         let r = self.core.run_ok(&cmd).await;
         self.after_release(r)
     }
@@ -250,7 +274,7 @@ impl Drop for Lock {
         }
         // Also for a lost lock: the script deletes only our own value, and
         // "lost" may have been a connection scare while the key is still ours.
-        let Ok(cmd) = LockCmd::release(self.key(), self.token()) else { return };
+        let Ok(cmd) = self.releasing() else { return };
         match &self.flavor {
             Flavor::Sync => {
                 let core = self.core.clone();
@@ -260,7 +284,7 @@ impl Drop for Lock {
                 // Queued for the engine, which pipelines the releases of
                 // many dropped locks; a full queue (or no engine) spawns it.
                 let owner: Arc<dyn Renewer> = self.core.clone();
-                if self.core.engine().is_some_and(|e| e.queue_release(owner, self.shared.key.clone(), self.shared.token.clone())) {
+                if self.core.engine().is_some_and(|e| e.queue_release(owner, self.shared.clone())) {
                     return;
                 }
                 let core = self.core.clone();

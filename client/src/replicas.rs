@@ -58,7 +58,7 @@ fn check(opts: &ClientOptions, timeout: Duration) -> Result<()> {
 pub(crate) async fn confirm(core: &Arc<Core>, lock: Lock, replicas: Option<(u32, Duration)>) -> Result<Lock> {
     let Some((n, timeout)) = replicas else { return Ok(lock) };
     check(&core.opts, timeout)?;
-    let renew = LockCmd::renew(lock.key(), lock.token(), lock.ttl())?;
+    let renew = LockCmd::renew_of(lock.kind(), lock.key(), lock.token(), lock.ttl())?;
     let acked = core.transport.renew_then_wait(&renew, wait_cmd(n, timeout)).await?;
     decide(lock, acked, n).await
 }

@@ -17,10 +17,10 @@ use futures_util::future::BoxFuture;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, ConnectionLike as _, RedisFuture, RedisResult, Value};
 
-use crate::cmd::{is_wait_unsupported, query_batch, BackendCell, Grant, LockCmd};
+use crate::cmd::{is_wait_unsupported, query_batch, BackendCell, Grant, LockCmd, LockKind};
 use crate::engine;
 use crate::error::{Error, Result};
-use crate::info::{self, LockInfo};
+use crate::info::{self, HoldersInfo, LockInfo};
 use crate::options::ClientOptions;
 use crate::runtime;
 use crate::transport::{self, bounded, Api, Transport};
@@ -203,6 +203,16 @@ impl Single {
         self.with_async(|mut con| async move { info::query_async(key, &mut con, backend).await }).await
     }
 
+    pub(crate) async fn holders_info(&self, kind: LockKind, key: &str) -> Result<Option<HoldersInfo>> {
+        let cmd = &info::holders_cmd(kind, key);
+        let v: Value = if self.blocking() {
+            self.with_sync(|con, _| cmd.query(con))?
+        } else {
+            self.with_async(|mut con| async move { cmd.query_async(&mut con).await }).await?
+        };
+        Ok(info::parse_holders(v)?)
+    }
+
     /// `renew`, then `wait` on the same connection (see `replicas.rs`):
     /// the replicas that acknowledged, `None` when the renewal found the
     /// lock gone.
@@ -299,7 +309,7 @@ impl Single {
             return Ok(Waited::Granted { fence, sent });
         }
         con.set_response_timeout(self.opts.response_timeout);
-        let renew = LockCmd::renew(cmd.key(), cmd.token(), ttl)?;
+        let renew = cmd.renewal(ttl)?;
         let sent = Instant::now();
         match renew.query_async(&mut con, backend).await {
             Ok(Grant::Granted(_)) => {
@@ -339,6 +349,10 @@ impl Transport for Single {
 
     fn info<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<LockInfo>>> {
         Box::pin(Single::info(self, key))
+    }
+
+    fn holders_info<'a>(&'a self, kind: LockKind, key: &'a str) -> BoxFuture<'a, Result<Option<HoldersInfo>>> {
+        Box::pin(Single::holders_info(self, kind, key))
     }
 
     fn may_block(&self, left: Duration) -> Option<Duration> {

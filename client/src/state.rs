@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+use crate::cmd::LockKind;
+
 /// Why a lock stopped being held without being released.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -63,6 +65,8 @@ pub(crate) struct Inner {
 pub(crate) struct Shared {
     pub(crate) key: String,
     pub(crate) token: String,
+    /// Which commands renew and release it.
+    pub(crate) kind: LockKind,
     inner: Mutex<Inner>,
     /// Wakes blocking waiters.
     cond: Condvar,
@@ -71,10 +75,11 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(key: String, token: String, sent_at: Instant, ttl: Duration) -> Self {
+    pub(crate) fn new(key: String, token: String, kind: LockKind, sent_at: Instant, ttl: Duration) -> Self {
         Shared {
             key,
             token,
+            kind,
             inner: Mutex::new(Inner { status: Status::Held, valid_until: sent_at + ttl, ttl, retired: false, stop: false, sleepers: 0 }),
             cond: Condvar::new(),
             notify: Notify::new(),

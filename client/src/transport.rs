@@ -12,11 +12,12 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
-use crate::cmd::{BackendCell, Grant, LockCmd};
+use crate::cmd::{BackendCell, Grant, LockCmd, LockKind};
 use crate::engine::{Due, Engine, EngineSlot, Renewed, Renewer};
 use crate::error::{Error, Result};
-use crate::info::LockInfo;
+use crate::info::{HoldersInfo, LockInfo};
 use crate::options::ClientOptions;
+use crate::state::Shared;
 use crate::wait::Waited;
 
 /// Which API a call comes from: a client built from a given connection
@@ -44,6 +45,9 @@ pub(crate) trait Transport: Send + Sync + 'static {
     fn run_batch(self: Arc<Self>, cmds: Vec<LockCmd>, batch: usize) -> BoxFuture<'static, Vec<(Instant, Result<Grant>)>>;
 
     fn info<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<LockInfo>>>;
+
+    /// `LOCK.SEM.INFO` or `LOCK.RW.INFO` (by `kind`), on the key's node.
+    fn holders_info<'a>(&'a self, kind: LockKind, key: &'a str) -> BoxFuture<'a, Result<Option<HoldersInfo>>>;
 
     /// `Some(left)` when the rest of an acquire's wait can be spent blocked
     /// in the server (`LOCK.ACQUIRE ... WAIT`).
@@ -78,9 +82,10 @@ impl Core {
         Arc::new(Core { transport, opts, engine: EngineSlot::default() })
     }
 
-    /// One lock command.
+    /// One lock command; "unknown command" for a kind without a script
+    /// fallback is [`Error::Unsupported`].
     pub(crate) async fn run(&self, cmd: &LockCmd) -> Result<Grant> {
-        self.transport.run(cmd, None).await
+        self.transport.run(cmd, None).await.map_err(|e| cmd.explain(e))
     }
 
     /// One lock command: true when it took effect.
@@ -98,7 +103,7 @@ impl Renewer for Core {
     fn renew_all(self: Arc<Self>, due: Vec<Due>, batch: usize) -> BoxFuture<'static, Vec<Renewed>> {
         Box::pin(async move {
             let now = Instant::now();
-            let cmds: Vec<Result<LockCmd>> = due.iter().map(|d| LockCmd::renew(&d.shared.key, &d.shared.token, d.ttl)).collect();
+            let cmds: Vec<Result<LockCmd>> = due.iter().map(|d| LockCmd::renew_of(d.shared.kind, &d.shared.key, &d.shared.token, d.ttl)).collect();
             let ok: Vec<LockCmd> = cmds.iter().filter_map(|c| c.as_ref().ok().cloned()).collect();
             let mut ran = self.transport.clone().run_batch(ok, batch).await.into_iter();
             cmds.into_iter()
@@ -110,9 +115,9 @@ impl Renewer for Core {
         })
     }
 
-    fn release_all(self: Arc<Self>, locks: Vec<(String, String)>, batch: usize) -> BoxFuture<'static, ()> {
+    fn release_all(self: Arc<Self>, locks: Vec<Arc<Shared>>, batch: usize) -> BoxFuture<'static, ()> {
         Box::pin(async move {
-            let cmds = locks.iter().filter_map(|(k, t)| LockCmd::release(k, t).ok()).collect();
+            let cmds = locks.iter().filter_map(|l| LockCmd::release_of(l.kind, &l.key, &l.token).ok()).collect();
             self.transport.clone().run_batch(cmds, batch).await;
         })
     }
@@ -121,7 +126,7 @@ impl Renewer for Core {
 /// A best-effort release of `cmd`'s token, to spawn when a wait is
 /// abandoned (see `wait::ReleaseOnCancel`).
 pub(crate) fn release_later(t: Arc<dyn Transport>, cmd: &LockCmd) -> BoxFuture<'static, ()> {
-    let release = LockCmd::release(cmd.key(), cmd.token());
+    let release = cmd.releasing();
     Box::pin(async move {
         if let Ok(release) = release {
             let _ = t.run(&release, None).await;

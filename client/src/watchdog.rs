@@ -106,7 +106,7 @@ mod tests {
     fn outcomes_follow_the_documented_rules() {
         let t0 = Instant::now();
         let ttl = ms(300);
-        let s = Shared::new("k".into(), "t".into(), t0, ttl);
+        let s = Shared::new("k".into(), "t".into(), crate::cmd::LockKind::Exclusive, t0, ttl);
         let sched = Schedule::new(&WatchdogOptions::new().max_lifetime(ms(1000)), t0);
         assert_eq!(sched.first(ttl), t0 + ms(100));
         let sent = t0 + ms(100);

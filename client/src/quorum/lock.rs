@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::cmd::LockKind;
 use crate::error::{Error, Result};
 use crate::options::LockOptions;
 use crate::quorum::protocol::{self, Acquired, Ctx};
@@ -56,7 +57,7 @@ impl std::fmt::Debug for QuorumLock {
 
 impl QuorumLock {
     pub(crate) fn new(ctx: Arc<Ctx>, key: &str, token: String, acquired: Acquired, ttl: Duration, opts: &LockOptions, rt: Option<tokio::runtime::Handle>) -> QuorumLock {
-        let shared = Arc::new(Shared::new(key.into(), token, acquired.valid_from, ttl));
+        let shared = Arc::new(Shared::new(key.into(), token, LockKind::Exclusive, acquired.valid_from, ttl));
         let flavor = match rt {
             Some(rt) => Flavor::Async(rt),
             None => Flavor::Sync,
@@ -210,7 +211,7 @@ impl Drop for QuorumLock {
                 // Queued with the engine, which pipelines the releases of
                 // many dropped locks; a full queue (or no engine) spawns it.
                 let owner: Arc<dyn crate::engine::Renewer> = ctx.clone();
-                if ctx.engine().is_some_and(|e| e.queue_release(owner, key.clone(), token.clone())) {
+                if ctx.engine().is_some_and(|e| e.queue_release(owner, self.shared.clone())) {
                     return;
                 }
                 let rt = tokio::runtime::Handle::try_current().unwrap_or_else(|_| rt.clone());

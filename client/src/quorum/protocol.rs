@@ -37,6 +37,7 @@ use crate::engine::{Due, Engine, EngineSlot, Renewed, Renewer};
 use crate::quorum::node::{Answer, Node};
 use crate::quorum::options::QuorumOptions;
 use crate::quorum::round::{round, Tally};
+use crate::state::Shared;
 
 /// What a quorum client shares with its locks.
 pub(crate) struct Ctx {
@@ -61,10 +62,10 @@ impl Renewer for Ctx {
     }
 
     /// Releases on every server, each bounded by the node timeout.
-    fn release_all(self: Arc<Self>, locks: Vec<(String, String)>, batch: usize) -> BoxFuture<'static, ()> {
+    fn release_all(self: Arc<Self>, locks: Vec<Arc<Shared>>, batch: usize) -> BoxFuture<'static, ()> {
         Box::pin(async move {
             let timeout = self.opts.node_timeout.unwrap_or(Duration::from_secs(1));
-            let cmds: Vec<LockCmd> = locks.iter().filter_map(|(k, t)| LockCmd::release(k, t).ok()).collect();
+            let cmds: Vec<LockCmd> = locks.iter().filter_map(|l| LockCmd::release(&l.key, &l.token).ok()).collect();
             let cmds = &cmds;
             futures_util::future::join_all(self.nodes.iter().map(|node| async move {
                 let _ = tokio::time::timeout(timeout, node.release_batch(cmds.clone(), batch)).await;

@@ -11,7 +11,8 @@ use crate::EXIT_HELD;
 const EXIT_STATUS: &str = "\
 Exit status:
   run:          CMD's status (128+N if CMD died of signal N); 75 (or -E CODE) if
-                the lock is held by someone else; 79 if the lock was lost while
+                the lock is held by someone else (--permits: all N permits are;
+                -s/-x: a writer, or readers for -x); 79 if the lock was lost while
                 CMD ran; 69 on a redis error (with several --url: no majority of
                 the servers answered); 126/127 if CMD cannot be run; 2 on usage errors
   info:         0 if KEY exists (even as another type), 1 if not, 69 on a redis error
@@ -37,12 +38,21 @@ pub enum Cmd {
     /// a majority of those independent servers. CMD finds its lock in
     /// REDIS_LOCK_KEY, REDIS_LOCK_TOKEN and, when the grant carries one
     /// (the module's fencing token), REDIS_LOCK_FENCE.
+    ///
+    /// With --permits N, KEY is a semaphore and CMD holds one of its N
+    /// permits; with -s/--shared or -x/--exclusive, KEY is a read-write lock
+    /// held for reading (beside other -s runs) or writing (alone), as
+    /// flock's -s and -x. These need the lock module, on one server or a
+    /// cluster; a plain KEY (no such flag) is another kind of key, which
+    /// they refuse (WRONGTYPE) and which refuses them.
     #[command(after_help = EXIT_STATUS)]
     Run(RunArgs),
     /// Show one lock: owner, run-id, format, ttl-ms, fence, waiters.
     ///
     /// What KEY holds as LOCK.INFO reports it (format: legacy or
-    /// structured; ttl-ms -1: no expiry), one `name: value` line each.
+    /// structured; ttl-ms -1: no expiry), one `name: value` line each. A
+    /// semaphore or read-write lock shows its kind, limit or mode, a
+    /// `holder: TOKEN ttl-ms N` line per holder, and its waiters.
     #[command(after_help = EXIT_STATUS)]
     Info {
         #[command(flatten)]
@@ -128,6 +138,18 @@ pub struct RunArgs {
     /// server or a cluster only).
     #[arg(long)]
     pub run_id: Option<String>,
+    /// Hold one of N permits of the semaphore KEY (every run on KEY must
+    /// name the same N; 1 to 2^53).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1 << 53), conflicts_with_all = ["shared", "exclusive", "run_id"])]
+    pub permits: Option<u64>,
+    /// Hold the read-write lock KEY shared, for reading, beside other
+    /// --shared runs (as flock -s).
+    #[arg(short = 's', long, visible_alias = "read", conflicts_with_all = ["exclusive", "run_id"])]
+    pub shared: bool,
+    /// Hold the read-write lock KEY exclusively, for writing: no --shared
+    /// run meanwhile (as flock -x, but KEY is a read-write lock).
+    #[arg(short = 'x', long, visible_alias = "write", conflicts_with = "run_id")]
+    pub exclusive: bool,
     /// The lock's key.
     pub key: String,
     /// The command to run under the lock, after `--`.
@@ -135,7 +157,31 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
+/// What `run` holds KEY as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The plain lock (a string key).
+    Lock,
+    /// One of N permits of a semaphore.
+    Permits(u64),
+    /// A read-write lock's read side.
+    Shared,
+    /// A read-write lock's write side.
+    Exclusive,
+}
+
 impl RunArgs {
+    /// `--permits`, `--shared`, `--exclusive` (clap keeps them apart), else
+    /// the plain lock.
+    pub fn mode(&self) -> Mode {
+        match (self.permits, self.shared, self.exclusive) {
+            (Some(n), _, _) => Mode::Permits(n),
+            (None, true, _) => Mode::Shared,
+            (None, false, true) => Mode::Exclusive,
+            (None, false, false) => Mode::Lock,
+        }
+    }
+
     /// How long to wait for a held lock: `--wait` or `-w`, else not at all.
     pub fn wait(&self) -> Duration {
         match (self.wait, self.wait_seconds) {

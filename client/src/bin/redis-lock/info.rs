@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use redis_lock_client::{Backend, ClientOptions, Error};
+use redis_lock_client::{Backend, ClientOptions, Error, HoldersInfo, LockClient, LockKind};
 
 use crate::args::Target;
 use crate::{redis_fail, usage, Fail};
@@ -16,9 +16,13 @@ pub fn cmd_info(target: &Target, key: &str) -> Result<ExitCode, Fail> {
             println!("key: {key}\nstate: absent (not locked)");
             return Ok(ExitCode::from(1));
         }
-        // The key exists, so acquire is refused, but it is no lock value.
+        // The key exists, so acquire is refused, but it is no lock value:
+        // perhaps a semaphore or a read-write lock.
         Err(Error::Redis(e)) if e.code() == Some("WRONGTYPE") => {
-            println!("key: {key}\nstate: holds another type (not a lock value)");
+            match holders_info(&client, key) {
+                Some(h) => print_holders(key, &h),
+                None => println!("key: {key}\nstate: holds another type (not a lock value)"),
+            }
             return Ok(ExitCode::SUCCESS);
         }
         Err(e @ Error::InvalidArgument(_)) => return Err(usage(e.to_string())),
@@ -42,4 +46,25 @@ pub fn cmd_info(target: &Target, key: &str) -> Result<ExitCode, Fail> {
         println!("backend: scripts (no lock module: no fences, no server-side waiters)");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `LOCK.SEM.INFO`, else `LOCK.RW.INFO`: `None` when the key is of
+/// neither family (or gone meanwhile, or the server cannot say).
+fn holders_info(client: &LockClient, key: &str) -> Option<HoldersInfo> {
+    // INFO does not send the limit: any one names the family.
+    client.semaphore(key, 1).info().ok().flatten().or_else(|| client.rw_lock(key).info().ok().flatten())
+}
+
+/// LOCK.SEM.INFO's and LOCK.RW.INFO's fields, one per line; a line per holder.
+fn print_holders(key: &str, h: &HoldersInfo) {
+    println!("key: {key}");
+    match h.kind {
+        LockKind::Permit { limit } => println!("kind: semaphore\nlimit: {limit}"),
+        LockKind::Write => println!("kind: read-write lock\nmode: write"),
+        _ => println!("kind: read-write lock\nmode: read"),
+    }
+    for holder in &h.holders {
+        println!("holder: {} ttl-ms {}", holder.token, holder.ttl.as_millis());
+    }
+    println!("waiters: {}", h.waiters);
 }

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! redis-lock run [--url URL]... [--cluster] [--ttl MS] [--wait MS | -w SECONDS | -n] [-E CODE]
-//!                [--grace MS] [--max-lifetime MS] [--token TOKEN] [--run-id RUN_ID] KEY -- CMD [ARGS...]
+//!                [--grace MS] [--max-lifetime MS] [--token TOKEN]
+//!                [--run-id RUN_ID | --permits N | -s | -x] KEY -- CMD [ARGS...]
 //! redis-lock info [--url URL] [--cluster] KEY
 //! redis-lock release [--url URL]... [--cluster] KEY TOKEN
 //! redis-lock list [--url URL]... [--cluster] [--json] [--count N] [PATTERN]

@@ -5,12 +5,12 @@ use std::time::{Duration, Instant};
 
 use redis_lock_client::{ClientOptions, Error, Lock, LockOptions, LossReason, LostSignal, QuorumLock, WatchdogOptions};
 
-use crate::args::RunArgs;
+use crate::args::{Mode, RunArgs};
 use crate::target::{open_quorum, Servers};
 use crate::{redis_fail, usage, Fail, EXIT_LOST, EXIT_REDIS};
 
 /// `redis-lock run [--url URL]... [--cluster] [--ttl MS] [--wait MS | -w SECONDS | -n] [-E CODE]
-/// [--grace MS] [--max-lifetime MS] [--token TOKEN] [--run-id RUN_ID] KEY -- CMD [ARGS...]`
+/// [--grace MS] [--max-lifetime MS] [--token TOKEN] [--run-id RUN_ID | --permits N | -s | -x] KEY -- CMD [ARGS...]`
 pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
     let key = a.key.as_str();
     let Some((program, cmd_args)) = a.command.split_first() else {
@@ -27,9 +27,15 @@ pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
     if let Some(t) = &a.token {
         lopts = lopts.token(t.clone());
     }
+    let mode = a.mode();
     let acquired = if let Servers::Quorum(urls) = a.target.servers() {
         if a.run_id.is_some() {
             return Err(usage("--run-id (takeover) works with one --url only"));
+        }
+        // No quorum semaphore or read-write lock: permits counted on a
+        // majority do not bound the holders (see docs/semaphores.md).
+        if mode != Mode::Lock {
+            return Err(usage("--permits, --shared and --exclusive work with one --url (or --cluster), not a quorum"));
         }
         // Node timeout, drift allowance and retry pauses: the quorum
         // client's defaults (5 % of the TTL; 1 % + 2 ms; 50-250 ms).
@@ -39,9 +45,12 @@ pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
         // miss its cadence anyway; fail such a call and retry instead.
         let timeout = (ttl / 3).clamp(Duration::from_millis(10), Duration::from_secs(2));
         let client = a.target.open(ClientOptions::new().response_timeout(timeout))?;
-        match &a.run_id {
-            Some(run) => client.takeover_with(key, run, ttl, &lopts),
-            None => client.acquire_with(key, ttl, wait, &lopts),
+        match (&a.run_id, mode) {
+            (Some(run), _) => client.takeover_with(key, run, ttl, &lopts),
+            (None, Mode::Lock) => client.acquire_with(key, ttl, wait, &lopts),
+            (None, Mode::Permits(n)) => client.semaphore(key, n).acquire_with(ttl, wait, &lopts),
+            (None, Mode::Shared) => client.rw_lock(key).read().acquire_with(ttl, wait, &lopts),
+            (None, Mode::Exclusive) => client.rw_lock(key).write().acquire_with(ttl, wait, &lopts),
         }
         .map(Held::One)
     };
