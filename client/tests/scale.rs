@@ -41,7 +41,10 @@ fn ten_thousand_watchdog_locks_stay_held_without_a_thread_per_lock() {
     let client = LockClient::open(&s.url()).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let before = threads();
-    let ttl = ms(2000);
+    // A renewal must be answered within TTL - TTL/3 of the one before it:
+    // 5 s leaves a loaded 2-core machine over 3 s of stall (2 s lost all
+    // 10,000 once, beside four compilers) for 15 s of test.
+    let ttl = ms(5000);
     let opts = LockOptions::new().watchdog(WatchdogOptions::new());
 
     // Half with the sync API, one after the other; half with the async API,
