@@ -39,7 +39,9 @@ fn run(open: &(dyn Fn() -> LockClient + Sync), clients: usize, duration: Duratio
                 let keys: Vec<String> = (0..64).map(|n| format!("bench:{t}:{n}")).collect();
                 let mut n = 0usize;
                 while !stop.load(Ordering::Relaxed) {
-                    let lock = client.try_acquire(&keys[n % keys.len()], Duration::from_secs(10)).expect("acquire a key nobody else uses");
+                    let lock = client
+                        .try_acquire(&keys[n % keys.len()], Duration::from_secs(10))
+                        .expect("acquire a key nobody else uses");
                     lock.release().expect("release what we hold");
                     n += 1;
                     if counting.load(Ordering::Relaxed) {

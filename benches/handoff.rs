@@ -81,7 +81,10 @@ fn main() {
     {
         let t = Instant::now();
         let server = Server::start();
-        eprintln!("server with the module started in {:.1?} (the harness builds the module first if needed)", t.elapsed());
+        eprintln!(
+            "server with the module started in {:.1?} (the harness builds the module first if needed)",
+            t.elapsed()
+        );
         for n in WAITERS {
             let t = Instant::now();
             let s = module_handoff(&server, n, plan.module);
@@ -190,7 +193,9 @@ fn int(con: &mut Connection, cmd: &redis::Cmd) -> i64 {
 fn info(con: &mut Connection, key: &str) -> Option<(Option<String>, i64)> {
     let v: Option<Vec<Value>> = redis::cmd("LOCK.INFO").arg(key).query(con).expect("LOCK.INFO");
     let v = v?;
-    let field = |name: &str| v.chunks(2).find(|c| matches!(&c[0], Value::BulkString(b) if b == name.as_bytes())).map(|c| c[1].clone());
+    let field = |name: &str| {
+        v.chunks(2).find(|c| matches!(&c[0], Value::BulkString(b) if b == name.as_bytes())).map(|c| c[1].clone())
+    };
     let owner = match field("owner") {
         Some(Value::BulkString(b)) => Some(String::from_utf8(b).expect("utf-8 owner")),
         _ => None,
@@ -238,7 +243,8 @@ fn module_handoff(server: &Server, n: usize, want: usize) -> Vec<Duration> {
         }
         let start = Instant::now();
         assert_eq!(int(&mut con, redis::cmd("LOCK.RELEASE").arg(&key).arg(&holder)), 1, "holder release");
-        let mut turns: Vec<Turn> = (0..n).map(|_| done_rx.recv_timeout(STUCK).expect("a waiter was never granted")).collect();
+        let mut turns: Vec<Turn> =
+            (0..n).map(|_| done_rx.recv_timeout(STUCK).expect("a waiter was never granted")).collect();
         turns.sort_by_key(|t| t.waiter);
         // FIFO: sorted by queue position, the grants must still chain.
         let lat = chain(n, start, &turns);
@@ -301,7 +307,8 @@ fn polling_handoff(server: &Server, n: usize, want: usize) -> Vec<Duration> {
         thread::sleep(POLL_HOLD);
         let start = Instant::now();
         lock.release().expect("holder release");
-        let mut turns: Vec<Turn> = (0..n).map(|_| done_rx.recv_timeout(STUCK).expect("a waiter was never granted")).collect();
+        let mut turns: Vec<Turn> =
+            (0..n).map(|_| done_rx.recv_timeout(STUCK).expect("a waiter was never granted")).collect();
         // No queue: whoever polled first after a release won. Time order.
         turns.sort_by_key(|t| t.granted);
         out.extend(chain(n, start, &turns));

@@ -65,7 +65,12 @@ fn commands(servers: &[&Server]) -> u64 {
         .map(|s| {
             let info: String = redis::cmd("INFO").arg("commandstats").query(&mut s.conn()).expect("INFO");
             info.lines()
-                .filter(|l| l.starts_with("cmdstat_lock.") || l.starts_with("cmdstat_set:") || l.starts_with("cmdstat_del:") || l.starts_with("cmdstat_evalsha:"))
+                .filter(|l| {
+                    l.starts_with("cmdstat_lock.")
+                        || l.starts_with("cmdstat_set:")
+                        || l.starts_with("cmdstat_del:")
+                        || l.starts_with("cmdstat_evalsha:")
+                })
                 .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
                 .sum::<u64>()
         })

@@ -46,7 +46,8 @@ fn int(con: &mut Connection, cmd: &mut redis::Cmd) -> i64 {
 
 /// `SET key token NX PX ttl`, true when granted.
 fn set_nx_px(con: &mut Connection, key: &str) -> bool {
-    let r: Option<String> = redis::cmd("SET").arg(key).arg(TOKEN).arg("NX").arg("PX").arg(TTL).query(con).expect("SET NX PX");
+    let r: Option<String> =
+        redis::cmd("SET").arg(key).arg(TOKEN).arg("NX").arg("PX").arg(TTL).query(con).expect("SET NX PX");
     r.is_some()
 }
 
@@ -152,7 +153,9 @@ fn renew(c: &mut Criterion, server: &Server) {
         b.iter(|| assert_eq!(int(&mut con, redis::cmd("PEXPIRE").arg(key).arg(TTL)), 1))
     });
     g.bench_function(BenchmarkId::new("script", "EVALSHA renew"), |b| {
-        b.iter(|| assert_eq!(int(&mut con, redis::cmd("EVALSHA").arg(&renew_sha).arg(1).arg(key).arg(TOKEN).arg(TTL)), 1))
+        b.iter(|| {
+            assert_eq!(int(&mut con, redis::cmd("EVALSHA").arg(&renew_sha).arg(1).arg(key).arg(TOKEN).arg(TTL)), 1)
+        })
     });
     // The client's renew of a lock it holds (its own key: `bench:renew` is
     // held by TOKEN through the raw connection).
@@ -185,7 +188,9 @@ fn takeover(c: &mut Criterion, server: &Server) {
         })
     });
     g.bench_function(BenchmarkId::new("script", "EVALSHA takeover"), |b| {
-        b.iter(|| assert_eq!(int(&mut con, redis::cmd("EVALSHA").arg(&takeover_sha).arg(1).arg(key).arg(&mine).arg(TTL)), 1))
+        b.iter(|| {
+            assert_eq!(int(&mut con, redis::cmd("EVALSHA").arg(&takeover_sha).arg(1).arg(key).arg(&mine).arg(TTL)), 1)
+        })
     });
     // The client's acquire-or-takeover (LOCK.TAKEOVER ... FENCE). Each call
     // has a fresh random token, so it takes the key over from the previous
@@ -201,7 +206,9 @@ fn takeover(c: &mut Criterion, server: &Server) {
     });
     g.finish();
     let mut held = Vec::new();
-    count_commands(server, "client takeover (drops excluded)", 1000, || held.push(locks.takeover(ckey, RUN, Duration::from_millis(TTL)).expect("client takeover")));
+    count_commands(server, "client takeover (drops excluded)", 1000, || {
+        held.push(locks.takeover(ckey, RUN, Duration::from_millis(TTL)).expect("client takeover"))
+    });
     drop(held);
 }
 
@@ -258,7 +265,10 @@ fn interleaved(server: &Server) {
                     "script",
                     Box::new(|con| {
                         assert!(set_nx_px(con, "bench:x:ar:s"));
-                        assert_eq!(int(con, redis::cmd("EVALSHA").arg(&release_sha).arg(1).arg("bench:x:ar:s").arg(TOKEN)), 1);
+                        assert_eq!(
+                            int(con, redis::cmd("EVALSHA").arg(&release_sha).arg(1).arg("bench:x:ar:s").arg(TOKEN)),
+                            1
+                        );
                     }),
                 ),
                 (
@@ -271,7 +281,10 @@ fn interleaved(server: &Server) {
                 (
                     "module FENCE",
                     Box::new(|con| {
-                        assert!(int(con, redis::cmd("LOCK.ACQUIRE").arg("bench:x:ar:f").arg(TOKEN).arg(TTL).arg("FENCE")) > 0);
+                        assert!(
+                            int(con, redis::cmd("LOCK.ACQUIRE").arg("bench:x:ar:f").arg(TOKEN).arg(TTL).arg("FENCE"))
+                                > 0
+                        );
                         assert_eq!(int(con, redis::cmd("LOCK.RELEASE").arg("bench:x:ar:f").arg(TOKEN)), 1);
                     }),
                 ),
@@ -287,11 +300,24 @@ fn interleaved(server: &Server) {
         (
             "renew",
             vec![
-                ("module", Box::new(|con| assert_eq!(int(con, redis::cmd("LOCK.RENEW").arg("bench:x:renew").arg(TOKEN).arg(TTL)), 1))),
+                (
+                    "module",
+                    Box::new(|con| {
+                        assert_eq!(int(con, redis::cmd("LOCK.RENEW").arg("bench:x:renew").arg(TOKEN).arg(TTL)), 1)
+                    }),
+                ),
                 ("raw", Box::new(|con| assert_eq!(int(con, redis::cmd("PEXPIRE").arg("bench:x:renew").arg(TTL)), 1))),
                 (
                     "script",
-                    Box::new(|con| assert_eq!(int(con, redis::cmd("EVALSHA").arg(&renew_sha).arg(1).arg("bench:x:renew").arg(TOKEN).arg(TTL)), 1)),
+                    Box::new(|con| {
+                        assert_eq!(
+                            int(
+                                con,
+                                redis::cmd("EVALSHA").arg(&renew_sha).arg(1).arg("bench:x:renew").arg(TOKEN).arg(TTL)
+                            ),
+                            1
+                        )
+                    }),
                 ),
                 ("client", Box::new(|_| renewed.renew(ttl).expect("client renew"))),
             ],
@@ -299,21 +325,60 @@ fn interleaved(server: &Server) {
         (
             "same-run takeover",
             vec![
-                ("module", Box::new(|con| assert_eq!(int(con, redis::cmd("LOCK.TAKEOVER").arg("bench:x:to:m").arg(TOKEN).arg(RUN).arg(TTL)), 1))),
+                (
+                    "module",
+                    Box::new(|con| {
+                        assert_eq!(
+                            int(con, redis::cmd("LOCK.TAKEOVER").arg("bench:x:to:m").arg(TOKEN).arg(RUN).arg(TTL)),
+                            1
+                        )
+                    }),
+                ),
                 (
                     "raw",
                     Box::new(|con| {
-                        let () = redis::cmd("SET").arg("bench:x:to:r").arg(&mine).arg("PX").arg(TTL).query(con).expect("SET PX");
+                        let () = redis::cmd("SET")
+                            .arg("bench:x:to:r")
+                            .arg(&mine)
+                            .arg("PX")
+                            .arg(TTL)
+                            .query(con)
+                            .expect("SET PX");
                     }),
                 ),
                 (
                     "script",
-                    Box::new(|con| assert_eq!(int(con, redis::cmd("EVALSHA").arg(&takeover_sha).arg(1).arg("bench:x:to:s").arg(&mine).arg(TTL)), 1)),
+                    Box::new(|con| {
+                        assert_eq!(
+                            int(
+                                con,
+                                redis::cmd("EVALSHA").arg(&takeover_sha).arg(1).arg("bench:x:to:s").arg(&mine).arg(TTL)
+                            ),
+                            1
+                        )
+                    }),
                 ),
-                ("client", Box::new(|_| held.borrow_mut().push(locks.takeover("bench:x:to:c", RUN, ttl).expect("client takeover")))),
+                (
+                    "client",
+                    Box::new(|_| {
+                        held.borrow_mut().push(locks.takeover("bench:x:to:c", RUN, ttl).expect("client takeover"))
+                    }),
+                ),
                 (
                     "module FENCE",
-                    Box::new(|con| assert!(int(con, redis::cmd("LOCK.TAKEOVER").arg("bench:x:to:f").arg(TOKEN).arg(RUN).arg(TTL).arg("FENCE")) > 0)),
+                    Box::new(|con| {
+                        assert!(
+                            int(
+                                con,
+                                redis::cmd("LOCK.TAKEOVER")
+                                    .arg("bench:x:to:f")
+                                    .arg(TOKEN)
+                                    .arg(RUN)
+                                    .arg(TTL)
+                                    .arg("FENCE")
+                            ) > 0
+                        )
+                    }),
                 ),
             ],
         ),

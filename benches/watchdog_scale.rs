@@ -43,7 +43,11 @@ fn threads() -> usize {
 
 fn rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).map_or(0, |kb| kb * 1024)
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
 }
 
 fn info(con: &mut redis::Connection, section: &str) -> HashMap<String, String> {
@@ -55,7 +59,8 @@ fn info(con: &mut redis::Connection, section: &str) -> HashMap<String, String> {
 fn cmdstat(con: &mut redis::Connection, cmd: &str) -> (u64, u64) {
     let i = info(con, "commandstats");
     let Some(v) = i.get(&format!("cmdstat_{cmd}")) else { return (0, 0) };
-    let field = |name: &str| v.split(',').find_map(|kv| kv.strip_prefix(name)).and_then(|n| n.parse().ok()).unwrap_or(0);
+    let field =
+        |name: &str| v.split(',').find_map(|kv| kv.strip_prefix(name)).and_then(|n| n.parse().ok()).unwrap_or(0);
     (field("calls="), field("usec="))
 }
 
@@ -157,7 +162,9 @@ fn run(setup: &str, n: usize, client: LockClient, mut servers: Servers) -> Row {
                 tokio::spawn(async move {
                     let mut mine = Vec::with_capacity(n / ACQUIRING_TASKS + 1);
                     for i in (t..n).step_by(ACQUIRING_TASKS) {
-                        mine.push(client.try_acquire_with_async(&format!("scale:{i}"), TTL, &opts).await.expect("acquire"));
+                        mine.push(
+                            client.try_acquire_with_async(&format!("scale:{i}"), TTL, &opts).await.expect("acquire"),
+                        );
                     }
                     mine
                 })
@@ -184,7 +191,8 @@ fn run(setup: &str, n: usize, client: LockClient, mut servers: Servers) -> Row {
         most = most.max(threads());
         rss = rss.max(rss_bytes());
     }
-    let (renew_calls, renew_usec) = (servers.sum(|c| cmdstat(c, "lock.renew").0), servers.sum(|c| cmdstat(c, "lock.renew").1));
+    let (renew_calls, renew_usec) =
+        (servers.sum(|c| cmdstat(c, "lock.renew").0), servers.sum(|c| cmdstat(c, "lock.renew").1));
     let read_events = servers.sum(reads) - reads_before;
     let intervals = held_from.elapsed().as_secs_f64() / interval.as_secs_f64();
     let lost = locks.iter().filter(|l| !l.is_held()).count() + servers.not_held(&locks);
@@ -227,7 +235,11 @@ fn main() {
         let cons = c.masters().into_iter().map(|m| c.node(m).conn()).collect();
         rows.push(run("3-master cluster, N = 10000", 10_000, client, Servers { cons }));
     }
-    println!("TTL {} s (renewal every {} s), held 3 intervals after the last acquisition", TTL.as_secs(), (TTL / 3).as_secs());
+    println!(
+        "TTL {} s (renewal every {} s), held 3 intervals after the last acquisition",
+        TTL.as_secs(),
+        (TTL / 3).as_secs()
+    );
     println!();
     println!("| setup | acquire s | threads before → max | RSS/lock | LOCK.RENEW calls / interval | server reads / interval | renewals / read | µs per LOCK.RENEW | µs per PEXPIRE (pipelined) | lost | release s |");
     println!("| --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |");

@@ -51,7 +51,8 @@ pub fn cluster_call(ctx: Ctx, sub: &CStr) -> Option<String> {
         }
         let mut len = 0usize;
         let ptr = rm!(RedisModule_CallReplyStringPtr)(reply, &mut len);
-        let text = (!ptr.is_null()).then(|| String::from_utf8_lossy(std::slice::from_raw_parts(ptr.cast::<u8>(), len)).into_owned());
+        let text = (!ptr.is_null())
+            .then(|| String::from_utf8_lossy(std::slice::from_raw_parts(ptr.cast::<u8>(), len)).into_owned());
         rm!(RedisModule_FreeCallReply)(reply);
         text
     }

@@ -52,7 +52,9 @@ pub fn register(ctx: *mut RedisModuleCtx) -> bool {
     if flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER == 0 {
         return true;
     }
-    let filter = unsafe { rm!(RedisModule_RegisterCommandFilter)(ctx, Some(on_command), raw::REDISMODULE_CMDFILTER_NOSELF as c_int) };
+    let filter = unsafe {
+        rm!(RedisModule_RegisterCommandFilter)(ctx, Some(on_command), raw::REDISMODULE_CMDFILTER_NOSELF as c_int)
+    };
     !filter.is_null()
 }
 
@@ -96,11 +98,24 @@ unsafe fn arg<'a>(f: *mut RedisModuleCommandFilterCtx, i: c_int) -> Option<&'a [
 /// this node's epoch or slots. Never changes the command.
 unsafe extern "C" fn on_command(f: *mut RedisModuleCommandFilterCtx) {
     let guarded = std::panic::catch_unwind(|| {
-        if rm!(RedisModule_CommandFilterArgsCount)(f) < 2 || !arg(f, 0).is_some_and(|a| a.eq_ignore_ascii_case(b"cluster")) {
+        if rm!(RedisModule_CommandFilterArgsCount)(f) < 2
+            || !arg(f, 0).is_some_and(|a| a.eq_ignore_ascii_case(b"cluster"))
+        {
             return;
         }
         let Some(sub) = arg(f, 1) else { return };
-        let changes = [&b"setslot"[..], b"addslots", b"addslotsrange", b"delslots", b"delslotsrange", b"failover", b"bumpepoch", b"set-config-epoch", b"reset", b"flushslots"];
+        let changes = [
+            &b"setslot"[..],
+            b"addslots",
+            b"addslotsrange",
+            b"delslots",
+            b"delslotsrange",
+            b"failover",
+            b"bumpepoch",
+            b"set-config-epoch",
+            b"reset",
+            b"flushslots",
+        ];
         if !changes.iter().any(|c| sub.eq_ignore_ascii_case(c)) {
             return;
         }

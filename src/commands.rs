@@ -2,7 +2,10 @@
 //! `redis-lock-rules` decide, apply the effect, reply. Argument checks all
 //! run before the key is opened, so a rejected call changes nothing.
 
-use redis_lock_rules::args::{check_key_and_token, check_utf8, expiry_at, parse_fence, parse_grant_options, parse_renew_options, parse_ttl, wait_deadline, GrantOptions, Grammar};
+use redis_lock_rules::args::{
+    check_key_and_token, check_utf8, expiry_at, parse_fence, parse_grant_options, parse_renew_options, parse_ttl,
+    wait_deadline, Grammar, GrantOptions,
+};
 use redis_lock_rules::encode::structured_value;
 use std::ffi::CStr;
 
@@ -117,7 +120,13 @@ pub fn acquire(ctx: Ctx, argv: Argv) -> Outcome {
 }
 
 /// `SET key token NX PX ttl`, or wait in line for the key.
-fn acquire_with(ctx: Ctx, key: *mut RedisModuleString, token: *mut RedisModuleString, ttl: i64, opts: GrantOptions) -> Outcome {
+fn acquire_with(
+    ctx: Ctx,
+    key: *mut RedisModuleString,
+    token: *mut RedisModuleString,
+    ttl: i64,
+    opts: GrantOptions,
+) -> Outcome {
     let now = ctx.now_ms();
     let at = expiry_at(now, ttl)?;
     let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;

@@ -26,7 +26,12 @@ unsafe extern "C" fn get_max_waiters(_name: *const c_char, _privdata: *mut c_voi
     c_longlong::try_from(max_waiters()).unwrap_or(c_longlong::MAX)
 }
 
-unsafe extern "C" fn set_max_waiters(_name: *const c_char, value: c_longlong, _privdata: *mut c_void, _err: *mut *mut RedisModuleString) -> c_int {
+unsafe extern "C" fn set_max_waiters(
+    _name: *const c_char,
+    value: c_longlong,
+    _privdata: *mut c_void,
+    _err: *mut *mut RedisModuleString,
+) -> c_int {
     // Redis enforces the bounds given at registration (0..=i64::MAX).
     MAX_WAITERS.store(u64::try_from(value).unwrap_or(0), Ordering::Relaxed);
     raw::REDISMODULE_OK as c_int

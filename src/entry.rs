@@ -16,7 +16,12 @@ use crate::errors::{limit_differs, EXHAUSTED, INTERNAL, TOO_MANY_WAITERS, WRONGT
 use crate::key::Ctx;
 
 /// Runs `handler` on the command's arguments and sends its reply.
-pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_int, handler: fn(Ctx, Argv) -> Result<Reply, Failure>) -> c_int {
+pub fn run(
+    ctx: *mut RedisModuleCtx,
+    argv: *mut *mut RedisModuleString,
+    argc: c_int,
+    handler: fn(Ctx, Argv) -> Result<Reply, Failure>,
+) -> c_int {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let args: Argv = match usize::try_from(argc) {
             // SAFETY: Redis passes `argc` valid argument pointers.
@@ -61,7 +66,9 @@ pub fn run(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_
             Ok(Err(Failure::FencesExhausted)) => rm!(RedisModule_ReplyWithError)(ctx, EXHAUSTED.as_ptr()),
             Ok(Err(Failure::TooManyWaiters)) => rm!(RedisModule_ReplyWithError)(ctx, TOO_MANY_WAITERS.as_ptr()),
             Ok(Err(Failure::Error(e))) => rm!(RedisModule_ReplyWithError)(ctx, e.as_ptr()),
-            Ok(Err(Failure::LimitDiffers(limit))) => rm!(RedisModule_ReplyWithError)(ctx, limit_differs(limit).as_ptr()),
+            Ok(Err(Failure::LimitDiffers(limit))) => {
+                rm!(RedisModule_ReplyWithError)(ctx, limit_differs(limit).as_ptr())
+            }
             Err(_) => rm!(RedisModule_ReplyWithError)(ctx, INTERNAL.as_ptr()),
         };
     }

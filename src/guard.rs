@@ -32,7 +32,7 @@ use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use redis_lock_rules::args::check_key_and_token;
-use redis_lock_rules::guard::{self, check_command, legacy_acl_error, held};
+use redis_lock_rules::guard::{self, check_command, held, legacy_acl_error};
 use redis_module::raw::{self, RedisModuleCallReply, RedisModuleCtx, RedisModuleString};
 
 use crate::api::rm;
@@ -159,7 +159,11 @@ unsafe fn report_keys(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleStrin
     if argc < 2 || argv.is_null() {
         return;
     }
-    rm!(RedisModule_KeyAtPosWithFlags)(ctx, 1, (raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as c_int);
+    rm!(RedisModule_KeyAtPosWithFlags)(
+        ctx,
+        1,
+        (raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as c_int,
+    );
     if argc < 4 {
         return;
     }

@@ -134,12 +134,19 @@ impl HoldersKey {
             return;
         }
         let old = |token: &[u8]| before.and_then(|b| b.holders.iter().find(|h| h.token == token)).map(|h| h.deadline);
-        let removed: Vec<&[u8]> = before.map_or(Vec::new(), |b| b.holders.iter().map(|h| h.token.as_slice()).filter(|t| !after.holds(t)).collect());
+        let removed: Vec<&[u8]> = before
+            .map_or(Vec::new(), |b| b.holders.iter().map(|h| h.token.as_slice()).filter(|t| !after.holds(t)).collect());
         let mut added: Vec<(i64, &[u8])> = Vec::new();
         if before.is_none_or(|b| b.kind != after.kind) {
             added.push((after.kind.score(), TAG));
         }
-        added.extend(after.holders.iter().filter(|h| old(&h.token) != Some(h.deadline)).map(|h| (h.deadline, h.token.as_slice())));
+        added.extend(
+            after
+                .holders
+                .iter()
+                .filter(|h| old(&h.token) != Some(h.deadline))
+                .map(|h| (h.deadline, h.token.as_slice())),
+        );
         if !removed.is_empty() {
             let args: Vec<_> = removed.iter().map(|t| ctx.string(t)).collect();
             for &a in &args {
@@ -166,7 +173,14 @@ impl HoldersKey {
             let at = decimal(last, &mut digits);
             unsafe {
                 rm!(RedisModule_SetAbsExpire)(self.key, last);
-                rm!(RedisModule_Replicate)(ctx.0, c"PEXPIREAT".as_ptr(), c"sb".as_ptr(), self.name, at.as_ptr(), at.len());
+                rm!(RedisModule_Replicate)(
+                    ctx.0,
+                    c"PEXPIREAT".as_ptr(),
+                    c"sb".as_ptr(),
+                    self.name,
+                    at.as_ptr(),
+                    at.len(),
+                );
             }
             self.changed(c"expire", raw::REDISMODULE_NOTIFY_GENERIC);
         }
@@ -175,7 +189,14 @@ impl HoldersKey {
     /// `command key args…` to replicas and the AOF; frees `args`.
     fn replicate(&self, command: &std::ffi::CStr, args: &[*mut RedisModuleString]) {
         unsafe {
-            rm!(RedisModule_Replicate)(self.ctx.0, command.as_ptr(), c"sv".as_ptr(), self.name, args.as_ptr(), args.len());
+            rm!(RedisModule_Replicate)(
+                self.ctx.0,
+                command.as_ptr(),
+                c"sv".as_ptr(),
+                self.name,
+                args.as_ptr(),
+                args.len(),
+            );
         }
         for &a in args {
             self.ctx.free(a);

@@ -124,7 +124,8 @@ impl LockKey {
     /// Whether the key is absent. Redis 8.2's expiry getters dereference
     /// the value without checking, so they must never see an empty key.
     fn is_empty(&self) -> bool {
-        self.key.is_null() || unsafe { rm!(RedisModule_KeyType)(self.key) } as u32 == raw::REDISMODULE_KEYTYPE_EMPTY as u32
+        self.key.is_null()
+            || unsafe { rm!(RedisModule_KeyType)(self.key) } as u32 == raw::REDISMODULE_KEYTYPE_EMPTY as u32
     }
 
     /// What the key holds. The borrow ends before any change is made.
@@ -186,10 +187,29 @@ impl LockKey {
             rm!(RedisModule_SetAbsExpire)(self.key, at_ms);
             match value {
                 NewValue::Arg(arg) => {
-                    rm!(RedisModule_Replicate)(self.ctx.0, c"SET".as_ptr(), c"sssb".as_ptr(), self.name, arg, pxat(), at.as_ptr(), at.len());
+                    rm!(RedisModule_Replicate)(
+                        self.ctx.0,
+                        c"SET".as_ptr(),
+                        c"sssb".as_ptr(),
+                        self.name,
+                        arg,
+                        pxat(),
+                        at.as_ptr(),
+                        at.len(),
+                    );
                 }
                 NewValue::Composed(v) => {
-                    rm!(RedisModule_Replicate)(self.ctx.0, c"SET".as_ptr(), c"sbsb".as_ptr(), self.name, v.as_ptr(), v.len(), pxat(), at.as_ptr(), at.len());
+                    rm!(RedisModule_Replicate)(
+                        self.ctx.0,
+                        c"SET".as_ptr(),
+                        c"sbsb".as_ptr(),
+                        self.name,
+                        v.as_ptr(),
+                        v.len(),
+                        pxat(),
+                        at.as_ptr(),
+                        at.len(),
+                    );
                 }
             }
         }
@@ -239,7 +259,14 @@ impl LockKey {
         let at = decimal(at_ms, &mut digits);
         unsafe {
             rm!(RedisModule_SetAbsExpire)(self.key, at_ms);
-            rm!(RedisModule_Replicate)(self.ctx.0, c"PEXPIREAT".as_ptr(), c"sb".as_ptr(), self.name, at.as_ptr(), at.len());
+            rm!(RedisModule_Replicate)(
+                self.ctx.0,
+                c"PEXPIREAT".as_ptr(),
+                c"sb".as_ptr(),
+                self.name,
+                at.as_ptr(),
+                at.len(),
+            );
         }
         self.changed();
         self.ctx.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"expire", self.name);

@@ -9,8 +9,8 @@ use std::ptr::null;
 use redis_module::raw::{self, RedisModuleCommandArg, RedisModuleCommandKeySpec, RedisModuleCtx};
 
 use crate::api::rm;
-use crate::entry::command_fn;
 use crate::commands;
+use crate::entry::command_fn;
 use crate::{guard, rwlock, semaphore};
 
 command_fn!(acquire_cmd => commands::acquire);
@@ -268,7 +268,9 @@ pub fn register(ctx: *mut RedisModuleCtx) -> Result<(), String> {
         let lock_category = raw::RedisModule_AddACLCategory.is_some_and(|add| add(ctx, c"lock".as_ptr()) == ok);
         for cmd in COMMANDS {
             // No legacy key range: the key spec declares the key.
-            if rm!(RedisModule_CreateCommand)(ctx, cmd.name.as_ptr(), Some(cmd.handler), cmd.flags.as_ptr(), 0, 0, 0) != ok {
+            if rm!(RedisModule_CreateCommand)(ctx, cmd.name.as_ptr(), Some(cmd.handler), cmd.flags.as_ptr(), 0, 0, 0)
+                != ok
+            {
                 return Err(format!("lock: could not register {}", cmd.name.to_string_lossy()));
             }
             let handle = rm!(RedisModule_GetCommand)(ctx, cmd.name.as_ptr());
@@ -297,15 +299,22 @@ fn set_info(handle: *mut raw::RedisModuleCommand, cmd: &Command) -> bool {
     };
     // Each list ends with an all-zero entry.
     // SAFETY: both structs are plain data; all zeroes is their terminator.
-    let mut specs = [unsafe { std::mem::zeroed::<RedisModuleCommandKeySpec>() }, unsafe { std::mem::zeroed() }, unsafe { std::mem::zeroed() }];
+    let mut specs =
+        [unsafe { std::mem::zeroed::<RedisModuleCommandKeySpec>() }, unsafe { std::mem::zeroed() }, unsafe {
+            std::mem::zeroed()
+        }];
     if let Some(flags) = cmd.key {
         specs[0] = RedisModuleCommandKeySpec {
             notes: null(),
             flags: u64::from(flags),
             begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
-            bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 { index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 } },
+            bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
+                index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 },
+            },
             find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
-            fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 { range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 { lastkey: 0, keystep: 1, limit: 0 } },
+            fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+                range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 { lastkey: 0, keystep: 1, limit: 0 },
+            },
         };
         if has_flag(cmd, b"getkeys-api") {
             specs[1] = inner_keys_spec();
@@ -340,7 +349,9 @@ fn has_flag(cmd: &Command, flag: &[u8]) -> bool {
 fn inner_keys_spec() -> RedisModuleCommandKeySpec {
     RedisModuleCommandKeySpec {
         notes: c"the keys of the inner command, reported through the getkeys API".as_ptr(),
-        flags: u64::from(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_INCOMPLETE | raw::REDISMODULE_CMD_KEY_VARIABLE_FLAGS),
+        flags: u64::from(
+            raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_INCOMPLETE | raw::REDISMODULE_CMD_KEY_VARIABLE_FLAGS,
+        ),
         begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_UNKNOWN,
         // SAFETY: plain data; with an unknown search type Redis reads neither union.
         bs: unsafe { std::mem::zeroed() },
@@ -350,8 +361,14 @@ fn inner_keys_spec() -> RedisModuleCommandKeySpec {
 }
 
 fn arg(a: Arg) -> RedisModuleCommandArg {
-    use raw::{RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER as INTEGER, RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY as KEY};
-    use raw::{RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN as PURE_TOKEN, RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING as STRING};
+    use raw::{
+        RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER as INTEGER,
+        RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY as KEY,
+    };
+    use raw::{
+        RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN as PURE_TOKEN,
+        RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING as STRING,
+    };
     let optional = raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int;
     let multiple = raw::REDISMODULE_CMD_ARG_MULTIPLE as c_int;
     let (name, type_, token, flags) = match a {

@@ -8,7 +8,9 @@
 //! permit of a dead holder is free at its own lease end, whoever else still
 //! holds), unless it answers with an error: then it changes nothing.
 
-use redis_lock_rules::args::{check_key_and_token, parse_grant_options, parse_ttl, wait_deadline, GrantOptions, Grammar};
+use redis_lock_rules::args::{
+    check_key_and_token, parse_grant_options, parse_ttl, wait_deadline, Grammar, GrantOptions,
+};
 use redis_lock_rules::holders::{admit, granted, lease_end, parse_limit, Admit, Family, Holders, Kind, Want};
 use redis_module::raw::RedisModuleString;
 
@@ -48,7 +50,14 @@ pub fn sem_info(ctx: Ctx, argv: Argv) -> Outcome {
 /// Grants `token` a place among `key`'s holders, or queues it (`WAIT`), or
 /// refuses. Those already in line are served first and a newcomer never
 /// passes them.
-pub fn acquire(ctx: Ctx, key: *mut RedisModuleString, token: *mut RedisModuleString, want: Want, ttl: i64, opts: GrantOptions) -> Outcome {
+pub fn acquire(
+    ctx: Ctx,
+    key: *mut RedisModuleString,
+    token: *mut RedisModuleString,
+    want: Want,
+    ttl: i64,
+    opts: GrantOptions,
+) -> Outcome {
     let now = ctx.now_ms();
     let at = lease_end(now, ttl)?;
     let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
@@ -167,7 +176,9 @@ pub fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     let Some(live) = live_of(family, loaded.live.as_ref())? else { return Ok(Reply::Nil) };
     let (name, value) = match live.kind {
         Kind::Semaphore { limit } => (c"limit", Value::Int(limit as i64)),
-        Kind::ReadWrite { writer } => (c"mode", Value::Bytes(if writer { b"write".to_vec() } else { b"read".to_vec() })),
+        Kind::ReadWrite { writer } => {
+            (c"mode", Value::Bytes(if writer { b"write".to_vec() } else { b"read".to_vec() }))
+        }
     };
     let holders = live.holders.iter().map(|h| (h.token.clone(), h.deadline - now)).collect();
     Ok(Reply::Fields(vec![

@@ -126,7 +126,17 @@ pub struct FamilyCounters {
 
 pub fn holder_counters(family: Family) -> FamilyCounters {
     match family {
-        Family::Semaphore => FamilyCounters { refusals: &SEM_REFUSALS, renewals: &SEM_RENEWALS, releases: &SEM_RELEASES, expired: &SEM_EXPIRED },
-        Family::ReadWrite => FamilyCounters { refusals: &RW_REFUSALS, renewals: &RW_RENEWALS, releases: &RW_RELEASES, expired: &RW_EXPIRED },
+        Family::Semaphore => FamilyCounters {
+            refusals: &SEM_REFUSALS,
+            renewals: &SEM_RENEWALS,
+            releases: &SEM_RELEASES,
+            expired: &SEM_EXPIRED,
+        },
+        Family::ReadWrite => FamilyCounters {
+            refusals: &RW_REFUSALS,
+            renewals: &RW_RENEWALS,
+            releases: &RW_RELEASES,
+            expired: &RW_EXPIRED,
+        },
     }
 }

@@ -181,7 +181,12 @@ fn db(ctx: Ctx) -> c_int {
 }
 
 /// Starts a timer of at most [`MAX_TIMER_MS`] that hands `data` to `callback`.
-fn start_timer<T>(ctx: Ctx, delay_ms: i64, callback: unsafe extern "C" fn(*mut RedisModuleCtx, *mut c_void), data: T) -> RedisModuleTimerID {
+fn start_timer<T>(
+    ctx: Ctx,
+    delay_ms: i64,
+    callback: unsafe extern "C" fn(*mut RedisModuleCtx, *mut c_void),
+    data: T,
+) -> RedisModuleTimerID {
     let data = Box::into_raw(Box::new(data));
     unsafe { rm!(RedisModule_CreateTimer)(ctx.0, delay_ms.clamp(0, MAX_TIMER_MS), Some(callback), data.cast()) }
 }
@@ -208,7 +213,9 @@ pub fn waiters_on(ctx: Ctx, key: &[u8]) -> usize {
 /// context that forbids blocking (WAIT then degrades to a single attempt).
 pub fn may_block(ctx: Ctx) -> bool {
     let flags = unsafe { rm!(RedisModule_GetContextFlags)(ctx.0) } as u32;
-    flags & (raw::REDISMODULE_CTX_FLAGS_MULTI | raw::REDISMODULE_CTX_FLAGS_LUA | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING) == 0
+    flags
+        & (raw::REDISMODULE_CTX_FLAGS_MULTI | raw::REDISMODULE_CTX_FLAGS_LUA | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
+        == 0
 }
 
 /// Whether `lock.max-waiters` leaves room for one more waiter.
@@ -220,7 +227,16 @@ pub fn has_room() -> bool {
 /// Blocks the calling client until `token` is granted `name` or the wait
 /// ends at `deadline` (Unix ms; none: never). `expires_at` is the current
 /// holder's deadline, if any.
-pub fn block(ctx: Ctx, name: *mut RedisModuleString, token: *mut RedisModuleString, claim: Claim, ttl: i64, fence: bool, deadline: Option<i64>, expires_at: Option<i64>) {
+pub fn block(
+    ctx: Ctx,
+    name: *mut RedisModuleString,
+    token: *mut RedisModuleString,
+    claim: Claim,
+    ttl: i64,
+    fence: bool,
+    deadline: Option<i64>,
+    expires_at: Option<i64>,
+) {
     ensure_subscribed(ctx);
     let client = unsafe { rm!(RedisModule_GetClientId)(ctx.0) };
     let seq = NEXT_WAIT.fetch_add(1, Ordering::Relaxed);
@@ -241,7 +257,17 @@ pub fn block(ctx: Ctx, name: *mut RedisModuleString, token: *mut RedisModuleStri
     {
         let mut s = state();
         s.0.by_client.insert(client, key.clone());
-        s.0.queues.entry(key.clone()).or_default().waiters.push_back(Waiter { client, seq, bc, token, ttl, fence, claim, deadline, timeout });
+        s.0.queues.entry(key.clone()).or_default().waiters.push_back(Waiter {
+            client,
+            seq,
+            bc,
+            token,
+            ttl,
+            fence,
+            claim,
+            deadline,
+            timeout,
+        });
     }
     WAITING.fetch_add(1, Ordering::Relaxed);
     stats::WAITS_STARTED.add();
@@ -324,7 +350,12 @@ fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId) -> Step {
 /// ttl)`) and, with FENCE, its fence, issued before the key changes so that
 /// an exhausted fence space refuses the grant instead of granting with a
 /// nil reply. A head that cannot be served is answered: `Err(Step::Next)`.
-fn take_head(ctx: Ctx, key: &QueueId, now: i64, end: impl Fn(i64, i64) -> Option<i64>) -> Result<(Waiter, i64, Option<u64>), Step> {
+fn take_head(
+    ctx: Ctx,
+    key: &QueueId,
+    now: i64,
+    end: impl Fn(i64, i64) -> Option<i64>,
+) -> Result<(Waiter, i64, Option<u64>), Step> {
     let w = pop_head(ctx, key).ok_or(Step::Done)?;
     let Some(at) = end(now, w.ttl) else {
         // now + ttl no longer fits: the wait cannot be served.
@@ -568,7 +599,10 @@ fn ensure_subscribed(ctx: Ctx) {
     s.0.subscribed = true;
     drop(s);
     // ZSET: a holder removed by hand (`ZREM`) frees a permit too.
-    let types = raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED | raw::REDISMODULE_NOTIFY_ZSET;
+    let types = raw::REDISMODULE_NOTIFY_GENERIC
+        | raw::REDISMODULE_NOTIFY_EXPIRED
+        | raw::REDISMODULE_NOTIFY_EVICTED
+        | raw::REDISMODULE_NOTIFY_ZSET;
     // Version 1 of both events' data is what Redis 6.0 and later send.
     let flush = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
     let swap = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_SWAPDB, dataver: 1 };
@@ -581,7 +615,12 @@ fn ensure_subscribed(ctx: Ctx) {
 
 /// A key was deleted, expired, evicted, renamed away or got a new TTL:
 /// if anyone waits on it, check it right after this command.
-unsafe extern "C" fn on_key_event(ctx: *mut RedisModuleCtx, _type: c_int, _event: *const std::ffi::c_char, key: *mut RedisModuleString) -> c_int {
+unsafe extern "C" fn on_key_event(
+    ctx: *mut RedisModuleCtx,
+    _type: c_int,
+    _event: *const std::ffi::c_char,
+    key: *mut RedisModuleString,
+) -> c_int {
     if waiting() == 0 {
         return raw::REDISMODULE_OK as c_int;
     }
@@ -600,7 +639,12 @@ type Dbs = Option<(c_int, c_int)>;
 /// event tells which keys went away, so every queue in the affected
 /// databases is checked right after this command (a free key goes to its
 /// head, a taken one waits for its new holder's deadline).
-unsafe extern "C" fn on_db_event(ctx: *mut RedisModuleCtx, event: raw::RedisModuleEvent, subevent: u64, data: *mut c_void) {
+unsafe extern "C" fn on_db_event(
+    ctx: *mut RedisModuleCtx,
+    event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
     if waiting() == 0 {
         return;
     }
@@ -614,7 +658,9 @@ unsafe extern "C" fn on_db_event(ctx: *mut RedisModuleCtx, event: raw::RedisModu
                     _ => None,
                 }
             }
-            raw::REDISMODULE_EVENT_SWAPDB => data.cast::<raw::RedisModuleSwapDbInfo>().as_ref().map(|i| (i.dbnum_first, i.dbnum_second)),
+            raw::REDISMODULE_EVENT_SWAPDB => {
+                data.cast::<raw::RedisModuleSwapDbInfo>().as_ref().map(|i| (i.dbnum_first, i.dbnum_second))
+            }
             _ => return,
         };
         let affected = |db: c_int| dbs.is_none_or(|(a, b)| db == a || db == b);

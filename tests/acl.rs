@@ -14,7 +14,15 @@ fn has_module_acl_categories() -> bool {
 fn user(server: &Server, rules: &[&str]) -> Connection {
     let mut admin = server.conn();
     let name = format!("u{}", rules.join("").len() + rules.len());
-    let _: () = redis::cmd("ACL").arg("SETUSER").arg(&name).arg("reset").arg("on").arg(">pw").arg(rules).query(&mut admin).unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(&name)
+        .arg("reset")
+        .arg("on")
+        .arg(">pw")
+        .arg(rules)
+        .query(&mut admin)
+        .unwrap();
     let mut c = server.conn();
     let _: () = redis::cmd("AUTH").arg(&name).arg("pw").query(&mut c).unwrap();
     c
@@ -51,7 +59,8 @@ fn writes_need_read_and_write_permission_on_the_key_and_info_only_read() {
 fn commands_carry_their_native_twins_acl_categories() {
     let server = Server::start();
     let mut admin = server.conn();
-    let in_category = |c: &mut Connection, cat: &str| -> Vec<String> { redis::cmd("ACL").arg("CAT").arg(cat).query(c).unwrap() };
+    let in_category =
+        |c: &mut Connection, cat: &str| -> Vec<String> { redis::cmd("ACL").arg("CAT").arg(cat).query(c).unwrap() };
     if !has_module_acl_categories() {
         // Redis 7.0 has no API for them: module commands are in no category
         // but @all (docs/commands.md, ACL categories), so rules must name them.
@@ -69,7 +78,15 @@ fn commands_carry_their_native_twins_acl_categories() {
     ];
     for (category, commands) in expected {
         let listed = in_category(&mut admin, category);
-        for cmd in ["lock.acquire", "lock.renew", "lock.release", "lock.takeover", "lock.info", "lock.fencefloor", "lock.guard"] {
+        for cmd in [
+            "lock.acquire",
+            "lock.renew",
+            "lock.release",
+            "lock.takeover",
+            "lock.info",
+            "lock.fencefloor",
+            "lock.guard",
+        ] {
             assert_eq!(listed.iter().any(|c| c == cmd), commands.contains(&cmd), "@{category} and {cmd}: {listed:?}");
         }
     }
@@ -77,8 +94,26 @@ fn commands_carry_their_native_twins_acl_categories() {
     // (Redis 7.4+, Valkey 8.1+).
     if let Ok(mut listed) = redis::cmd("ACL").arg("CAT").arg("lock").query::<Vec<String>>(&mut admin) {
         listed.sort();
-        let mut all = ["lock.acquire", "lock.fencefloor", "lock.guard", "lock.info", "lock.release", "lock.renew", "lock.takeover"].to_vec();
-        all.extend(["lock.rw.acquire", "lock.rw.info", "lock.rw.release", "lock.rw.renew", "lock.sem.acquire", "lock.sem.info", "lock.sem.release", "lock.sem.renew"]);
+        let mut all = [
+            "lock.acquire",
+            "lock.fencefloor",
+            "lock.guard",
+            "lock.info",
+            "lock.release",
+            "lock.renew",
+            "lock.takeover",
+        ]
+        .to_vec();
+        all.extend([
+            "lock.rw.acquire",
+            "lock.rw.info",
+            "lock.rw.release",
+            "lock.rw.renew",
+            "lock.sem.acquire",
+            "lock.sem.info",
+            "lock.sem.release",
+            "lock.sem.renew",
+        ]);
         all.sort();
         assert_eq!(listed, all);
     }

@@ -16,7 +16,13 @@ fn grant(c: &Cluster, i: usize, key: &str, asking: bool) -> u64 {
     if asking {
         redis::cmd("ASKING").query::<()>(&mut con).unwrap();
     }
-    let fence: Option<u64> = redis::cmd("LOCK.ACQUIRE").arg(key).arg("tok").arg(60_000).arg("FENCE").query(&mut con).unwrap_or_else(|e| panic!("node {i}: {e}"));
+    let fence: Option<u64> = redis::cmd("LOCK.ACQUIRE")
+        .arg(key)
+        .arg("tok")
+        .arg(60_000)
+        .arg("FENCE")
+        .query(&mut con)
+        .unwrap_or_else(|e| panic!("node {i}: {e}"));
     let fence = fence.expect("the key was free");
     if asking {
         redis::cmd("ASKING").query::<()>(&mut con).unwrap();
@@ -29,7 +35,13 @@ fn grant(c: &Cluster, i: usize, key: &str, asking: bool) -> u64 {
 #[test]
 fn fences_increase_across_slot_moves_and_failover_to_a_clock_30s_behind() {
     // Node 1 (a master) and node 4 (a replica) run 30 s behind the others.
-    let mut c = Cluster::start_with(3, 1, |i| if i == 1 || i == 4 { Server::builder().clock_offset_ms(BEHIND_MS) } else { Server::builder() });
+    let mut c = Cluster::start_with(3, 1, |i| {
+        if i == 1 || i == 4 {
+            Server::builder().clock_offset_ms(BEHIND_MS)
+        } else {
+            Server::builder()
+        }
+    });
     let m = c.masters();
     let behind = m.iter().copied().find(|&i| i == 1).expect("node 1 is a master");
     // The source of the moves: the master with the largest configEpoch, so
@@ -113,7 +125,9 @@ fn random_grants_moves_and_failovers_never_take_a_fence_back() {
     let mut last: HashMap<String, u64> = HashMap::new();
     let grants = std::cell::Cell::new(0);
     let mut check = |client: &LockClient, key: &str, what: &str| {
-        let lock = client.try_acquire(key, Duration::from_secs(60)).unwrap_or_else(|e| panic!("seed {seed}, {what}, {key}: {e}"));
+        let lock = client
+            .try_acquire(key, Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("seed {seed}, {what}, {key}: {e}"));
         let f = lock.fence().expect("fenced");
         let prev = last.insert(key.to_string(), f).unwrap_or(0);
         assert!(f > prev, "seed {seed}, {what}: {key} got {f} after {prev}");
@@ -157,7 +171,9 @@ fn random_grants_moves_and_failovers_never_take_a_fence_back() {
                 }
                 c.kill_node(from);
                 c.node(replica).set_paused(false);
-                c.wait_until("the replica promoted", |c| c.view(replica).master && c.view(replica).slots.contains(&slot));
+                c.wait_until("the replica promoted", |c| {
+                    c.view(replica).master && c.view(replica).slots.contains(&slot)
+                });
                 c.wait_ok();
                 c.restart_node(from);
             }

@@ -29,7 +29,8 @@ fn the_guard_is_routed_by_every_key_like_a_native_multi_key_command() {
     assert_eq!(run(&mut o, &["LOCK.GUARD", "job:{42}", "t", "SET", "result:{42}", "done"]), Ok(Value::Okay));
     assert_eq!(run(&mut o, &["LOCK.GUARD", "job:{42}", "t", "MSET", "a:{42}", "1", "b:{42}", "2"]), Ok(Value::Okay));
     // An inner key in another slot, whichever node serves it.
-    let foreign = ["result:{43}", "result:{44}", "other"].into_iter().find(|k| c.slot_of(k) != c.slot_of("job:{42}")).unwrap();
+    let foreign =
+        ["result:{43}", "result:{44}", "other"].into_iter().find(|k| c.slot_of(k) != c.slot_of("job:{42}")).unwrap();
     let err = run(&mut o, &["LOCK.GUARD", "job:{42}", "t", "SET", foreign, "x"]).unwrap_err();
     assert!(err.starts_with("CROSSSLOT"), "{err}");
     let err = run(&mut o, &["LOCK.GUARD", "job:{42}", "t", "MSET", "a:{42}", "1", foreign, "2"]).unwrap_err();
@@ -39,12 +40,25 @@ fn the_guard_is_routed_by_every_key_like_a_native_multi_key_command() {
     assert!(err.starts_with("NOTHELD"), "{err}");
     // Sent to a node that does not serve the slot: MOVED to the owner.
     let elsewhere = c.masters().into_iter().find(|&m| m != owner).unwrap();
-    let err = run(&mut c.node(elsewhere).conn(), &["LOCK.GUARD", "job:{42}", "t", "SET", "result:{42}", "x"]).unwrap_err();
+    let err =
+        run(&mut c.node(elsewhere).conn(), &["LOCK.GUARD", "job:{42}", "t", "SET", "result:{42}", "x"]).unwrap_err();
     let slot = c.slot_of("job:{42}");
-    assert!(err.starts_with(&format!("MOVED {slot} ")) && err.ends_with(&format!(":{}", c.node(owner).port())), "{err}");
+    assert!(
+        err.starts_with(&format!("MOVED {slot} ")) && err.ends_with(&format!(":{}", c.node(owner).port())),
+        "{err}"
+    );
     // A key-less inner command is routed by the lock key alone.
     assert_eq!(run(&mut o, &["LOCK.GUARD", "job:{42}", "t", "PING"]), Ok(Value::SimpleString("PONG".into())));
-    let keys: Vec<String> = redis::cmd("COMMAND").arg("GETKEYS").arg("LOCK.GUARD").arg("job:{42}").arg("t").arg("SET").arg("result:{42}").arg("v").query(&mut o).unwrap();
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg("LOCK.GUARD")
+        .arg("job:{42}")
+        .arg("t")
+        .arg("SET")
+        .arg("result:{42}")
+        .arg("v")
+        .query(&mut o)
+        .unwrap();
     assert_eq!(keys, ["job:{42}", "result:{42}"]);
     let value: Option<String> = redis::cmd("GET").arg("result:{42}").query(&mut o).unwrap();
     assert_eq!(value.as_deref(), Some("done"));

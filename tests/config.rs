@@ -16,12 +16,17 @@ fn max_waiters(c: &mut redis::Connection) -> String {
 fn start_waiting(server: &Server, key: &str) -> std::thread::JoinHandle<redis::RedisResult<Value>> {
     let mut c = server.conn();
     let key = key.to_string();
-    std::thread::spawn(move || redis::cmd("LOCK.ACQUIRE").arg(&key).arg("w").arg(60_000).arg("WAIT").arg(0).query(&mut c))
+    std::thread::spawn(move || {
+        redis::cmd("LOCK.ACQUIRE").arg(&key).arg("w").arg(60_000).arg("WAIT").arg(0).query(&mut c)
+    })
 }
 
 fn waiting(c: &mut redis::Connection) -> u64 {
     let info: String = redis::cmd("INFO").arg("lock").query(c).unwrap();
-    info.lines().find_map(|l| l.strip_prefix("lock_waiting:")).and_then(|v| v.trim().parse().ok()).expect("lock_waiting")
+    info.lines()
+        .find_map(|l| l.strip_prefix("lock_waiting:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("lock_waiting")
 }
 
 #[test]

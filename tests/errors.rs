@@ -70,7 +70,11 @@ fn assert_refused(con: &mut Connection, name: &str, args: &[&[u8]], want: &str, 
 fn assert_refused_with_one_of(con: &mut Connection, name: &str, args: &[&[u8]], wanted: &[&str], keys: &[&[u8]]) {
     let before: Vec<Snapshot> = keys.iter().map(|k| snapshot(con, k)).collect();
     let got = call(con, name, args);
-    assert!(matches!(&got, Err(e) if wanted.contains(&e.as_str())), "{name} {}: got {got:?}, want one of {wanted:?}", show(args));
+    assert!(
+        matches!(&got, Err(e) if wanted.contains(&e.as_str())),
+        "{name} {}: got {got:?}, want one of {wanted:?}",
+        show(args)
+    );
     let after: Vec<Snapshot> = keys.iter().map(|k| snapshot(con, k)).collect();
     assert_eq!(before, after, "{name} {} changed a key", show(args));
 }
@@ -190,8 +194,23 @@ fn an_empty_key_or_token_is_refused_by_every_command_and_changes_nothing() {
 
 /// ttl-ms values that are not a positive integer in Redis's strict syntax.
 const NOT_POSITIVE_TTLS: &[&[u8]] = &[
-    b"0", b"-1", b"abc", b"1.5", b"+5", b"010", b" 5", b"5 ", b"", b"00", b"-0", b"1e3", b"0x10", b"5\0", b"\xff",
-    b"-9223372036854775808", b"\xef\xbc\x95", // a full-width digit five
+    b"0",
+    b"-1",
+    b"abc",
+    b"1.5",
+    b"+5",
+    b"010",
+    b" 5",
+    b"5 ",
+    b"",
+    b"00",
+    b"-0",
+    b"1e3",
+    b"0x10",
+    b"5\0",
+    b"\xff",
+    b"-9223372036854775808",
+    b"\xef\xbc\x95", // a full-width digit five
 ];
 
 /// ttl-ms values whose absolute expiry does not fit 64 bits.
@@ -209,7 +228,8 @@ fn an_invalid_ttl_is_refused_by_every_command_that_takes_one_and_changes_nothing
     let mut con = server.conn();
     let f = Fixture::new(&mut con, "ttl");
     let keys = f.keys();
-    let (owned, structured, legacy, absent) = (f.owned.as_bytes(), f.structured.as_bytes(), f.legacy.as_bytes(), f.absent.as_bytes());
+    let (owned, structured, legacy, absent) =
+        (f.owned.as_bytes(), f.structured.as_bytes(), f.legacy.as_bytes(), f.absent.as_bytes());
     for (ttls, want) in [(NOT_POSITIVE_TTLS, NOT_POSITIVE), (TOO_LARGE_TTLS, TOO_LARGE)] {
         for &ttl in ttls {
             // Each call would succeed with a good ttl.
@@ -253,7 +273,8 @@ fn renew_release_and_takeover_of_a_list_or_hash_key_are_wrongtype_errors_that_ch
     let server = Server::start();
     let mut con = server.conn();
     push(&mut con, "wt:list");
-    let _: i64 = redis::cmd("HSET").arg("wt:hash").arg("owner").arg("tok").arg("runId").arg("run").query(&mut con).unwrap();
+    let _: i64 =
+        redis::cmd("HSET").arg("wt:hash").arg("owner").arg("tok").arg("runId").arg("run").query(&mut con).unwrap();
     let _: i64 = redis::cmd("SADD").arg("wt:set").arg("tok").query(&mut con).unwrap();
     let _: i64 = redis::cmd("ZADD").arg("wt:zset").arg(1).arg("tok").query(&mut con).unwrap();
     let _: i64 = redis::cmd("PEXPIRE").arg("wt:hash").arg(100_000).query(&mut con).unwrap();
@@ -528,14 +549,26 @@ fn a_barrage_of_random_arguments_gets_only_integer_or_documented_error_replies_a
         for c in batch {
             let mut line = String::new();
             let n = reader.read_line(&mut line).unwrap_or_else(|e| panic!("reading reply (seed {seed}): {e}"));
-            assert!(n > 0, "server closed the connection (seed {seed}) after {:?}", c.iter().map(|a| String::from_utf8_lossy(a)).collect::<Vec<_>>());
+            assert!(
+                n > 0,
+                "server closed the connection (seed {seed}) after {:?}",
+                c.iter().map(|a| String::from_utf8_lossy(a)).collect::<Vec<_>>()
+            );
             let line = line.trim_end_matches("\r\n");
             let name = String::from_utf8_lossy(&c[0]).to_ascii_uppercase();
             if name.starts_with("LOCK.") {
                 // 1/0, a fence (a positive integer) or nil for a refused FENCE grant.
                 let fence = line.strip_prefix(':').and_then(|n| n.parse::<i64>().ok()).is_some_and(|n| n > 1);
-                let ok = line == ":0" || line == ":1" || fence || line == "$-1" || line.strip_prefix('-').is_some_and(|e| allowed_errors.contains(&e));
-                assert!(ok, "seed {seed}: {:?} got {line:?}", c.iter().map(|a| String::from_utf8_lossy(a)).collect::<Vec<_>>());
+                let ok = line == ":0"
+                    || line == ":1"
+                    || fence
+                    || line == "$-1"
+                    || line.strip_prefix('-').is_some_and(|e| allowed_errors.contains(&e));
+                assert!(
+                    ok,
+                    "seed {seed}: {:?} got {line:?}",
+                    c.iter().map(|a| String::from_utf8_lossy(a)).collect::<Vec<_>>()
+                );
                 *counts.entry(line.to_string()).or_default() += 1;
             } else {
                 assert!(!line.starts_with('-'), "setup command {name} failed: {line}");

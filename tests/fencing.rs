@@ -19,7 +19,8 @@ const HORIZON: u64 = 86_400_000_000;
 const FAR: u64 = 5_000_000_000_000_000_000;
 
 fn fenced(conn: &mut redis::Connection, key: &str, token: &str) -> Option<u64> {
-    match redis::cmd("LOCK.ACQUIRE").arg(key).arg(token).arg(60_000).arg("FENCE").query::<Value>(conn).expect("acquire") {
+    match redis::cmd("LOCK.ACQUIRE").arg(key).arg(token).arg(60_000).arg("FENCE").query::<Value>(conn).expect("acquire")
+    {
         Value::Int(n) => Some(u64::try_from(n).expect("positive fence")),
         Value::Nil => None,
         other => panic!("unexpected reply {other:?}"),
@@ -68,7 +69,8 @@ fn successive_grants_of_a_key_get_increasing_fences() {
     assert!(after_expiry > second);
     // TAKEOVER hands out fences from the same sequence.
     // (The bare lock has ~60 s left: a 10-minute TTL makes it stale.)
-    let t: i64 = redis::cmd("LOCK.TAKEOVER").arg("e").arg("c").arg("run").arg(600_000).arg("FENCE").query(&mut c).unwrap();
+    let t: i64 =
+        redis::cmd("LOCK.TAKEOVER").arg("e").arg("c").arg("run").arg(600_000).arg("FENCE").query(&mut c).unwrap();
     assert!(t as u64 > after_expiry, "stale-legacy takeover fence {t} > {after_expiry}");
 }
 
@@ -121,13 +123,25 @@ fn renew_with_floor_raises_the_mark_only_for_the_holder() {
     let mut c = server.conn();
     let first = fenced(&mut c, "k", "a").expect("granted");
     let floor = first + 1_000_000_000;
-    let renew = |c: &mut redis::Connection, token: &str, floor: u64| redis::cmd("LOCK.RENEW").arg("k").arg(token).arg(60_000).arg("FLOOR").arg(floor).query::<i64>(c);
+    let renew = |c: &mut redis::Connection, token: &str, floor: u64| {
+        redis::cmd("LOCK.RENEW").arg("k").arg(token).arg(60_000).arg("FLOOR").arg(floor).query::<i64>(c)
+    };
     assert_eq!(renew(&mut c, "intruder", floor).unwrap(), 0);
     let next = fenced(&mut c, "other", "x").expect("granted");
     assert!(next < floor, "a refused renewal left the mark alone: {next} < {floor}");
     // The TTL is read in the renewal's own transaction: no time passes.
-    let (renewed, pttl): (i64, i64) =
-        redis::pipe().atomic().cmd("LOCK.RENEW").arg("k").arg("a").arg(60_000).arg("FLOOR").arg(floor).cmd("PTTL").arg("k").query(&mut c).unwrap();
+    let (renewed, pttl): (i64, i64) = redis::pipe()
+        .atomic()
+        .cmd("LOCK.RENEW")
+        .arg("k")
+        .arg("a")
+        .arg(60_000)
+        .arg("FLOOR")
+        .arg(floor)
+        .cmd("PTTL")
+        .arg("k")
+        .query(&mut c)
+        .unwrap();
     assert_eq!(renewed, 1);
     assert!(pttl > 59_000, "and renewed: {pttl}");
     let after = fenced(&mut c, "third", "x").expect("granted");

@@ -17,7 +17,8 @@ use redis_lock_harness::Server;
 mod support;
 use support::{get, info_field, wait_for_link};
 
-const NOT_HELD: &str = "NOTHELD the token does not hold the lock (absent, expired, or another owner); the command did not run";
+const NOT_HELD: &str =
+    "NOTHELD the token does not hold the lock (absent, expired, or another owner); the command did not run";
 
 /// Runs `args` (command first): the reply, or `Err("CODE detail")`.
 fn run(c: &mut Connection, args: &[&[u8]]) -> Result<Value, String> {
@@ -59,7 +60,10 @@ fn runs_the_command_only_while_the_token_holds_the_lock() {
     assert_eq!(s(&mut c, &["LOCK.TAKEOVER", "lock:s", "owner-tok", "run-1", "60000"]), Ok(Value::Int(1)));
     assert_eq!(s(&mut c, &["LOCK.GUARD", "lock:s", "owner-tok", "SET", "d", "structured"]), Ok(Value::Okay));
     assert_eq!(s(&mut c, &["LOCK.GUARD", "lock:s", "run-1", "SET", "d", "run-id is no owner"]), Err(NOT_HELD.into()));
-    assert_eq!(s(&mut c, &["LOCK.GUARD", "lock:s", r#"{"owner":"owner-tok","runId":"run-1"}"#, "SET", "d", "x"]), Err(NOT_HELD.into()));
+    assert_eq!(
+        s(&mut c, &["LOCK.GUARD", "lock:s", r#"{"owner":"owner-tok","runId":"run-1"}"#, "SET", "d", "x"]),
+        Err(NOT_HELD.into())
+    );
     assert_eq!(get(&mut c, "d").as_deref(), Some("structured"));
     // Released: no longer held.
     assert_eq!(s(&mut c, &["LOCK.RELEASE", "lock:a", "t"]), Ok(Value::Int(1)));
@@ -112,7 +116,10 @@ fn the_reply_is_exactly_what_the_inner_command_replied() {
     assert_eq!(g(&mut c, &["LRANGE", "l", "0", "-1"]), Ok(Value::Array(vec![bulk("a"), bulk("b")])));
     assert_eq!(g(&mut c, &["PING"]), Ok(Value::SimpleString("PONG".into())));
     // The inner command's own errors come back as they are.
-    assert_eq!(g(&mut c, &["INCR", "l"]), Err("WRONGTYPE Operation against a key holding the wrong kind of value".into()));
+    assert_eq!(
+        g(&mut c, &["INCR", "l"]),
+        Err("WRONGTYPE Operation against a key holding the wrong kind of value".into())
+    );
     let err = g(&mut c, &["SET", "k", "v", "EX", "-1"]).unwrap_err();
     assert_eq!(err, s(&mut c, &["SET", "k", "v", "EX", "-1"]).unwrap_err());
     // In RESP3, a RESP3 reply (a map) passes through as one.
@@ -134,7 +141,11 @@ fn runs_in_the_callers_database_and_guards_a_write_against_watch_like_a_native_o
     assert_eq!(get(&mut c, "d").as_deref(), Some("in-3"));
     let mut db0 = server.conn();
     assert_eq!(get(&mut db0, "d"), None);
-    assert_eq!(s(&mut db0, &["LOCK.GUARD", "lock:w", "t", "SET", "d", "x"]), Err(NOT_HELD.into()), "the lock lives in db 3");
+    assert_eq!(
+        s(&mut db0, &["LOCK.GUARD", "lock:w", "t", "SET", "d", "x"]),
+        Err(NOT_HELD.into()),
+        "the lock lives in db 3"
+    );
 
     // A guarded write invalidates WATCH on its key, as the write itself would...
     let mut other = server.conn();
@@ -219,11 +230,21 @@ fn register_holder_process() {
     let Ok(spec) = std::env::var(HOLDER_ENV) else { return };
     let parts: Vec<&str> = spec.split(':').collect();
     let (port, guarded, id) = (parts[0], parts[1] == "guarded", parts[2]);
-    let Ok(mut c) = redis::Client::open(format!("redis://127.0.0.1:{port}/")).and_then(|cl| cl.get_connection()) else { return };
+    let Ok(mut c) = redis::Client::open(format!("redis://127.0.0.1:{port}/")).and_then(|cl| cl.get_connection()) else {
+        return;
+    };
     let mut rng = StdRng::seed_from_u64(id.bytes().map(u64::from).sum::<u64>() ^ u64::from(std::process::id()));
     for n in 0.. {
         let token = format!("{id}-{}-{n}", std::process::id());
-        let fence: Option<i64> = match redis::cmd("LOCK.ACQUIRE").arg(REGISTER_LOCK).arg(&token).arg(REGISTER_TTL_MS).arg("FENCE").arg("WAIT").arg(10_000).query(&mut c) {
+        let fence: Option<i64> = match redis::cmd("LOCK.ACQUIRE")
+            .arg(REGISTER_LOCK)
+            .arg(&token)
+            .arg(REGISTER_TTL_MS)
+            .arg("FENCE")
+            .arg("WAIT")
+            .arg(10_000)
+            .query(&mut c)
+        {
             Ok(f) => f,
             Err(_) => return,
         };
@@ -234,7 +255,13 @@ fn register_holder_process() {
             thread::sleep(Duration::from_millis(pause));
             let entry = format!("{fence}:{token}:{seq}");
             let reply = if guarded {
-                redis::cmd("LOCK.GUARD").arg(REGISTER_LOCK).arg(&token).arg("RPUSH").arg(REGISTER).arg(&entry).query::<Value>(&mut c)
+                redis::cmd("LOCK.GUARD")
+                    .arg(REGISTER_LOCK)
+                    .arg(&token)
+                    .arg("RPUSH")
+                    .arg(REGISTER)
+                    .arg(&entry)
+                    .query::<Value>(&mut c)
             } else {
                 redis::cmd("RPUSH").arg(REGISTER).arg(&entry).query::<Value>(&mut c)
             };
@@ -273,7 +300,12 @@ impl Holders {
     }
 
     fn signal(&self, i: usize, sig: &str) {
-        let ok = Command::new("kill").arg(format!("-{sig}")).arg(self.children[i].id().to_string()).status().map(|s| s.success()).unwrap_or(false);
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.children[i].id().to_string())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
         assert!(ok, "kill -{sig}");
     }
 }
@@ -361,7 +393,15 @@ fn register_history(guarded: bool, seed: u64) -> (Vec<Entry>, Result<Value, Stri
 /// fence is in the register, then appends its own entry.
 fn scheduled_late_write(server: &Server, guarded: bool) -> Result<Value, String> {
     let mut c = server.conn();
-    let fence: i64 = redis::cmd("LOCK.ACQUIRE").arg(REGISTER_LOCK).arg("late").arg(REGISTER_TTL_MS).arg("FENCE").arg("WAIT").arg(30_000).query(&mut c).unwrap();
+    let fence: i64 = redis::cmd("LOCK.ACQUIRE")
+        .arg(REGISTER_LOCK)
+        .arg("late")
+        .arg(REGISTER_TTL_MS)
+        .arg("FENCE")
+        .arg("WAIT")
+        .arg(30_000)
+        .query(&mut c)
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let raw: Vec<String> = redis::cmd("LRANGE").arg(REGISTER).arg(0).arg(-1).query(&mut c).unwrap();
@@ -393,14 +433,21 @@ fn guarded_register_every_landed_write_was_made_while_its_writer_held_the_lock()
     assert!(fences.windows(2).all(|w| w[0] <= w[1]));
     assert!(holders.len() >= 5, "too few holders wrote for the test to mean much: {holders:?}");
     for e in &history {
-        assert!(history.iter().filter(|o| o.fence == e.fence).all(|o| o.token == e.token), "fence {} has two writers", e.fence);
+        assert!(
+            history.iter().filter(|o| o.fence == e.fence).all(|o| o.token == e.token),
+            "fence {} has two writers",
+            e.fence
+        );
     }
 }
 
 #[test]
 fn plain_register_shows_the_late_write_the_guard_refuses() {
     let (history, late) = register_history(false, 16);
-    assert_eq!(late, Ok(Value::Int(history.iter().position(|e| e.token == "late").expect("the late write landed") as i64 + 1)));
+    assert_eq!(
+        late,
+        Ok(Value::Int(history.iter().position(|e| e.token == "late").expect("the late write landed") as i64 + 1))
+    );
     let late = late_writes(&history);
     assert!(late.iter().any(|e| e.token == "late"), "the checker missed the scheduled late write: {late:?}");
 }
@@ -409,7 +456,15 @@ fn plain_register_shows_the_late_write_the_guard_refuses() {
 
 fn user(server: &Server, name: &str, rules: &[&str]) -> Connection {
     let mut admin = server.conn();
-    let _: () = redis::cmd("ACL").arg("SETUSER").arg(name).arg("reset").arg("on").arg(">pw").arg(rules).query(&mut admin).unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(name)
+        .arg("reset")
+        .arg("on")
+        .arg(">pw")
+        .arg(rules)
+        .query(&mut admin)
+        .unwrap();
     let mut c = server.conn();
     let _: () = redis::cmd("AUTH").arg(name).arg("pw").query(&mut c).unwrap();
     c
@@ -488,9 +543,15 @@ fn blocking_commands_do_not_block() {
         let reply = s(&mut c, &all).unwrap_or_else(|e| panic!("{args:?}: {e}"));
         assert!(matches!(reply, Value::Nil) || reply == Value::Array(vec![]), "{args:?}: {reply:?}");
     }
-    assert_eq!(s(&mut c, &["LOCK.GUARD", "lock:b", "t", "LOCK.ACQUIRE", "lock:other", "me", "1000", "WAIT", "0"]), Ok(Value::Int(0)));
+    assert_eq!(
+        s(&mut c, &["LOCK.GUARD", "lock:b", "t", "LOCK.ACQUIRE", "lock:other", "me", "1000", "WAIT", "0"]),
+        Ok(Value::Int(0))
+    );
     let _: i64 = redis::cmd("RPUSH").arg("full").arg("x").query(&mut c).unwrap();
-    assert_eq!(s(&mut c, &["LOCK.GUARD", "lock:b", "t", "BLPOP", "full", "0"]), Ok(Value::Array(vec![bulk("full"), bulk("x")])));
+    assert_eq!(
+        s(&mut c, &["LOCK.GUARD", "lock:b", "t", "BLPOP", "full", "0"]),
+        Ok(Value::Array(vec![bulk("full"), bulk("x")]))
+    );
     assert_eq!(info_field(&mut c, "waiting"), 0);
 }
 
@@ -504,9 +565,23 @@ fn guards_run_inside_multi_and_scripts_and_refuse_nesting() {
     let replies: Value = redis::pipe()
         .atomic()
         .ignore_errors()
-        .cmd("LOCK.GUARD").arg("lock:t").arg("t").arg("SET").arg("a").arg("1")
-        .cmd("LOCK.GUARD").arg("lock:t").arg("t").arg("INCR").arg("a")
-        .cmd("LOCK.GUARD").arg("lock:t").arg("u").arg("SET").arg("a").arg("x")
+        .cmd("LOCK.GUARD")
+        .arg("lock:t")
+        .arg("t")
+        .arg("SET")
+        .arg("a")
+        .arg("1")
+        .cmd("LOCK.GUARD")
+        .arg("lock:t")
+        .arg("t")
+        .arg("INCR")
+        .arg("a")
+        .cmd("LOCK.GUARD")
+        .arg("lock:t")
+        .arg("u")
+        .arg("SET")
+        .arg("a")
+        .arg("x")
         .query(&mut c)
         .unwrap_or_else(|e| panic!("{e}"));
     let Value::Array(items) = replies else { panic!("{replies:?}") };
@@ -518,7 +593,8 @@ fn guards_run_inside_multi_and_scripts_and_refuse_nesting() {
     assert_eq!(get(&mut c, "a").as_deref(), Some("2"));
     let err = s(&mut c, &["LOCK.GUARD", "lock:t", "t", "LOCK.GUARD", "lock:t", "t", "SET", "a", "nested"]).unwrap_err();
     assert!(err.starts_with("ERR LOCK.GUARD cannot run LOCK.GUARD"), "{err}");
-    let err = s(&mut c, &["LOCK.GUARD", "lock:t", "t", "EVAL", "return redis.call('SET', KEYS[1], 'x')", "1", "a"]).unwrap_err();
+    let err = s(&mut c, &["LOCK.GUARD", "lock:t", "t", "EVAL", "return redis.call('SET', KEYS[1], 'x')", "1", "a"])
+        .unwrap_err();
     assert!(err.starts_with("ERR LOCK.GUARD cannot run scripts"), "{err}");
     assert_eq!(get(&mut c, "a").as_deref(), Some("2"));
 }
@@ -549,12 +625,18 @@ fn bad_inner_commands_get_a_clear_error_and_change_nothing() {
         (&["LOCK.GUARD", "lock:x", "t", "SUBSCRIBE", "ch"], "ERR LOCK.GUARD cannot run a command about the connection"),
         (&["LOCK.GUARD", "lock:x", "t", "MONITOR"], "ERR LOCK.GUARD cannot run a command about the connection"),
         (&["LOCK.GUARD", "lock:x", "t", "SELECT", "1"], "ERR LOCK.GUARD cannot run a command about the connection"),
-        (&["LOCK.GUARD", "lock:x", "t", "CLIENT", "KILL", "ID", "1"], "ERR LOCK.GUARD cannot run a command about the connection"),
+        (
+            &["LOCK.GUARD", "lock:x", "t", "CLIENT", "KILL", "ID", "1"],
+            "ERR LOCK.GUARD cannot run a command about the connection",
+        ),
         (&["LOCK.GUARD", "lock:x", "t", "SHUTDOWN", "NOSAVE"], "ERR LOCK.GUARD cannot run server administration"),
         (&["LOCK.GUARD", "lock:x", "t", "FLUSHALL"], ""),
         (&["LOCK.GUARD", "lock:x", "t", "WAIT", "1", "0"], "ERR LOCK.GUARD cannot run WAIT"),
         (&["LOCK.GUARD", "lock:x", "t", "FCALL", "f", "0"], "ERR LOCK.GUARD cannot run scripts"),
-        (&["LOCK.GUARD", "lock:x", "t", "lock.guard", "lock:x", "t", "DEL", "d"], "ERR LOCK.GUARD cannot run LOCK.GUARD"),
+        (
+            &["LOCK.GUARD", "lock:x", "t", "lock.guard", "lock:x", "t", "DEL", "d"],
+            "ERR LOCK.GUARD cannot run LOCK.GUARD",
+        ),
     ];
     for (args, expected) in cases {
         if args.get(3) == Some(&"FLUSHALL") {
@@ -623,9 +705,45 @@ fn fuzzed_guard_calls_never_crash_the_server_or_change_data_when_refused() {
     let mut c = server.conn();
     let mut rng = StdRng::seed_from_u64(0x6a4d);
     let names: &[&[u8]] = &[
-        b"SET", b"set", b"GET", b"DEL", b"INCR", b"LPUSH", b"BLPOP", b"XREAD", b"MULTI", b"EXEC", b"WATCH", b"SUBSCRIBE", b"MONITOR", b"SHUTDOWN",
-        b"EVAL", b"FCALL", b"LOCK.GUARD", b"LOCK.ACQUIRE", b"LOCK.RELEASE", b"CLIENT", b"CONFIG", b"DEBUG", b"WAIT", b"SELECT", b"nosuch", b"", b"\0",
-        b"S\0ET", b"\xff\xfe", b"OBJECT", b"MEMORY", b"COMMAND", b"PING", b"SORT", b"XADD", b"RESET", b"QUIT", b"HELLO", b"AUTH",
+        b"SET",
+        b"set",
+        b"GET",
+        b"DEL",
+        b"INCR",
+        b"LPUSH",
+        b"BLPOP",
+        b"XREAD",
+        b"MULTI",
+        b"EXEC",
+        b"WATCH",
+        b"SUBSCRIBE",
+        b"MONITOR",
+        b"SHUTDOWN",
+        b"EVAL",
+        b"FCALL",
+        b"LOCK.GUARD",
+        b"LOCK.ACQUIRE",
+        b"LOCK.RELEASE",
+        b"CLIENT",
+        b"CONFIG",
+        b"DEBUG",
+        b"WAIT",
+        b"SELECT",
+        b"nosuch",
+        b"",
+        b"\0",
+        b"S\0ET",
+        b"\xff\xfe",
+        b"OBJECT",
+        b"MEMORY",
+        b"COMMAND",
+        b"PING",
+        b"SORT",
+        b"XADD",
+        b"RESET",
+        b"QUIT",
+        b"HELLO",
+        b"AUTH",
     ];
     let word = |rng: &mut StdRng| -> Vec<u8> {
         match rng.gen_range(0..6) {
@@ -634,7 +752,9 @@ fn fuzzed_guard_calls_never_crash_the_server_or_change_data_when_refused() {
             2 => (0..rng.gen_range(1..20)).map(|_| rng.gen::<u8>()).collect(),
             3 => rng.gen_range(-5i64..100).to_string().into_bytes(),
             4 => b"d".to_vec(),
-            _ => [&b"BLOCK"[..], b"STREAMS", b"$", b"0", b"NOSAVE", b"FORCE", b"KEYS", b"EX", b"lock:f"][rng.gen_range(0..9)].to_vec(),
+            _ => [&b"BLOCK"[..], b"STREAMS", b"$", b"0", b"NOSAVE", b"FORCE", b"KEYS", b"EX", b"lock:f"]
+                [rng.gen_range(0..9)]
+            .to_vec(),
         }
     };
     let _: () = redis::cmd("SET").arg("d").arg("v").query(&mut c).unwrap();
@@ -652,7 +772,14 @@ fn fuzzed_guard_calls_never_crash_the_server_or_change_data_when_refused() {
         let args: Vec<Vec<u8>> = (0..rng.gen_range(0..6)).map(|_| word(&mut rng)).collect();
         // The key report Redis asks for (cluster routing, ACL) on the same
         // input: any reply but a dead server.
-        let getkeys = redis::cmd("COMMAND").arg("GETKEYS").arg("LOCK.GUARD").arg("lock:f").arg("t").arg(&name).arg(&args).query::<Value>(&mut c);
+        let getkeys = redis::cmd("COMMAND")
+            .arg("GETKEYS")
+            .arg("LOCK.GUARD")
+            .arg("lock:f")
+            .arg("t")
+            .arg(&name)
+            .arg(&args)
+            .query::<Value>(&mut c);
         if getkeys.is_err_and(|e| e.code().is_none()) {
             c = server.conn(); // a reply the client could not parse
         }
@@ -677,7 +804,9 @@ fn fuzzed_guard_calls_never_crash_the_server_or_change_data_when_refused() {
         if !held {
             assert_eq!(digest(&mut c), before, "an unheld guard changed data: {:?}", String::from_utf8_lossy(&name));
         }
-        let pong: String = redis::cmd("PING").query(&mut c).unwrap_or_else(|e| panic!("server gone after {:?}: {e}\n{}", String::from_utf8_lossy(&name), server.log()));
+        let pong: String = redis::cmd("PING").query(&mut c).unwrap_or_else(|e| {
+            panic!("server gone after {:?}: {e}\n{}", String::from_utf8_lossy(&name), server.log())
+        });
         assert_eq!(pong, "PONG");
     }
 }
@@ -729,8 +858,15 @@ fn a_replica_ends_with_the_masters_digest_after_a_mixed_guarded_workload() {
 
 #[test]
 fn the_aof_holds_only_the_inner_effects_and_replays_to_the_same_data() {
-    let dir = std::env::temp_dir().join(format!("redis-lock-guard-aof-{}-{}", std::process::id(), rand::random::<u32>()));
-    let builder = || Server::builder().dir(&dir).arg("appendonly", "yes").arg("aof-use-rdb-preamble", "no").arg("appendfsync", "always");
+    let dir =
+        std::env::temp_dir().join(format!("redis-lock-guard-aof-{}-{}", std::process::id(), rand::random::<u32>()));
+    let builder = || {
+        Server::builder()
+            .dir(&dir)
+            .arg("appendonly", "yes")
+            .arg("aof-use-rdb-preamble", "no")
+            .arg("appendfsync", "always")
+    };
     let mut server = builder().start();
     let mut c = server.conn();
     mixed_workload(&mut c);
@@ -769,7 +905,11 @@ fn command_getkeys_reports_the_lock_key_and_every_inner_key() {
     assert_eq!(getkeys(&mut c, &["lock:k", "t", "SET", "d", "v"]).unwrap(), ["lock:k", "d"]);
     assert_eq!(getkeys(&mut c, &["lock:k", "t", "MSET", "a", "1", "b", "2"]).unwrap(), ["lock:k", "a", "b"]);
     // Commands whose keys need a key-finding function: as Redis finds them.
-    for (inner, n) in [(&["ZUNIONSTORE", "dst", "2", "z1", "z2"][..], 3), (&["SORT", "l", "STORE", "out"], 2), (&["EVAL", "return 1", "2", "k1", "k2", "arg"], 2)] {
+    for (inner, n) in [
+        (&["ZUNIONSTORE", "dst", "2", "z1", "z2"][..], 3),
+        (&["SORT", "l", "STORE", "out"], 2),
+        (&["EVAL", "return 1", "2", "k1", "k2", "arg"], 2),
+    ] {
         let direct: Vec<String> = redis::cmd("COMMAND").arg("GETKEYS").arg(inner).query(&mut c).unwrap();
         assert_eq!(direct.len(), n, "{direct:?}");
         let mut args = vec!["lock:k", "t"];
@@ -789,13 +929,33 @@ fn command_getkeys_reports_the_lock_key_and_every_inner_key() {
     assert_eq!(getkeys(&mut c, &["lock:k", "t", "GET"]).unwrap(), ["lock:k"]);
     assert_eq!(getkeys(&mut c, &["lock:k", "t", "LOCK.GUARD", "lock:j", "t", "SET", "x", "y"]).unwrap(), ["lock:k"]);
     // Flags: the lock key is read; the inner keys carry the flags Redis has for them.
-    let flags: Value = redis::cmd("COMMAND").arg("GETKEYSANDFLAGS").arg("LOCK.GUARD").arg("lock:k").arg("t").arg("SORT").arg("l").arg("STORE").arg("out").query(&mut c).unwrap();
-    let direct: Value = redis::cmd("COMMAND").arg("GETKEYSANDFLAGS").arg("SORT").arg("l").arg("STORE").arg("out").query(&mut c).unwrap();
+    let flags: Value = redis::cmd("COMMAND")
+        .arg("GETKEYSANDFLAGS")
+        .arg("LOCK.GUARD")
+        .arg("lock:k")
+        .arg("t")
+        .arg("SORT")
+        .arg("l")
+        .arg("STORE")
+        .arg("out")
+        .query(&mut c)
+        .unwrap();
+    let direct: Value = redis::cmd("COMMAND")
+        .arg("GETKEYSANDFLAGS")
+        .arg("SORT")
+        .arg("l")
+        .arg("STORE")
+        .arg("out")
+        .query(&mut c)
+        .unwrap();
     let (Value::Array(guarded), Value::Array(direct)) = (flags, direct) else { panic!("not arrays") };
     assert_eq!(&guarded[1..], &direct[..]);
     let Value::Array(lock_key) = &guarded[0] else { panic!("{:?}", guarded[0]) };
     assert_eq!(lock_key[0], bulk("lock:k"));
-    assert_eq!(format!("{:?}", lock_key[1]), format!("{:?}", Value::Array(vec![Value::SimpleString("RO".into()), Value::SimpleString("access".into())])));
+    assert_eq!(
+        format!("{:?}", lock_key[1]),
+        format!("{:?}", Value::Array(vec![Value::SimpleString("RO".into()), Value::SimpleString("access".into())]))
+    );
 }
 
 #[test]

@@ -40,7 +40,10 @@ fn unpack(scratch: &Path) -> PathBuf {
         .expect("REDIS_LOCK_PACKAGE is not set: it names the tarball scripts/package writes (scripts/test sets it)");
     assert!(tarball.is_file(), "no package at {}: run scripts/package", tarball.display());
     let name = tarball.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".tar.gz")).expect("a .tar.gz");
-    assert!(name.starts_with("redis-lock-") && name.ends_with("-x86_64-linux-gnu.2.17"), "unexpected package name {name}");
+    assert!(
+        name.starts_with("redis-lock-") && name.ends_with("-x86_64-linux-gnu.2.17"),
+        "unexpected package name {name}"
+    );
     let _ = std::fs::remove_dir_all(scratch); // a killed run's leftovers
     std::fs::create_dir_all(scratch).unwrap();
     let status = Command::new("tar").arg("-xzf").arg(&tarball).arg("-C").arg(scratch).status().expect("run tar");
@@ -51,7 +54,8 @@ fn unpack(scratch: &Path) -> PathBuf {
 }
 
 fn names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     names.sort();
     names
 }
@@ -77,8 +81,17 @@ fn packaged_module_and_cli_serve_the_core_commands() {
     let folder = unpack(&scratch.0);
     assert_eq!(names(&folder), CONTENTS);
 
-    let sums = Command::new("sha256sum").args(["--check", "--strict", "SHA256SUMS"]).current_dir(&folder).output().expect("run sha256sum");
-    assert!(sums.status.success(), "SHA256SUMS do not match: {}{}", String::from_utf8_lossy(&sums.stdout), String::from_utf8_lossy(&sums.stderr));
+    let sums = Command::new("sha256sum")
+        .args(["--check", "--strict", "SHA256SUMS"])
+        .current_dir(&folder)
+        .output()
+        .expect("run sha256sum");
+    assert!(
+        sums.status.success(),
+        "SHA256SUMS do not match: {}{}",
+        String::from_utf8_lossy(&sums.stdout),
+        String::from_utf8_lossy(&sums.stderr)
+    );
     let listed = String::from_utf8_lossy(&sums.stdout);
     for file in ["libredis_lock.so", "redis-lock", "redis.conf", "LICENSE"] {
         assert!(listed.contains(&format!("{file}: OK")), "SHA256SUMS does not cover {file}: {listed}");
@@ -89,7 +102,10 @@ fn packaged_module_and_cli_serve_the_core_commands() {
 
     // The module is the packaged one, loaded by the packaged redis.conf.
     let modules: Vec<Vec<Value>> = redis::cmd("MODULE").arg("LIST").query(&mut c).unwrap();
-    let ours = modules.iter().find(|m| m.contains(&bulk("lock"))).unwrap_or_else(|| panic!("module lock not loaded: {modules:?}"));
+    let ours = modules
+        .iter()
+        .find(|m| m.contains(&bulk("lock")))
+        .unwrap_or_else(|| panic!("module lock not loaded: {modules:?}"));
     assert!(ours.contains(&bulk("../libredis_lock.so")), "the module was not loaded from the package: {ours:?}");
 
     // ACQUIRE, RENEW, INFO, RELEASE.
@@ -113,15 +129,19 @@ fn packaged_module_and_cli_serve_the_core_commands() {
     // FENCE: a grant replies its fence, a refusal nil.
     let first: i64 = redis::cmd("LOCK.ACQUIRE").arg("pkg:f").arg("a").arg(LEASE_MS).arg("FENCE").query(&mut c).unwrap();
     assert!(first > 0, "fence {first}");
-    let refused: Option<i64> = redis::cmd("LOCK.ACQUIRE").arg("pkg:f").arg("b").arg(LEASE_MS).arg("FENCE").query(&mut c).unwrap();
+    let refused: Option<i64> =
+        redis::cmd("LOCK.ACQUIRE").arg("pkg:f").arg("b").arg(LEASE_MS).arg("FENCE").query(&mut c).unwrap();
     assert_eq!(refused, None);
 
     // TAKEOVER: the same run takes its lock back, another run does not.
-    let took: i64 = redis::cmd("LOCK.TAKEOVER").arg("pkg:t").arg("t1").arg("run-1").arg(LEASE_MS).query(&mut c).unwrap();
+    let took: i64 =
+        redis::cmd("LOCK.TAKEOVER").arg("pkg:t").arg("t1").arg("run-1").arg(LEASE_MS).query(&mut c).unwrap();
     assert_eq!(took, 1);
-    let took: i64 = redis::cmd("LOCK.TAKEOVER").arg("pkg:t").arg("t2").arg("run-1").arg(LEASE_MS).query(&mut c).unwrap();
+    let took: i64 =
+        redis::cmd("LOCK.TAKEOVER").arg("pkg:t").arg("t2").arg("run-1").arg(LEASE_MS).query(&mut c).unwrap();
     assert_eq!(took, 1);
-    let took: i64 = redis::cmd("LOCK.TAKEOVER").arg("pkg:t").arg("t3").arg("run-2").arg(LEASE_MS).query(&mut c).unwrap();
+    let took: i64 =
+        redis::cmd("LOCK.TAKEOVER").arg("pkg:t").arg("t3").arg("run-2").arg(LEASE_MS).query(&mut c).unwrap();
     assert_eq!(took, 0);
     let value: String = redis::cmd("GET").arg("pkg:t").query(&mut c).unwrap();
     assert_eq!(value, r#"{"owner":"t2","runId":"run-1"}"#);
@@ -156,7 +176,12 @@ fn packaged_module_and_cli_serve_the_core_commands() {
         .output()
         .expect("run the packaged CLI");
     let out = String::from_utf8_lossy(&held.stdout);
-    assert!(held.status.success(), "redis-lock run exited {}: {out}{}", held.status, String::from_utf8_lossy(&held.stderr));
+    assert!(
+        held.status.success(),
+        "redis-lock run exited {}: {out}{}",
+        held.status,
+        String::from_utf8_lossy(&held.stderr)
+    );
     assert!(out.contains("pkg-cli-token"), "redis-lock info inside run did not show the lock held: {out}");
     let exists: i64 = redis::cmd("EXISTS").arg("pkg:cli").query(&mut c).unwrap();
     assert_eq!(exists, 0, "redis-lock run did not release its lock");

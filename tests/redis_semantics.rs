@@ -106,10 +106,16 @@ fn each_command_raises_exactly_the_native_keyspace_events_and_refusals_raise_non
     let c = &mut con;
 
     // Acquire.
-    assert_eq!(events.of(c, |c| assert_eq!(ok(c, &["LOCK.ACQUIRE", "n:a", "tok", "60000"]), 1)), ev(&[("set", "n:a"), ("expire", "n:a")]));
+    assert_eq!(
+        events.of(c, |c| assert_eq!(ok(c, &["LOCK.ACQUIRE", "n:a", "tok", "60000"]), 1)),
+        ev(&[("set", "n:a"), ("expire", "n:a")])
+    );
     assert_eq!(events.of(c, |c| assert_eq!(ok(c, &["LOCK.ACQUIRE", "n:a", "other", "60000"]), 0)), ev(&[]));
     // Renew.
-    assert_eq!(events.of(c, |c| assert_eq!(ok(c, &["LOCK.RENEW", "n:a", "tok", "90000"]), 1)), ev(&[("expire", "n:a")]));
+    assert_eq!(
+        events.of(c, |c| assert_eq!(ok(c, &["LOCK.RENEW", "n:a", "tok", "90000"]), 1)),
+        ev(&[("expire", "n:a")])
+    );
     assert_eq!(events.of(c, |c| assert_eq!(ok(c, &["LOCK.RENEW", "n:a", "other", "90000"]), 0)), ev(&[]));
     assert_eq!(events.of(c, |c| assert_eq!(ok(c, &["LOCK.RENEW", "n:absent", "tok", "90000"]), 0)), ev(&[]));
     assert_eq!(events.of(c, |c| assert!(call(c, &["LOCK.RENEW", "n:a", "tok", "0"]).is_err())), ev(&[]));
@@ -118,23 +124,44 @@ fn each_command_raises_exactly_the_native_keyspace_events_and_refusals_raise_non
     assert_eq!(events.of(c, |c| assert_eq!(ok(c, &["LOCK.RELEASE", "n:a", "tok"]), 1)), ev(&[("del", "n:a")]));
     assert_eq!(events.of(c, |c| assert_eq!(ok(c, &["LOCK.RELEASE", "n:a", "tok"]), 0)), ev(&[]));
     // Takeover: absent, same run, another run, a fresh legacy value.
-    assert_eq!(events.of(c, |c| assert_eq!(ok(c, &["LOCK.TAKEOVER", "n:t", "tok", "run", "60000"]), 1)), ev(&[("set", "n:t"), ("expire", "n:t")]));
-    assert_eq!(events.of(c, |c| assert_eq!(ok(c, &["LOCK.TAKEOVER", "n:t", "tok2", "run", "60000"]), 1)), ev(&[("set", "n:t"), ("expire", "n:t")]));
+    assert_eq!(
+        events.of(c, |c| assert_eq!(ok(c, &["LOCK.TAKEOVER", "n:t", "tok", "run", "60000"]), 1)),
+        ev(&[("set", "n:t"), ("expire", "n:t")])
+    );
+    assert_eq!(
+        events.of(c, |c| assert_eq!(ok(c, &["LOCK.TAKEOVER", "n:t", "tok2", "run", "60000"]), 1)),
+        ev(&[("set", "n:t"), ("expire", "n:t")])
+    );
     assert_eq!(events.of(c, |c| assert_eq!(ok(c, &["LOCK.TAKEOVER", "n:t", "tok3", "other", "60000"]), 0)), ev(&[]));
-    assert_eq!(events.of(c, |c| run(c, &["SET", "n:legacy", "bare", "PX", "60000"])), ev(&[("set", "n:legacy"), ("expire", "n:legacy")]));
+    assert_eq!(
+        events.of(c, |c| run(c, &["SET", "n:legacy", "bare", "PX", "60000"])),
+        ev(&[("set", "n:legacy"), ("expire", "n:legacy")])
+    );
     assert_eq!(events.of(c, |c| assert_eq!(ok(c, &["LOCK.TAKEOVER", "n:legacy", "tok", "run", "60000"]), 0)), ev(&[]));
-    assert_eq!(events.of(c, |c| assert_eq!(ok(c, &["LOCK.TAKEOVER", "n:legacy", "tok", "run", "200000"]), 1)), ev(&[("set", "n:legacy"), ("expire", "n:legacy")]));
+    assert_eq!(
+        events.of(c, |c| assert_eq!(ok(c, &["LOCK.TAKEOVER", "n:legacy", "tok", "run", "200000"]), 1)),
+        ev(&[("set", "n:legacy"), ("expire", "n:legacy")])
+    );
     // Renew and release of a structured value.
-    assert_eq!(events.of(c, |c| assert_eq!(ok(c, &["LOCK.RENEW", "n:t", "tok2", "90000"]), 1)), ev(&[("expire", "n:t")]));
+    assert_eq!(
+        events.of(c, |c| assert_eq!(ok(c, &["LOCK.RENEW", "n:t", "tok2", "90000"]), 1)),
+        ev(&[("expire", "n:t")])
+    );
     assert_eq!(events.of(c, |c| assert_eq!(ok(c, &["LOCK.RELEASE", "n:t", "tok2"]), 1)), ev(&[("del", "n:t")]));
     // Wrong types raise nothing.
     assert_eq!(events.of(c, |c| run(c, &["RPUSH", "n:list", "tok"])), ev(&[("rpush", "n:list")]));
     assert_eq!(events.of(c, |c| assert!(call(c, &["LOCK.RENEW", "n:list", "tok", "1000"]).is_err())), ev(&[]));
     assert_eq!(events.of(c, |c| assert!(call(c, &["LOCK.RELEASE", "n:list", "tok"]).is_err())), ev(&[]));
-    assert_eq!(events.of(c, |c| assert!(call(c, &["LOCK.TAKEOVER", "n:list", "tok", "run", "1000"]).is_err())), ev(&[]));
+    assert_eq!(
+        events.of(c, |c| assert!(call(c, &["LOCK.TAKEOVER", "n:list", "tok", "run", "1000"]).is_err())),
+        ev(&[])
+    );
     assert_eq!(events.of(c, |c| assert_eq!(ok(c, &["LOCK.ACQUIRE", "n:list", "tok", "1000"]), 0)), ev(&[]));
     // An expired lock: the expiry is reported before the new lock's events.
-    assert_eq!(events.of(c, |c| run(c, &["SET", "n:exp", "old", "PX", "20"])), ev(&[("set", "n:exp"), ("expire", "n:exp")]));
+    assert_eq!(
+        events.of(c, |c| run(c, &["SET", "n:exp", "old", "PX", "20"])),
+        ev(&[("set", "n:exp"), ("expire", "n:exp")])
+    );
     let got = events.of(c, |c| {
         std::thread::sleep(Duration::from_millis(80));
         assert_eq!(ok(c, &["LOCK.ACQUIRE", "n:exp", "tok", "60000"]), 1);
@@ -169,9 +196,17 @@ fn a_successful_change_invalidates_watch_on_the_key() {
         ("w:renew", &["LOCK.ACQUIRE", "w:renew", "tok", "60000"], &["LOCK.RENEW", "w:renew", "tok", "90000"]),
         ("w:rel", &["LOCK.ACQUIRE", "w:rel", "tok", "60000"], &["LOCK.RELEASE", "w:rel", "tok"]),
         ("w:take", &[], &["LOCK.TAKEOVER", "w:take", "tok", "run", "60000"]),
-        ("w:take2", &["LOCK.TAKEOVER", "w:take2", "tok", "run", "60000"], &["LOCK.TAKEOVER", "w:take2", "tok2", "run", "60000"]),
+        (
+            "w:take2",
+            &["LOCK.TAKEOVER", "w:take2", "tok", "run", "60000"],
+            &["LOCK.TAKEOVER", "w:take2", "tok2", "run", "60000"],
+        ),
         ("w:legacy", &["SET", "w:legacy", "bare"], &["LOCK.TAKEOVER", "w:legacy", "tok", "run", "60000"]),
-        ("w:srenew", &["LOCK.TAKEOVER", "w:srenew", "tok", "run", "60000"], &["LOCK.RENEW", "w:srenew", "tok", "90000"]),
+        (
+            "w:srenew",
+            &["LOCK.TAKEOVER", "w:srenew", "tok", "run", "60000"],
+            &["LOCK.RENEW", "w:srenew", "tok", "90000"],
+        ),
     ];
     for (key, setup, action) in cases {
         if !setup.is_empty() {
@@ -255,14 +290,39 @@ fn lock_commands_run_inside_multi_exec() {
     let mut con = server.conn();
     let replies: Vec<i64> = redis::pipe()
         .atomic()
-        .cmd("LOCK.ACQUIRE").arg("m:k").arg("tok").arg(60000)
-        .cmd("LOCK.ACQUIRE").arg("m:k").arg("other").arg(60000)
-        .cmd("LOCK.RENEW").arg("m:k").arg("tok").arg(90000)
-        .cmd("LOCK.RELEASE").arg("m:k").arg("other")
-        .cmd("LOCK.RELEASE").arg("m:k").arg("tok")
-        .cmd("LOCK.TAKEOVER").arg("m:t").arg("tok").arg("run").arg(60000)
-        .cmd("LOCK.TAKEOVER").arg("m:t").arg("tok2").arg("run").arg(60000)
-        .cmd("LOCK.TAKEOVER").arg("m:t").arg("tok3").arg("other").arg(60000)
+        .cmd("LOCK.ACQUIRE")
+        .arg("m:k")
+        .arg("tok")
+        .arg(60000)
+        .cmd("LOCK.ACQUIRE")
+        .arg("m:k")
+        .arg("other")
+        .arg(60000)
+        .cmd("LOCK.RENEW")
+        .arg("m:k")
+        .arg("tok")
+        .arg(90000)
+        .cmd("LOCK.RELEASE")
+        .arg("m:k")
+        .arg("other")
+        .cmd("LOCK.RELEASE")
+        .arg("m:k")
+        .arg("tok")
+        .cmd("LOCK.TAKEOVER")
+        .arg("m:t")
+        .arg("tok")
+        .arg("run")
+        .arg(60000)
+        .cmd("LOCK.TAKEOVER")
+        .arg("m:t")
+        .arg("tok2")
+        .arg("run")
+        .arg(60000)
+        .cmd("LOCK.TAKEOVER")
+        .arg("m:t")
+        .arg("tok3")
+        .arg("other")
+        .arg(60000)
         .query(&mut con)
         .unwrap();
     assert_eq!(replies, vec![1, 0, 1, 0, 1, 1, 1, 0]);
@@ -382,7 +442,8 @@ fn acl_read_only_key_permissions_refuse_lock_writes_but_allow_lock_info() {
     assert!(pttl(&mut admin, "ro:x") <= 60_000);
     assert!(!exists(&mut admin, "ro:y"));
     // LOCK.INFO only reads its key (an RO key spec), so `%R~` suffices.
-    let info: Value = redis::cmd("LOCK.INFO").arg("ro:x").query(&mut reader).expect("LOCK.INFO with read-only key permission");
+    let info: Value =
+        redis::cmd("LOCK.INFO").arg("ro:x").query(&mut reader).expect("LOCK.INFO with read-only key permission");
     assert!(matches!(&info, Value::Array(f) if f.len() == 12), "{info:?}");
     let e = redis::cmd("LOCK.INFO").arg("other:x").query::<Value>(&mut reader).expect_err("outside the key pattern");
     assert_eq!(e.code(), Some("NOPERM"), "{e}");
@@ -432,7 +493,11 @@ fn command_info_shows_the_flags_and_the_key_position() {
         }
         assert!(!flags.contains(&"readonly".to_string()), "{name}: {flags:?}");
         assert_eq!(&fields[3..6], &[Value::Int(1), Value::Int(1), Value::Int(1)], "{name} key positions");
-        assert_eq!(key_spec_flags(&fields[8]), ["RW".to_string(), "access".to_string(), access.to_string()], "{name} key spec");
+        assert_eq!(
+            key_spec_flags(&fields[8]),
+            ["RW".to_string(), "access".to_string(), access.to_string()],
+            "{name} key spec"
+        );
     }
     let info: Value = redis::cmd("COMMAND").arg("INFO").arg("lock.info").query(&mut con).unwrap();
     let Value::Array(outer) = info else { panic!("{info:?}") };
@@ -510,7 +575,12 @@ fn a_lock_written_over_another_value_holds_exactly_its_bytes_in_as_much_memory_a
     // exact-size raw string), and SET's value is smaller (docs/compatibility.md).
     let v = server_version();
     let set_embeds_long_values = v.is_valkey() && v.major >= 9;
-    let cases = [(structured(&t40), &t90, "60000"), (structured(&t90), &u90, "60000"), (structured(&t90), &t40, "60000"), ("legacy-token".into(), &t40, "9000000")];
+    let cases = [
+        (structured(&t40), &t90, "60000"),
+        (structured(&t90), &u90, "60000"),
+        (structured(&t90), &t40, "60000"),
+        ("legacy-token".into(), &t40, "9000000"),
+    ];
     for (i, (before, token, ttl)) in cases.iter().enumerate() {
         let (lock, plain, raw) = (format!("mem:lock:{i}"), format!("mem:plain:{i}"), format!("mem:rawv:{i}"));
         let after = structured(token);
@@ -558,7 +628,10 @@ fn a_replica_refuses_lock_commands_as_writes() {
 fn an_expired_lock_can_be_acquired_again() {
     let server = Server::start();
     let mut con = server.conn();
-    assert_eq!(at_once(&mut con, &[&["LOCK.ACQUIRE", "e:k", "tok", "50"], &["LOCK.ACQUIRE", "e:k", "other", "5000"]]), [Value::Int(1), Value::Int(0)]);
+    assert_eq!(
+        at_once(&mut con, &[&["LOCK.ACQUIRE", "e:k", "tok", "50"], &["LOCK.ACQUIRE", "e:k", "other", "5000"]]),
+        [Value::Int(1), Value::Int(0)]
+    );
     std::thread::sleep(Duration::from_millis(120));
     assert_eq!(ok(&mut con, &["LOCK.ACQUIRE", "e:k", "other", "5000"]), 1);
     assert_eq!(get(&mut con, "e:k").as_deref(), Some("other"));
@@ -582,7 +655,13 @@ fn renew_and_release_of_an_expired_lock_are_refused() {
 fn an_expired_lock_is_taken_over_by_another_run() {
     let server = Server::start();
     let mut con = server.conn();
-    assert_eq!(at_once(&mut con, &[&["LOCK.TAKEOVER", "e:t", "tok", "run", "50"], &["LOCK.TAKEOVER", "e:t", "tok2", "other", "5000"]]), [Value::Int(1), Value::Int(0)]);
+    assert_eq!(
+        at_once(
+            &mut con,
+            &[&["LOCK.TAKEOVER", "e:t", "tok", "run", "50"], &["LOCK.TAKEOVER", "e:t", "tok2", "other", "5000"]]
+        ),
+        [Value::Int(1), Value::Int(0)]
+    );
     std::thread::sleep(Duration::from_millis(120));
     assert_eq!(ok(&mut con, &["LOCK.TAKEOVER", "e:t", "tok2", "other", "5000"]), 1);
     assert_eq!(get(&mut con, "e:t").as_deref(), Some(r#"{"owner":"tok2","runId":"other"}"#));

@@ -47,9 +47,8 @@ fn states(con: &mut Connection) -> BTreeMap<&'static str, KeyState> {
 }
 
 /// Every key the scenario touches.
-const SCENARIO_KEYS: &[&str] = &[
-    "r:acq", "r:renew", "r:rel", "r:take", "r:legacy", "r:sr", "r:srel", "r:er", "r:exp", "r:never",
-];
+const SCENARIO_KEYS: &[&str] =
+    &["r:acq", "r:renew", "r:rel", "r:take", "r:legacy", "r:sr", "r:srel", "r:er", "r:exp", "r:never"];
 
 /// Successful and refused calls of every command, with their replies checked.
 /// Expiry times are a minute or more away, so nothing expires while the
@@ -108,7 +107,9 @@ fn master_after_scenario(con: &mut Connection) -> BTreeMap<&'static str, KeyStat
     let all = states(con);
     for (k, s) in &all {
         match s.value {
-            Some(_) => assert!(s.expire_time > now + 50_000 && s.expire_time <= now + 120_000, "{k}: {s:?} (now {now})"),
+            Some(_) => {
+                assert!(s.expire_time > now + 50_000 && s.expire_time <= now + 120_000, "{k}: {s:?} (now {now})")
+            }
             None => assert_eq!(s.expire_time, -2, "{k}"),
         }
     }
@@ -140,7 +141,12 @@ fn parse_commands(buf: &[u8]) -> (Vec<Command>, usize) {
             pos += 1;
             continue;
         }
-        assert_eq!(buf[pos], b'*', "not a RESP array at byte {pos}: {:?}", String::from_utf8_lossy(&buf[pos..buf.len().min(pos + 40)]));
+        assert_eq!(
+            buf[pos],
+            b'*',
+            "not a RESP array at byte {pos}: {:?}",
+            String::from_utf8_lossy(&buf[pos..buf.len().min(pos + 40)])
+        );
         let Some((n, mut at)) = line(buf, pos + 1) else { break };
         let mut cmd = Vec::new();
         for _ in 0..number(n) {
@@ -181,10 +187,18 @@ fn check_stream(commands: &[Command], master: &BTreeMap<&'static str, KeyState>)
     for c in commands {
         let n = name(c);
         assert!(!n.starts_with("LOCK."), "a LOCK command was propagated: {}", show(c));
-        assert!(!matches!(n.as_str(), "PEXPIRE" | "EXPIRE" | "EXPIREAT" | "SETEX" | "PSETEX"), "relative or second expiry propagated: {}", show(c));
+        assert!(
+            !matches!(n.as_str(), "PEXPIRE" | "EXPIRE" | "EXPIREAT" | "SETEX" | "PSETEX"),
+            "relative or second expiry propagated: {}",
+            show(c)
+        );
         if n == "SET" {
             let opts: Vec<String> = c[3..].iter().map(|a| String::from_utf8_lossy(a).to_ascii_uppercase()).collect();
-            assert!(!opts.iter().any(|o| o == "PX" || o == "EX" || o == "NX" || o == "EXAT"), "SET with a relative expiry or condition: {}", show(c));
+            assert!(
+                !opts.iter().any(|o| o == "PX" || o == "EX" || o == "NX" || o == "EXAT"),
+                "SET with a relative expiry or condition: {}",
+                show(c)
+            );
         }
     }
 
@@ -232,9 +246,17 @@ fn check_stream(commands: &[Command], master: &BTreeMap<&'static str, KeyState>)
         ("r:exp", &["SET", "DEL", "SET"]),
     ];
     for (k, want) in expect {
-        assert_eq!(per_key.get(k).map(|v| v.iter().map(String::as_str).collect::<Vec<_>>()).unwrap_or_default(), *want, "effects propagated for {k}");
+        assert_eq!(
+            per_key.get(k).map(|v| v.iter().map(String::as_str).collect::<Vec<_>>()).unwrap_or_default(),
+            *want,
+            "effects propagated for {k}"
+        );
     }
-    assert!(!per_key.contains_key("r:never"), "a refused command on an absent key propagated {:?}", per_key.get("r:never"));
+    assert!(
+        !per_key.contains_key("r:never"),
+        "a refused command on an absent key propagated {:?}",
+        per_key.get("r:never")
+    );
 
     for (&k, want) in master {
         let got = model.get(k.as_bytes()).cloned().unwrap_or(KeyState { value: None, expire_time: -2 });
@@ -387,7 +409,11 @@ struct TempDir(PathBuf);
 
 impl TempDir {
     fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("redis-lock-repl-test-{tag}-{}-{}", std::process::id(), rand::random::<u32>()));
+        let p = std::env::temp_dir().join(format!(
+            "redis-lock-repl-test-{tag}-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p)
     }

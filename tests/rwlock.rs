@@ -28,7 +28,11 @@ fn readers_share_a_writer_is_alone_and_the_tag_says_which() {
     assert_eq!(rw(&mut c, "k", "w", "WRITE", 60_000, &[]), R::Int(0));
     assert_eq!(rw(&mut c, "k", "w", "WRITE", 60_000, &["FENCE"]), R::Nil);
     assert_eq!(rw(&mut c, "k", "r1", "READ", 60_000, &[]), R::Int(0), "already holds");
-    assert_eq!(rw(&mut c, "k", "r1", "WRITE", 60_000, &["WAIT", "100"]), R::Int(0), "no upgrade: it would wait for itself");
+    assert_eq!(
+        rw(&mut c, "k", "r1", "WRITE", 60_000, &["WAIT", "100"]),
+        R::Int(0),
+        "no upgrade: it would wait for itself"
+    );
     assert_eq!(call(&mut c, &["LOCK.RW.RELEASE", "k", "r1"]), R::Int(1));
     assert_eq!(call(&mut c, &["LOCK.RW.RELEASE", "k", "r2"]), R::Int(1));
     assert_eq!(call(&mut c, &["EXISTS", "k"]), R::Int(0));
@@ -40,8 +44,14 @@ fn readers_share_a_writer_is_alone_and_the_tag_says_which() {
     let info: redis::Value = redis::cmd("LOCK.RW.INFO").arg("k").query(&mut c).unwrap();
     let redis::Value::Array(f) = info else { panic!() };
     assert_eq!(f[0..2], [redis::Value::BulkString(b"mode".to_vec()), redis::Value::BulkString(b"write".to_vec())]);
-    assert_eq!(call(&mut c, &["LOCK.RW.ACQUIRE", "k", "x", "BOTH", "1000"]), R::Err("ERR mode must be READ or WRITE".into()));
-    assert_eq!(call(&mut c, &["LOCK.SEM.ACQUIRE", "k", "x", "1", "1000"]), R::Err("WRONGTYPE Operation against a key holding the wrong kind of value".into()));
+    assert_eq!(
+        call(&mut c, &["LOCK.RW.ACQUIRE", "k", "x", "BOTH", "1000"]),
+        R::Err("ERR mode must be READ or WRITE".into())
+    );
+    assert_eq!(
+        call(&mut c, &["LOCK.SEM.ACQUIRE", "k", "x", "1", "1000"]),
+        R::Err("WRONGTYPE Operation against a key holding the wrong kind of value".into())
+    );
     assert_eq!(info_field(&mut c, "rw_read_grants"), 2);
     assert_eq!(info_field(&mut c, "rw_write_grants"), 1);
 }

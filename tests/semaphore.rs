@@ -35,7 +35,10 @@ fn permits_up_to_the_limit_each_with_its_own_lease_in_a_plain_sorted_set() {
     assert_eq!(acq(&mut c, "s", "c", 2, 30_000, &["FENCE"]), R::Nil);
     assert_eq!(acq(&mut c, "s", "a", 2, 30_000, &["WAIT", "100"]), R::Int(0), "a holder does not wait for itself");
     // Another limit is an error naming the stored one, and changes nothing.
-    assert_eq!(acq(&mut c, "s", "c", 3, 30_000, &[]), R::Err("ERR limit differs from the semaphore's: its limit is 2".into()));
+    assert_eq!(
+        acq(&mut c, "s", "c", 3, 30_000, &[]),
+        R::Err("ERR limit differs from the semaphore's: its limit is 2".into())
+    );
     let (tag, hs) = stored(&mut c, "s");
     assert_eq!(tag, Some(2), "the tag member \"\" holds the limit");
     assert_eq!(hs.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(), ["a", "b"]);
@@ -118,7 +121,12 @@ fn waiters_get_one_permit_each_in_arrival_order_and_newcomers_queue_behind_them(
     let mut hs = Vec::new();
     for i in 0..6 {
         let token = format!("w{i}");
-        hs.push(spawn_call(&server, &token, &["LOCK.SEM.ACQUIRE", "s", &token, "2", "60000", "FENCE", "WAIT", "20000"], tx.clone()));
+        hs.push(spawn_call(
+            &server,
+            &token,
+            &["LOCK.SEM.ACQUIRE", "s", &token, "2", "60000", "FENCE", "WAIT", "20000"],
+            tx.clone(),
+        ));
         until_waiting(&mut c, i + 1);
     }
     let mut holder = ["h1".to_string(), "h2".to_string()];
@@ -143,7 +151,8 @@ fn waiters_get_one_permit_each_in_arrival_order_and_newcomers_queue_behind_them(
     assert_eq!(call(&mut c, &["LOCK.SEM.RELEASE", "s", &holder[0]]), R::Int(1));
     assert_eq!(call(&mut c, &["LOCK.SEM.RENEW", "s", &holder[1], "200"]), R::Int(1));
     assert_eq!(acq(&mut c, "s", "x", 2, 60_000, &[]), R::Int(1));
-    let h = spawn_call(&server, "first", &["LOCK.SEM.ACQUIRE", "s", "first", "2", "60000", "WAIT", "20000"], tx.clone());
+    let h =
+        spawn_call(&server, "first", &["LOCK.SEM.ACQUIRE", "s", "first", "2", "60000", "WAIT", "20000"], tx.clone());
     until_waiting(&mut c, 1);
     let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(500).arg("WRITE").query(&mut c).unwrap();
     let newcomer = spawn_call(&server, "newcomer", &["LOCK.SEM.ACQUIRE", "s", "newcomer", "2", "60000"], tx);
@@ -170,14 +179,35 @@ fn errors_change_nothing_and_name_the_problem() {
         (&["LOCK.SEM.RELEASE", "s", "a", "x"], arity("lock.sem.release")),
         (&["LOCK.SEM.INFO"], arity("lock.sem.info")),
         (&["LOCK.SEM.ACQUIRE", "s", "", "1", "1000"], R::Err("ERR lock key and token are required".into())),
-        (&["LOCK.SEM.ACQUIRE", "s", "b", "0", "1000"], R::Err("ERR limit must be a positive integer (at most 9007199254740992)".into())),
-        (&["LOCK.SEM.ACQUIRE", "s", "b", "9007199254740993", "1000"], R::Err("ERR limit must be a positive integer (at most 9007199254740992)".into())),
-        (&["LOCK.SEM.ACQUIRE", "s", "b", "1", "-5"], R::Err("ERR ttl-ms must be a positive integer (milliseconds)".into())),
-        (&["LOCK.SEM.ACQUIRE", "s", "b", "1", "9007199254740992"], R::Err("ERR ttl-ms is too large: the expiry time would overflow".into())),
+        (
+            &["LOCK.SEM.ACQUIRE", "s", "b", "0", "1000"],
+            R::Err("ERR limit must be a positive integer (at most 9007199254740992)".into()),
+        ),
+        (
+            &["LOCK.SEM.ACQUIRE", "s", "b", "9007199254740993", "1000"],
+            R::Err("ERR limit must be a positive integer (at most 9007199254740992)".into()),
+        ),
+        (
+            &["LOCK.SEM.ACQUIRE", "s", "b", "1", "-5"],
+            R::Err("ERR ttl-ms must be a positive integer (milliseconds)".into()),
+        ),
+        (
+            &["LOCK.SEM.ACQUIRE", "s", "b", "1", "9007199254740992"],
+            R::Err("ERR ttl-ms is too large: the expiry time would overflow".into()),
+        ),
         (&["LOCK.SEM.ACQUIRE", "s", "b", "1", "1000", "WAIT"], R::Err("ERR syntax error".into())),
-        (&["LOCK.SEM.ACQUIRE", "s", "b", "1", "1000", "WAIT", "-1"], R::Err("ERR WAIT timeout-ms must be 0 (no timeout) or a positive integer (milliseconds)".into())),
-        (&["LOCK.SEM.ACQUIRE", "s", "b", "1", "1000", "WAIT", "9223372036854775807"], R::Err("ERR timeout is out of range".into())),
-        (&["LOCK.SEM.ACQUIRE", "s", "b", "2", "1000"], R::Err("ERR limit differs from the semaphore's: its limit is 1".into())),
+        (
+            &["LOCK.SEM.ACQUIRE", "s", "b", "1", "1000", "WAIT", "-1"],
+            R::Err("ERR WAIT timeout-ms must be 0 (no timeout) or a positive integer (milliseconds)".into()),
+        ),
+        (
+            &["LOCK.SEM.ACQUIRE", "s", "b", "1", "1000", "WAIT", "9223372036854775807"],
+            R::Err("ERR timeout is out of range".into()),
+        ),
+        (
+            &["LOCK.SEM.ACQUIRE", "s", "b", "2", "1000"],
+            R::Err("ERR limit differs from the semaphore's: its limit is 1".into()),
+        ),
         (&["LOCK.SEM.RENEW", "s", "a", "0"], R::Err("ERR ttl-ms must be a positive integer (milliseconds)".into())),
         (&["LOCK.RW.ACQUIRE", "s", "b", "READ", "1000"], R::Err(WRONGTYPE.into())),
         (&["LOCK.RW.RENEW", "s", "a", "1000"], R::Err(WRONGTYPE.into())),
@@ -198,7 +228,12 @@ fn errors_change_nothing_and_name_the_problem() {
     let _: () = redis::cmd("ZADD").arg("z").arg(1).arg("m").query(&mut c).unwrap();
     let _: () = redis::cmd("ZADD").arg("badtag").arg(2.5).arg("").arg(1e15).arg("m").query(&mut c).unwrap();
     for key in ["l", "z", "badtag"] {
-        for args in [&["LOCK.SEM.ACQUIRE", key, "b", "1", "1000", "WAIT", "100"][..], &["LOCK.SEM.RENEW", key, "a", "1000"], &["LOCK.SEM.RELEASE", key, "a"], &["LOCK.SEM.INFO", key]] {
+        for args in [
+            &["LOCK.SEM.ACQUIRE", key, "b", "1", "1000", "WAIT", "100"][..],
+            &["LOCK.SEM.RENEW", key, "a", "1000"],
+            &["LOCK.SEM.RELEASE", key, "a"],
+            &["LOCK.SEM.INFO", key],
+        ] {
             assert_eq!(call(&mut c, args), R::Err(WRONGTYPE.into()), "{args:?}");
         }
     }
@@ -214,7 +249,8 @@ fn waiters_survive_del_flushall_swapdb_and_a_foreign_zrem_and_leave_on_role_chan
     for (i, how) in ["DEL", "FLUSHALL", "SWAPDB", "ZREM"].into_iter().enumerate() {
         assert_eq!(acq(&mut c, "s", "h", 1, 60_000, &[]), R::Int(1));
         let token = format!("w{i}");
-        let h = spawn_call(&server, &token, &["LOCK.SEM.ACQUIRE", "s", &token, "1", "60000", "WAIT", "10000"], tx.clone());
+        let h =
+            spawn_call(&server, &token, &["LOCK.SEM.ACQUIRE", "s", &token, "1", "60000", "WAIT", "10000"], tx.clone());
         until_waiting(&mut c, 1);
         let started = Instant::now();
         match how {
@@ -245,7 +281,10 @@ fn waiters_survive_del_flushall_swapdb_and_a_foreign_zrem_and_leave_on_role_chan
     let _: () = redis::cmd("CONFIG").arg("SET").arg("lock.max-waiters").arg(1).query(&mut c).unwrap();
     let h = spawn_call(&server, "m1", &["LOCK.SEM.ACQUIRE", "s", "m1", "1", "60000", "WAIT", "0"], tx.clone());
     until_waiting(&mut c, 1);
-    assert_eq!(acq(&mut c, "s", "m2", 1, 60_000, &["WAIT", "0"]), R::Err("ERR too many clients waiting: lock.max-waiters reached; retry later or raise it".into()));
+    assert_eq!(
+        acq(&mut c, "s", "m2", 1, 60_000, &["WAIT", "0"]),
+        R::Err("ERR too many clients waiting: lock.max-waiters reached; retry later or raise it".into())
+    );
     // A master that becomes a replica answers its waiters at once.
     let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(1).query(&mut c).unwrap();
     let (_, reply, _) = rx.recv_timeout(Duration::from_secs(5)).expect("answered on the role change");
@@ -291,7 +330,12 @@ fn mixed_workload(server: &Server) {
     assert_eq!(acq(&mut c, "m:sem", "a", 2, 60_000, &["FENCE"]).clone() != R::Nil, true);
     assert_eq!(acq(&mut c, "m:sem", "b", 2, 200, &[]), R::Int(1));
     assert_eq!(acq(&mut c, "m:sem", "c", 2, 60_000, &[]), R::Int(0));
-    let h1 = spawn_call(server, "w1", &["LOCK.SEM.ACQUIRE", "m:sem", "w1", "2", "60000", "FENCE", "WAIT", "10000"], tx.clone());
+    let h1 = spawn_call(
+        server,
+        "w1",
+        &["LOCK.SEM.ACQUIRE", "m:sem", "w1", "2", "60000", "FENCE", "WAIT", "10000"],
+        tx.clone(),
+    );
     until_waiting(&mut c, 1);
     let h2 = spawn_call(server, "w2", &["LOCK.SEM.ACQUIRE", "m:sem", "w2", "2", "60000", "WAIT", "10000"], tx.clone());
     until_waiting(&mut c, 2);
@@ -306,7 +350,12 @@ fn mixed_workload(server: &Server) {
     // A read-write lock: readers, a writer that waits, a reader that times out behind it.
     assert_eq!(call(&mut c, &["LOCK.RW.ACQUIRE", "m:rw", "r1", "READ", "60000"]), R::Int(1));
     assert_eq!(call(&mut c, &["LOCK.RW.ACQUIRE", "m:rw", "r2", "READ", "60000", "FENCE"]) != R::Nil, true);
-    let hw = spawn_call(server, "w", &["LOCK.RW.ACQUIRE", "m:rw", "w", "WRITE", "60000", "FENCE", "WAIT", "10000"], tx.clone());
+    let hw = spawn_call(
+        server,
+        "w",
+        &["LOCK.RW.ACQUIRE", "m:rw", "w", "WRITE", "60000", "FENCE", "WAIT", "10000"],
+        tx.clone(),
+    );
     until_waiting(&mut c, 1);
     let hr = spawn_call(server, "r3", &["LOCK.RW.ACQUIRE", "m:rw", "r3", "READ", "60000", "WAIT", "100"], tx.clone());
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)).expect("r3 times out").1, R::Int(0));
@@ -415,9 +464,19 @@ fn registration_key_specs_acl_categories_and_docs() {
     }
     // Categories as the native twins (ZADD, ZREM, ZRANGE), where modules may set them.
     if harness_has_acl_categories(&mut c) {
-        let cat = |c: &mut redis::Connection, name: &str| -> Vec<String> { redis::cmd("ACL").arg("CAT").arg(name).query(c).unwrap() };
-        let (write, read, sorted, blocking) = (cat(&mut c, "write"), cat(&mut c, "read"), cat(&mut c, "sortedset"), cat(&mut c, "blocking"));
-        for cmd in ["lock.sem.acquire", "lock.sem.renew", "lock.sem.release", "lock.rw.acquire", "lock.rw.renew", "lock.rw.release"] {
+        let cat = |c: &mut redis::Connection, name: &str| -> Vec<String> {
+            redis::cmd("ACL").arg("CAT").arg(name).query(c).unwrap()
+        };
+        let (write, read, sorted, blocking) =
+            (cat(&mut c, "write"), cat(&mut c, "read"), cat(&mut c, "sortedset"), cat(&mut c, "blocking"));
+        for cmd in [
+            "lock.sem.acquire",
+            "lock.sem.renew",
+            "lock.sem.release",
+            "lock.rw.acquire",
+            "lock.rw.renew",
+            "lock.rw.release",
+        ] {
             assert!(write.iter().any(|x| x == cmd) && sorted.iter().any(|x| x == cmd), "{cmd}");
         }
         for cmd in ["lock.sem.info", "lock.rw.info"] {

@@ -37,13 +37,25 @@ fn a_lock_that_expires_while_writes_are_paused_goes_to_its_waiter_only_after_the
     let paused_at = Instant::now();
     let _: () = redis::pipe()
         .atomic()
-        .cmd("LOCK.RENEW").arg("k").arg("holder").arg(100).ignore()
-        .cmd("CLIENT").arg("PAUSE").arg(600).arg("WRITE").ignore()
+        .cmd("LOCK.RENEW")
+        .arg("k")
+        .arg("holder")
+        .arg(100)
+        .ignore()
+        .cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(600)
+        .arg("WRITE")
+        .ignore()
         .query(&mut c)
         .unwrap();
     let (token, reply, at) = rx.recv_timeout(Duration::from_secs(30)).expect("granted after the pause");
     assert_eq!((token.as_str(), reply), ("next", Value::Int(1)));
-    assert!(at.duration_since(paused_at) >= Duration::from_millis(550), "granted {:?} into a 600 ms pause", at.duration_since(paused_at));
+    assert!(
+        at.duration_since(paused_at) >= Duration::from_millis(550),
+        "granted {:?} into a 600 ms pause",
+        at.duration_since(paused_at)
+    );
     assert!(ping_within(&server, Duration::from_secs(2)), "the server survived");
     assert_eq!(get(&mut c, "k").as_deref(), Some("next"));
     h.join().unwrap();
@@ -58,10 +70,23 @@ fn a_lock_deleted_in_the_transaction_that_pauses_writes_waits_for_the_pause_to_e
     let h = waiter(&server, "k", "next", 0, tx);
     until_waiting(&mut c, 1);
     let started = Instant::now();
-    let _: Value = redis::pipe().atomic().cmd("DEL").arg("k").cmd("CLIENT").arg("PAUSE").arg(400).arg("WRITE").query(&mut c).unwrap();
+    let _: Value = redis::pipe()
+        .atomic()
+        .cmd("DEL")
+        .arg("k")
+        .cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(400)
+        .arg("WRITE")
+        .query(&mut c)
+        .unwrap();
     let (_, reply, at) = rx.recv_timeout(Duration::from_secs(30)).expect("granted after the pause");
     assert_eq!(reply, Value::Int(1));
-    assert!(at.duration_since(started) >= Duration::from_millis(350), "granted {:?} into a 400 ms pause", at.duration_since(started));
+    assert!(
+        at.duration_since(started) >= Duration::from_millis(350),
+        "granted {:?} into a 400 ms pause",
+        at.duration_since(started)
+    );
     assert!(ping_within(&server, Duration::from_secs(2)));
     h.join().unwrap();
 }
@@ -168,8 +193,19 @@ fn a_holder_expiring_at_the_end_of_the_clock_leaves_other_timers_working() {
     // only the module's timer at the holder's deadline frees the key within
     // the wait.
     without_active_expiry(&mut c);
-    let (deadline,): (i64,) = redis::pipe().atomic().cmd("LOCK.ACQUIRE").arg("k").arg("a").arg(100).ignore().cmd("PEXPIRETIME").arg("k").query(&mut c).unwrap();
-    let r: i64 = redis::cmd("LOCK.ACQUIRE").arg("k").arg("b").arg(LEASE_MS).arg("WAIT").arg(20_000).query(&mut c).unwrap();
+    let (deadline,): (i64,) = redis::pipe()
+        .atomic()
+        .cmd("LOCK.ACQUIRE")
+        .arg("k")
+        .arg("a")
+        .arg(100)
+        .ignore()
+        .cmd("PEXPIRETIME")
+        .arg("k")
+        .query(&mut c)
+        .unwrap();
+    let r: i64 =
+        redis::cmd("LOCK.ACQUIRE").arg("k").arg("b").arg(LEASE_MS).arg("WAIT").arg(20_000).query(&mut c).unwrap();
     assert_eq!(r, 1, "granted when the holder expired");
     assert!(granted_at_ms(&mut c, "k") >= deadline, "not before the holder's deadline");
 }
@@ -179,7 +215,14 @@ fn a_wait_timeout_past_the_end_of_the_clock_is_refused_like_blpops() {
     let server = Server::start();
     let mut c = server.conn();
     assert_eq!(acquire(&mut c, "k", "a"), 1);
-    let err = redis::cmd("LOCK.ACQUIRE").arg("k").arg("b").arg(1000).arg("WAIT").arg(i64::MAX).query::<Value>(&mut c).unwrap_err();
+    let err = redis::cmd("LOCK.ACQUIRE")
+        .arg("k")
+        .arg("b")
+        .arg(1000)
+        .arg("WAIT")
+        .arg(i64::MAX)
+        .query::<Value>(&mut c)
+        .unwrap_err();
     assert!(err.to_string().contains("timeout is out of range"), "{err}");
     assert_eq!(info_field(&mut c, "waits_started"), 0, "nothing blocked");
 }
@@ -231,7 +274,8 @@ fn max_waiters_caps_how_many_clients_may_block() {
     let h1 = waiter(&server, "k", "w1", 0, tx.clone());
     let h2 = waiter(&server, "k", "w2", 0, tx.clone());
     until_waiting(&mut c, 2);
-    let err = redis::cmd("LOCK.ACQUIRE").arg("k").arg("w3").arg(1000).arg("WAIT").arg(0).query::<Value>(&mut c).unwrap_err();
+    let err =
+        redis::cmd("LOCK.ACQUIRE").arg("k").arg("w3").arg(1000).arg("WAIT").arg(0).query::<Value>(&mut c).unwrap_err();
     assert!(err.to_string().contains("lock.max-waiters"), "{err}");
     // A grant that needs no wait is not limited.
     let r: i64 = redis::cmd("LOCK.ACQUIRE").arg("free").arg("w3").arg(1000).arg("WAIT").arg(0).query(&mut c).unwrap();

@@ -62,7 +62,18 @@ fn a_deleted_or_expired_lock_goes_to_the_head_waiter_promptly() {
     without_active_expiry(&mut c);
     for lease in [300, 1_200, 4_800] {
         let waits_before = info_field(&mut c, "waits_started");
-        let (deadline,): (i64,) = redis::pipe().atomic().cmd("SET").arg("exp").arg("holder").arg("PX").arg(lease).ignore().cmd("PEXPIRETIME").arg("exp").query(&mut c).unwrap();
+        let (deadline,): (i64,) = redis::pipe()
+            .atomic()
+            .cmd("SET")
+            .arg("exp")
+            .arg("holder")
+            .arg("PX")
+            .arg(lease)
+            .ignore()
+            .cmd("PEXPIRETIME")
+            .arg("exp")
+            .query(&mut c)
+            .unwrap();
         let h = waiter(&server, "exp", "w", 20_000, tx.clone());
         let (_, reply, _) = rx.recv_timeout(Duration::from_secs(30)).expect("granted after expiry");
         h.join().unwrap();
@@ -86,7 +97,8 @@ fn a_wait_times_out_with_zero_or_nil_and_leaves_the_queue() {
     let r: Value = redis::cmd("LOCK.ACQUIRE").arg("k").arg("w").arg(1000).arg("WAIT").arg(150).query(&mut c).unwrap();
     assert_eq!(r, Value::Int(0));
     assert!(started.elapsed() >= Duration::from_millis(140), "returned before its timeout");
-    let r: Value = redis::cmd("LOCK.ACQUIRE").arg("k").arg("w").arg(1000).arg("FENCE").arg("WAIT").arg(50).query(&mut c).unwrap();
+    let r: Value =
+        redis::cmd("LOCK.ACQUIRE").arg("k").arg("w").arg(1000).arg("FENCE").arg("WAIT").arg(50).query(&mut c).unwrap();
     assert_eq!(r, Value::Nil);
     assert_eq!(info_field(&mut c, "waiting"), 0);
     assert_eq!(info_field(&mut c, "waits_timed_out"), 2);
@@ -109,7 +121,8 @@ fn a_grant_made_after_the_timeout_passed_but_before_it_was_handled_is_answered_o
         let (tx, rx) = mpsc::channel();
         let k = key.clone();
         let t = thread::spawn(move || {
-            let reply: Value = redis::cmd("LOCK.ACQUIRE").arg(&k).arg("late").arg(60_000).arg("WAIT").arg(20).query(&mut w).unwrap();
+            let reply: Value =
+                redis::cmd("LOCK.ACQUIRE").arg(&k).arg("late").arg(60_000).arg("WAIT").arg(20).query(&mut w).unwrap();
             let pong: String = redis::cmd("PING").arg("after").query(&mut w).unwrap();
             tx.send((reply, pong)).unwrap();
         });
@@ -163,7 +176,11 @@ fn waiters_that_disconnect_or_are_unblocked_are_never_granted() {
     until_waiting(&mut c, 1);
     // A raw socket so the test can drop the connection mid-wait.
     let mut gone = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
-    std::io::Write::write_all(&mut gone, b"*6\r\n$12\r\nLOCK.ACQUIRE\r\n$1\r\nk\r\n$4\r\ngone\r\n$5\r\n60000\r\n$4\r\nWAIT\r\n$1\r\n0\r\n").unwrap();
+    std::io::Write::write_all(
+        &mut gone,
+        b"*6\r\n$12\r\nLOCK.ACQUIRE\r\n$1\r\nk\r\n$4\r\ngone\r\n$5\r\n60000\r\n$4\r\nWAIT\r\n$1\r\n0\r\n",
+    )
+    .unwrap();
     until_waiting(&mut c, 2);
     let h3 = waiter(&server, "k", "stays", 0, tx);
     until_waiting(&mut c, 3);
@@ -207,7 +224,8 @@ fn a_fenced_waiter_is_refused_with_an_error_when_fences_run_out_and_the_next_wai
 
     assert_eq!(release(&mut c, "k", "holder"), 1);
     // Both end in the same release; their replies race on two connections.
-    let mut replies: Vec<(String, Value)> = (0..2).map(|_| rx.recv_timeout(Duration::from_secs(30)).map(|(t, r, _)| (t, r)).unwrap()).collect();
+    let mut replies: Vec<(String, Value)> =
+        (0..2).map(|_| rx.recv_timeout(Duration::from_secs(30)).map(|(t, r, _)| (t, r)).unwrap()).collect();
     replies.sort_by(|a, b| a.0.cmp(&b.0));
     let [(_, fenced_reply), (_, plain_reply)] = &replies[..] else { unreachable!() };
     let Value::SimpleString(error) = fenced_reply else { panic!("expected an error, got {fenced_reply:?}") };
@@ -226,8 +244,18 @@ fn inside_multi_or_a_script_wait_is_a_single_attempt() {
     assert_eq!(acquire(&mut c, "k", "holder"), 1);
     let replies: Vec<Value> = redis::pipe()
         .atomic()
-        .cmd("LOCK.ACQUIRE").arg("k").arg("m").arg(1000).arg("WAIT").arg(0)
-        .cmd("LOCK.ACQUIRE").arg("free").arg("m").arg(1000).arg("WAIT").arg(0)
+        .cmd("LOCK.ACQUIRE")
+        .arg("k")
+        .arg("m")
+        .arg(1000)
+        .arg("WAIT")
+        .arg(0)
+        .cmd("LOCK.ACQUIRE")
+        .arg("free")
+        .arg("m")
+        .arg(1000)
+        .arg("WAIT")
+        .arg(0)
         .query(&mut c)
         .unwrap();
     assert_eq!(replies, vec![Value::Int(0), Value::Int(1)]);
@@ -248,7 +276,15 @@ fn fenced_waiters_get_increasing_fences() {
     let first: i64 = redis::cmd("LOCK.ACQUIRE").arg("k").arg("a").arg(60_000).arg("FENCE").query(&mut c).unwrap();
     let mut w = server.conn();
     let h = thread::spawn(move || -> i64 {
-        redis::cmd("LOCK.ACQUIRE").arg("k").arg("b").arg(60_000).arg("WAIT").arg(20_000).arg("FENCE").query(&mut w).unwrap()
+        redis::cmd("LOCK.ACQUIRE")
+            .arg("k")
+            .arg("b")
+            .arg(60_000)
+            .arg("WAIT")
+            .arg(20_000)
+            .arg("FENCE")
+            .query(&mut w)
+            .unwrap()
     });
     until_waiting(&mut c, 1);
     assert_eq!(release(&mut c, "k", "a"), 1);
@@ -277,8 +313,10 @@ fn grants_to_waiters_reach_replicas_as_effects() {
     h.join().unwrap();
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(&mut m).unwrap();
     assert_eq!(acked, 1);
-    let on_master: (Option<String>, i64) = redis::pipe().cmd("GET").arg("k").cmd("PEXPIRETIME").arg("k").query(&mut m).unwrap();
-    let on_replica: (Option<String>, i64) = redis::pipe().cmd("GET").arg("k").cmd("PEXPIRETIME").arg("k").query(&mut r).unwrap();
+    let on_master: (Option<String>, i64) =
+        redis::pipe().cmd("GET").arg("k").cmd("PEXPIRETIME").arg("k").query(&mut m).unwrap();
+    let on_replica: (Option<String>, i64) =
+        redis::pipe().cmd("GET").arg("k").cmd("PEXPIRETIME").arg("k").query(&mut r).unwrap();
     assert_eq!(on_master.0.as_deref(), Some("w2"));
     assert_eq!(on_master, on_replica);
 }
@@ -291,7 +329,8 @@ const WAIT_MS: u64 = 20_000;
 /// Waits until one waiter's reply arrives; it must be a grant (within its
 /// [`WAIT_MS`], hence caused by `what`).
 fn granted_promptly(rx: &mpsc::Receiver<(String, Value, Instant)>, what: &str) -> String {
-    let (token, reply, _) = rx.recv_timeout(Duration::from_millis(WAIT_MS + 10_000)).unwrap_or_else(|_| panic!("no reply after {what}"));
+    let (token, reply, _) =
+        rx.recv_timeout(Duration::from_millis(WAIT_MS + 10_000)).unwrap_or_else(|_| panic!("no reply after {what}"));
     assert_eq!(reply, Value::Int(1), "{token} after {what}");
     token
 }
@@ -365,8 +404,18 @@ fn after_swapdb_a_waiter_waits_for_what_its_database_now_holds() {
     // tells when it did.
     without_active_expiry(&mut c);
     assert_eq!(acquire(&mut c, "k", "holder"), 1);
-    let (swapped_in_deadline,): (i64,) =
-        redis::pipe().atomic().cmd("SET").arg("k").arg("other").arg("PX").arg(1_000).ignore().cmd("PEXPIRETIME").arg("k").query(&mut db1).unwrap();
+    let (swapped_in_deadline,): (i64,) = redis::pipe()
+        .atomic()
+        .cmd("SET")
+        .arg("k")
+        .arg("other")
+        .arg("PX")
+        .arg(1_000)
+        .ignore()
+        .cmd("PEXPIRETIME")
+        .arg("k")
+        .query(&mut db1)
+        .unwrap();
     let h = waiter(&server, "k", "w", WAIT_MS, tx.clone());
     until_waiting(&mut c, 1);
     let _: () = redis::cmd("SWAPDB").arg(1).arg(0).query(&mut c).unwrap();
@@ -394,7 +443,10 @@ fn after_swapdb_a_waiter_waits_for_what_its_database_now_holds() {
 /// The database this connection has selected (`CLIENT INFO`'s `db=`).
 fn client_db(c: &mut redis::Connection) -> u32 {
     let info: String = redis::cmd("CLIENT").arg("INFO").query(c).unwrap();
-    info.split_whitespace().find_map(|f| f.strip_prefix("db=")).and_then(|d| d.parse().ok()).expect("db= in CLIENT INFO")
+    info.split_whitespace()
+        .find_map(|f| f.strip_prefix("db="))
+        .and_then(|d| d.parse().ok())
+        .expect("db= in CLIENT INFO")
 }
 
 #[test]
@@ -443,7 +495,8 @@ fn rename_move_restore_and_copy_reach_waiters_through_key_events() {
             replace.cmd("SET").arg("short").arg("other").arg("PX").arg(1_000).ignore();
             replace.cmd("COPY").arg("short").arg("k").arg("REPLACE").ignore();
         }
-        let (value, deadline): (Option<String>, i64) = replace.cmd("GET").arg("k").cmd("PEXPIRETIME").arg("k").query(&mut c).unwrap();
+        let (value, deadline): (Option<String>, i64) =
+            replace.cmd("GET").arg("k").cmd("PEXPIRETIME").arg("k").query(&mut c).unwrap();
         assert_eq!(value.as_deref(), Some("other"), "{cmd} replaced the holder");
         granted_promptly(&rx, &format!("{cmd}'s lease ended"));
         assert!(granted_at_ms(&mut c, "k") >= deadline, "granted before {cmd}'s lease ended");

@@ -208,7 +208,13 @@ impl LockClient {
     }
 
     /// The async twin of [`LockClient::acquire_with`].
-    pub async fn acquire_with_async(&self, key: &str, ttl: Duration, wait: Duration, opts: &LockOptions) -> Result<Lock> {
+    pub async fn acquire_with_async(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        opts: &LockOptions,
+    ) -> Result<Lock> {
         self.acquire_async_of(LockKind::Exclusive, key, ttl, wait, opts).await
     }
 
@@ -218,7 +224,13 @@ impl LockClient {
     }
 
     /// The async twin of [`LockClient::takeover_with`].
-    pub async fn takeover_with_async(&self, key: &str, run_id: &str, ttl: Duration, opts: &LockOptions) -> Result<Lock> {
+    pub async fn takeover_with_async(
+        &self,
+        key: &str,
+        run_id: &str,
+        ttl: Duration,
+        opts: &LockOptions,
+    ) -> Result<Lock> {
         let rt = runtime()?;
         self.core.transport.serves(Api::Async)?;
         self.takeover_core(key, run_id, ttl, opts, Flavor::Async(rt)).await
@@ -231,26 +243,55 @@ impl LockClient {
     }
 
     /// The sync acquire of every kind.
-    pub(crate) fn acquire_sync(&self, kind: LockKind, key: &str, ttl: Duration, wait: Duration, opts: &LockOptions) -> Result<Lock> {
+    pub(crate) fn acquire_sync(
+        &self,
+        kind: LockKind,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        opts: &LockOptions,
+    ) -> Result<Lock> {
         self.core.transport.serves(Api::Sync)?;
         let (me, key, opts) = (self.clone(), key.to_string(), opts.clone());
         runtime::block(async move { me.acquire_core(kind, &key, ttl, wait, &opts, Flavor::Sync).await })
     }
 
     /// The async acquire of every kind.
-    pub(crate) async fn acquire_async_of(&self, kind: LockKind, key: &str, ttl: Duration, wait: Duration, opts: &LockOptions) -> Result<Lock> {
+    pub(crate) async fn acquire_async_of(
+        &self,
+        kind: LockKind,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        opts: &LockOptions,
+    ) -> Result<Lock> {
         let rt = runtime()?;
         self.core.transport.serves(Api::Async)?;
         self.acquire_core(kind, key, ttl, wait, opts, Flavor::Async(rt)).await
     }
 
     /// The one acquire, for both APIs and every kind.
-    async fn acquire_core(&self, kind: LockKind, key: &str, ttl: Duration, wait: Duration, opts: &LockOptions, flavor: Flavor) -> Result<Lock> {
+    async fn acquire_core(
+        &self,
+        kind: LockKind,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        opts: &LockOptions,
+        flavor: Flavor,
+    ) -> Result<Lock> {
         let cmd = LockCmd::acquire_of(kind, key, &token_of(opts), ttl)?;
         self.acquire_cmd(&cmd, ttl, wait, opts, flavor).await.map_err(|e| cmd.explain(e))
     }
 
-    async fn acquire_cmd(&self, cmd: &LockCmd, ttl: Duration, wait: Duration, opts: &LockOptions, flavor: Flavor) -> Result<Lock> {
+    async fn acquire_cmd(
+        &self,
+        cmd: &LockCmd,
+        ttl: Duration,
+        wait: Duration,
+        opts: &LockOptions,
+        flavor: Flavor,
+    ) -> Result<Lock> {
         let key = cmd.key();
         let t = &self.core.transport;
         let mut backoff = Backoff::new(opts.retry_min_delay, opts.retry_max_delay, wait, Instant::now());
@@ -278,7 +319,14 @@ impl LockClient {
     }
 
     /// The one takeover, for both APIs.
-    async fn takeover_core(&self, key: &str, run_id: &str, ttl: Duration, opts: &LockOptions, flavor: Flavor) -> Result<Lock> {
+    async fn takeover_core(
+        &self,
+        key: &str,
+        run_id: &str,
+        ttl: Duration,
+        opts: &LockOptions,
+        flavor: Flavor,
+    ) -> Result<Lock> {
         let cmd = LockCmd::takeover(key, &token_of(opts), run_id, ttl)?;
         let sent = Instant::now();
         match self.core.run(&cmd).await? {
@@ -288,7 +336,15 @@ impl LockClient {
     }
 
     /// The lock `cmd` was granted, confirmed on the replicas first if asked for.
-    async fn hand_out(&self, cmd: &LockCmd, sent: Instant, ttl: Duration, opts: &LockOptions, flavor: Flavor, fence: Option<u64>) -> Result<Lock> {
+    async fn hand_out(
+        &self,
+        cmd: &LockCmd,
+        sent: Instant,
+        ttl: Duration,
+        opts: &LockOptions,
+        flavor: Flavor,
+        fence: Option<u64>,
+    ) -> Result<Lock> {
         let lock = Lock::new(self.core.clone(), cmd, sent, ttl, opts, flavor, fence);
         replicas::confirm(&self.core, lock, opts.replicas).await
     }
@@ -305,7 +361,8 @@ fn released(key: &str, took_effect: bool) -> Result<()> {
 /// The runtime that will run the lock's release on drop (if the engine
 /// cannot). Checked up front: tokio would panic outside a runtime.
 fn runtime() -> Result<tokio::runtime::Handle> {
-    tokio::runtime::Handle::try_current().map_err(|_| Error::InvalidArgument("the _async methods must run inside a tokio runtime".into()))
+    tokio::runtime::Handle::try_current()
+        .map_err(|_| Error::InvalidArgument("the _async methods must run inside a tokio runtime".into()))
 }
 
 /// The module's check (`LOCK.INFO` with an empty key is refused there too).

@@ -41,7 +41,10 @@ use futures_util::future::BoxFuture;
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async;
 use redis::cluster_routing::{Route as SlotRoute, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
-use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, RedisResult, ServerErrorKind, Value};
+use redis::{
+    AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, RedisResult,
+    ServerErrorKind, Value,
+};
 
 use crate::cmd::{is_wait_unsupported, Backend, BackendCell, Grant, LockCmd, LockKind};
 use crate::error::{Error, Result};
@@ -168,7 +171,11 @@ impl Cluster {
         if seeds.len() != infos.len() {
             return Err(Error::InvalidArgument("cluster seed nodes must be TCP addresses".into()));
         }
-        let builder = || ClusterClient::builder(infos.clone()).connection_timeout(opts.connect_timeout).response_timeout(opts.response_timeout);
+        let builder = || {
+            ClusterClient::builder(infos.clone())
+                .connection_timeout(opts.connect_timeout)
+                .response_timeout(opts.response_timeout)
+        };
         let once_client = builder().retries(0).build()?;
         let client = builder()
             // redis-rs waits 1.28 s and more between retries by default;
@@ -234,12 +241,18 @@ impl Cluster {
         self.conn_of(&self.aio, &self.client).await
     }
 
-    async fn conn_of(&self, cell: &tokio::sync::Mutex<Option<cluster_async::ClusterConnection>>, client: &ClusterClient) -> Result<cluster_async::ClusterConnection> {
+    async fn conn_of(
+        &self,
+        cell: &tokio::sync::Mutex<Option<cluster_async::ClusterConnection>>,
+        client: &ClusterClient,
+    ) -> Result<cluster_async::ClusterConnection> {
         let mut con = cell.lock().await;
         if let Some(c) = con.as_ref() {
             return Ok(c.clone());
         }
-        let cfg = ClusterConfig::new().set_connection_timeout(self.opts.connect_timeout).set_response_timeout(self.opts.response_timeout);
+        let cfg = ClusterConfig::new()
+            .set_connection_timeout(self.opts.connect_timeout)
+            .set_response_timeout(self.opts.response_timeout);
         // On the background runtime, which then drives it: it outlives the
         // caller's runtime, and the renewal engine there shares it.
         let client = client.clone();
@@ -294,7 +307,13 @@ impl Cluster {
         let fut = async {
             let mut con = self.conn_of(&self.once, &self.once_client).await?;
             let v = match redirect {
-                Some(Next::Moved((host, port))) => con.route_command(cmd.clone(), RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port })).await?,
+                Some(Next::Moved((host, port))) => {
+                    con.route_command(
+                        cmd.clone(),
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port }),
+                    )
+                    .await?
+                }
                 Some(Next::Ask((host, port))) => {
                     let mut pipe = redis::pipe();
                     pipe.cmd("ASKING").add_command(cmd.clone());
@@ -302,7 +321,10 @@ impl Cluster {
                     v.pop().ok_or_else(|| crate::cmd::unexpected(Value::Array(Vec::new())))?
                 }
                 _ => {
-                    let master = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(SlotRoute::with_slot(slot, SlotAddr::Master)));
+                    let master = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(SlotRoute::with_slot(
+                        slot,
+                        SlotAddr::Master,
+                    )));
                     con.route_command(cmd.clone(), master).await?
                 }
             };
@@ -364,7 +386,10 @@ impl Cluster {
             // To the master of the key's slot, where the renewal went, so
             // WAIT counts that node's replicas (redis-rs would otherwise
             // send it to every master).
-            let owner = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(SlotRoute::with_slot(Slot::for_key(renew.key()), SlotAddr::Master)));
+            let owner = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(SlotRoute::with_slot(
+                Slot::for_key(renew.key()),
+                SlotAddr::Master,
+            )));
             let v = con.route_command(wait, owner).await?;
             Ok::<_, Error>(Some(redis::from_redis_value(v).map_err(RedisError::from)?))
         };
@@ -412,9 +437,12 @@ impl Cluster {
 
     fn info_for(&self, addr: &Addr) -> ConnectionInfo {
         let a = match self.template.addr() {
-            ConnectionAddr::TcpTls { insecure, tls_params, .. } => {
-                ConnectionAddr::TcpTls { host: addr.0.clone(), port: addr.1, insecure: *insecure, tls_params: tls_params.clone() }
-            }
+            ConnectionAddr::TcpTls { insecure, tls_params, .. } => ConnectionAddr::TcpTls {
+                host: addr.0.clone(),
+                port: addr.1,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
             _ => ConnectionAddr::Tcp(addr.0.clone(), addr.1),
         };
         self.template.clone().set_addr(a)
@@ -444,7 +472,11 @@ fn parse_slots(v: Value) -> Option<SlotMap> {
     let mut map = Vec::with_capacity(ranges.len());
     for r in ranges {
         let Value::Array(r) = r else { return None };
-        let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) = (r.first(), r.get(1), r.get(2)) else { return None };
+        let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) =
+            (r.first(), r.get(1), r.get(2))
+        else {
+            return None;
+        };
         let host = match master.first() {
             Some(Value::BulkString(h)) => String::from_utf8_lossy(h).into_owned(),
             Some(Value::SimpleString(h)) => h.clone(),
@@ -477,7 +509,12 @@ impl Cluster {
         }
         let fut = async {
             let mut con = self.conn().await?;
-            let v = con.route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random)).await?;
+            let v = con
+                .route_command(
+                    redis::cmd("CLUSTER").arg("SLOTS").clone(),
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+                )
+                .await?;
             Ok::<_, Error>(v)
         };
         let map = Arc::new(parse_slots(bounded(&self.opts, fut).await.ok()?)?);
@@ -507,7 +544,10 @@ impl Cluster {
                 _ => alone.push(i),
             }
         }
-        let jobs: Vec<Vec<usize>> = groups.into_values().flat_map(|idx| idx.chunks(batch.max(1)).map(<[usize]>::to_vec).collect::<Vec<_>>()).collect();
+        let jobs: Vec<Vec<usize>> = groups
+            .into_values()
+            .flat_map(|idx| idx.chunks(batch.max(1)).map(<[usize]>::to_vec).collect::<Vec<_>>())
+            .collect();
         let cmds = &cmds;
         let sent_pipelines: Vec<(Vec<usize>, Instant, Result<Vec<Value>>)> = stream::iter(jobs)
             .map(|idx| async move {
@@ -517,7 +557,10 @@ impl Cluster {
                 }
                 // Routed to the master of the group's first key: all of the
                 // group's keys are there as far as the map knows.
-                let route = SingleNodeRoutingInfo::SpecificNode(SlotRoute::with_slot(Slot::for_key(cmds[idx[0]].key()), SlotAddr::Master));
+                let route = SingleNodeRoutingInfo::SpecificNode(SlotRoute::with_slot(
+                    Slot::for_key(cmds[idx[0]].key()),
+                    SlotAddr::Master,
+                ));
                 let n = idx.len();
                 let sent = Instant::now();
                 let fut = async {
@@ -681,7 +724,8 @@ impl Route {
     fn new(cl: &Cluster, key: &str, left: Duration) -> Result<Route> {
         let slot = Slot::for_key(key);
         let addr = cl.first_target(slot, &[]).ok_or_else(|| Error::InvalidArgument("no cluster seed node".into()))?;
-        let deadline = Instant::now().checked_add(left).unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
+        let deadline =
+            Instant::now().checked_add(left).unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
         Ok(Route { slot, deadline, addr, asking: false, redirects: 0, down: Vec::new(), settled: 0 })
     }
 
@@ -762,9 +806,14 @@ impl Cluster {
                 Some(c) => c,
                 None => {
                     // No response timeout of its own: each use sets one below.
-                    let cfg = AsyncConnectionConfig::new().set_connection_timeout(Some(cl.opts.connect_timeout)).set_response_timeout(None);
+                    let cfg = AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(cl.opts.connect_timeout))
+                        .set_response_timeout(None);
                     let info = cl.info_for(&route.addr);
-                    let opened = runtime::on_background(async move { redis::Client::open(info)?.get_multiplexed_async_connection_with_config(&cfg).await }).await?;
+                    let opened = runtime::on_background(async move {
+                        redis::Client::open(info)?.get_multiplexed_async_connection_with_config(&cfg).await
+                    })
+                    .await?;
                     match opened {
                         Ok(c) => c,
                         Err(_) if route.node_down(cl) => continue,
@@ -892,7 +941,11 @@ impl Transport for Cluster {
         Box::pin(self.run_until(cmd, deadline))
     }
 
-    fn run_batch(self: Arc<Self>, cmds: Vec<LockCmd>, batch: usize) -> BoxFuture<'static, Vec<(Instant, Result<Grant>)>> {
+    fn run_batch(
+        self: Arc<Self>,
+        cmds: Vec<LockCmd>,
+        batch: usize,
+    ) -> BoxFuture<'static, Vec<(Instant, Result<Grant>)>> {
         Box::pin(async move { Cluster::run_batch(&self, cmds, batch).await })
     }
 
@@ -909,7 +962,12 @@ impl Transport for Cluster {
         (self.backend.may_wait() && left >= Duration::from_millis(1)).then_some(left)
     }
 
-    fn wait_acquire<'a>(self: Arc<Self>, cmd: &'a LockCmd, ttl: Duration, left: Duration) -> BoxFuture<'a, Result<Waited>> {
+    fn wait_acquire<'a>(
+        self: Arc<Self>,
+        cmd: &'a LockCmd,
+        ttl: Duration,
+        left: Duration,
+    ) -> BoxFuture<'a, Result<Waited>> {
         Box::pin(async move { Cluster::wait_acquire(&self, cmd, ttl, left).await })
     }
 
@@ -932,7 +990,10 @@ mod tests {
 
     #[test]
     fn cluster_urls_become_seed_urls() {
-        assert_eq!(seed_urls(&["redis+cluster://127.0.0.1:7000,127.0.0.1:7001/"]), ["redis://127.0.0.1:7000/", "redis://127.0.0.1:7001/"]);
+        assert_eq!(
+            seed_urls(&["redis+cluster://127.0.0.1:7000,127.0.0.1:7001/"]),
+            ["redis://127.0.0.1:7000/", "redis://127.0.0.1:7001/"]
+        );
         assert_eq!(seed_urls(&["rediss+cluster://u:p@a:1,b:2/0"]), ["rediss://u:p@a:1/0", "rediss://u:p@b:2/0"]);
         assert_eq!(seed_urls(&["redis://a:1/", "redis://b:2"]), ["redis://a:1/", "redis://b:2"]);
         assert!(is_cluster_url("redis+cluster://a:1/"));
@@ -941,7 +1002,11 @@ mod tests {
 
     #[test]
     fn wait_errors_are_followed_or_retried() {
-        let server = |line: &str| redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).and_then(redis::Value::extract_error).unwrap_err();
+        let server = |line: &str| {
+            redis::parse_redis_value(format!("-{line}\r\n").as_bytes())
+                .and_then(redis::Value::extract_error)
+                .unwrap_err()
+        };
         assert_eq!(next_after(&server("MOVED 3999 127.0.0.1:6381")), Next::Moved(("127.0.0.1".into(), 6381)));
         assert_eq!(next_after(&server("ASK 3999 127.0.0.1:6382")), Next::Ask(("127.0.0.1".into(), 6382)));
         assert_eq!(next_after(&server("TRYAGAIN Multiple keys request during rehashing of slot")), Next::Later);

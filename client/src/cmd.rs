@@ -151,15 +151,36 @@ impl Grant {
 pub(crate) enum LockCmd {
     /// `wait_ms`: block in the server for up to this long (module only,
     /// never 0, which would mean forever).
-    Acquire { kind: LockKind, key: String, token: String, ttl_ms: u64, wait_ms: Option<u64> },
+    Acquire {
+        kind: LockKind,
+        key: String,
+        token: String,
+        ttl_ms: u64,
+        wait_ms: Option<u64>,
+    },
     /// `floor`: also raise the server's fence mark to at least this
     /// (`LOCK.RENEW ... FLOOR f`, for quorum locks; exclusive locks only).
     /// Module only: the fallback script renews without it, so a caller
     /// that needs the floor checks the connection's backend.
-    Renew { kind: LockKind, key: String, token: String, ttl_ms: u64, floor: Option<u64> },
-    Release { kind: LockKind, key: String, token: String },
+    Renew {
+        kind: LockKind,
+        key: String,
+        token: String,
+        ttl_ms: u64,
+        floor: Option<u64>,
+    },
+    Release {
+        kind: LockKind,
+        key: String,
+        token: String,
+    },
     /// A non-empty run-id (an empty one is built as `Acquire`).
-    Takeover { key: String, token: String, run_id: String, ttl_ms: u64 },
+    Takeover {
+        key: String,
+        token: String,
+        run_id: String,
+        ttl_ms: u64,
+    },
 }
 
 enum Fallback {
@@ -181,9 +202,13 @@ impl LockCmd {
     /// The same acquire, blocking in the server for up to `wait_ms` (≥ 1).
     pub(crate) fn with_wait(&self, wait_ms: u64) -> Self {
         match self {
-            LockCmd::Acquire { kind, key, token, ttl_ms, .. } => {
-                LockCmd::Acquire { kind: *kind, key: key.clone(), token: token.clone(), ttl_ms: *ttl_ms, wait_ms: Some(wait_ms.max(1)) }
-            }
+            LockCmd::Acquire { kind, key, token, ttl_ms, .. } => LockCmd::Acquire {
+                kind: *kind,
+                key: key.clone(),
+                token: token.clone(),
+                ttl_ms: *ttl_ms,
+                wait_ms: Some(wait_ms.max(1)),
+            },
             other => other.clone(),
         }
     }
@@ -223,13 +248,19 @@ impl LockCmd {
 
     pub(crate) fn key(&self) -> &str {
         match self {
-            LockCmd::Acquire { key, .. } | LockCmd::Renew { key, .. } | LockCmd::Release { key, .. } | LockCmd::Takeover { key, .. } => key,
+            LockCmd::Acquire { key, .. }
+            | LockCmd::Renew { key, .. }
+            | LockCmd::Release { key, .. }
+            | LockCmd::Takeover { key, .. } => key,
         }
     }
 
     pub(crate) fn token(&self) -> &str {
         match self {
-            LockCmd::Acquire { token, .. } | LockCmd::Renew { token, .. } | LockCmd::Release { token, .. } | LockCmd::Takeover { token, .. } => token,
+            LockCmd::Acquire { token, .. }
+            | LockCmd::Renew { token, .. }
+            | LockCmd::Release { token, .. }
+            | LockCmd::Takeover { token, .. } => token,
         }
     }
 
@@ -446,7 +477,11 @@ fn batch_script(cmd: &LockCmd) -> Option<(&'static str, Cmd)> {
 /// found out by the first command alone; a command the pipeline could not
 /// serve as planned (the module vanished, a script was flushed, or an
 /// acquire or takeover on a server without the module) runs again alone.
-pub(crate) async fn query_batch<C>(cmds: &[LockCmd], con: &mut C, backend: &BackendCell) -> RedisResult<Vec<RedisResult<Grant>>>
+pub(crate) async fn query_batch<C>(
+    cmds: &[LockCmd],
+    con: &mut C,
+    backend: &BackendCell,
+) -> RedisResult<Vec<RedisResult<Grant>>>
 where
     C: redis::aio::ConnectionLike + Send,
 {
@@ -461,7 +496,8 @@ where
         return Ok(out);
     }
     let scripts = backend.get() == Backend::Scripts;
-    let planned: Vec<Option<Cmd>> = rest.iter().map(|c| if scripts { batch_script(c).map(|(_, e)| e) } else { Some(c.module_cmd()) }).collect();
+    let planned: Vec<Option<Cmd>> =
+        rest.iter().map(|c| if scripts { batch_script(c).map(|(_, e)| e) } else { Some(c.module_cmd()) }).collect();
     let mut pipe = redis::pipe();
     // Loaded in the same round trip, ahead of their EVALSHAs (loading a
     // loaded script is a no-op): no NOSCRIPT to recover from.
@@ -515,7 +551,12 @@ pub(crate) fn guard_cmd(key: &str, token: &str, inner: &Cmd) -> Result<Cmd> {
             Arg::Simple(a) => inner_args.push(a),
             // redis-rs fills a cursor in page by page for its own iterators;
             // one guarded call cannot page.
-            _ => return Err(Error::InvalidArgument("LOCK.GUARD cannot forward a cursor argument (cursor_arg): pass the cursor as a plain argument".into())),
+            _ => {
+                return Err(Error::InvalidArgument(
+                    "LOCK.GUARD cannot forward a cursor argument (cursor_arg): pass the cursor as a plain argument"
+                        .into(),
+                ))
+            }
         }
     }
     if inner_args.is_empty() {
@@ -547,7 +588,8 @@ pub(crate) fn guard_refusal(e: &redis::RedisError) -> Option<GuardRefusal> {
     if e.code() == Some("NOTHELD") {
         return Some(GuardRefusal::NotHeld);
     }
-    (is_unknown_command(e) && unknown_command_name(e).is_some_and(|n| n.eq_ignore_ascii_case("LOCK.GUARD"))).then_some(GuardRefusal::NoModule)
+    (is_unknown_command(e) && unknown_command_name(e).is_some_and(|n| n.eq_ignore_ascii_case("LOCK.GUARD")))
+        .then_some(GuardRefusal::NoModule)
 }
 
 /// The name in `unknown command 'NAME', with args …` (Redis 6 quotes it
@@ -660,8 +702,12 @@ mod tests {
         let ttl = Duration::from_millis(100);
         assert!(matches!(LockCmd::acquire("", "t", ttl), Err(Error::InvalidArgument(_))));
         assert!(matches!(LockCmd::acquire("k", "", ttl), Err(Error::InvalidArgument(_))));
-        assert!(matches!(LockCmd::renew("k", "t", Duration::from_micros(999)), Err(Error::InvalidArgument(m)) if m.contains("ttl")));
-        assert!(matches!(LockCmd::renew("k", "t", Duration::MAX), Err(Error::InvalidArgument(m)) if m.contains("too large")));
+        assert!(
+            matches!(LockCmd::renew("k", "t", Duration::from_micros(999)), Err(Error::InvalidArgument(m)) if m.contains("ttl"))
+        );
+        assert!(
+            matches!(LockCmd::renew("k", "t", Duration::MAX), Err(Error::InvalidArgument(m)) if m.contains("too large"))
+        );
         assert!(matches!(LockCmd::takeover("k", "t", "", ttl), Ok(LockCmd::Acquire { .. })));
         assert!(matches!(LockCmd::takeover("k", "t", "r", ttl), Ok(LockCmd::Takeover { ttl_ms: 100, .. })));
     }
@@ -713,12 +759,25 @@ mod tests {
 
     #[test]
     fn guard_refusals_are_told_from_the_inner_command_s_errors() {
-        let server = |line: &str| redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).and_then(Value::extract_error).unwrap_err();
+        let server = |line: &str| {
+            redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).and_then(Value::extract_error).unwrap_err()
+        };
         let refusal = |line: &str| guard_refusal(&server(line));
-        assert_eq!(refusal("NOTHELD the token does not hold the lock (absent, expired, or another owner); the command did not run"), Some(GuardRefusal::NotHeld));
+        assert_eq!(
+            refusal(
+                "NOTHELD the token does not hold the lock (absent, expired, or another owner); the command did not run"
+            ),
+            Some(GuardRefusal::NotHeld)
+        );
         // No module: Redis 7+ quotes the name, Redis 6 uses backticks.
-        assert_eq!(refusal("ERR unknown command 'LOCK.GUARD', with args beginning with: 'k' 't' 'SET' "), Some(GuardRefusal::NoModule));
-        assert_eq!(refusal("ERR unknown command `lock.guard`, with args beginning with: `k`, "), Some(GuardRefusal::NoModule));
+        assert_eq!(
+            refusal("ERR unknown command 'LOCK.GUARD', with args beginning with: 'k' 't' 'SET' "),
+            Some(GuardRefusal::NoModule)
+        );
+        assert_eq!(
+            refusal("ERR unknown command `lock.guard`, with args beginning with: `k`, "),
+            Some(GuardRefusal::NoModule)
+        );
         // An unknown inner command, as the module replies it: the module is there.
         assert_eq!(refusal("ERR unknown command 'nosuchcommand', with args beginning with: 'd' "), None);
         assert_eq!(refusal("ERR unknown command ''"), None);
@@ -732,39 +791,65 @@ mod tests {
         let ttl = Duration::from_millis(100);
         let packed = |c: &LockCmd| String::from_utf8_lossy(&c.module_cmd().get_packed_command()).replace("\r\n", " ");
         let sem = LockCmd::acquire_of(LockKind::Permit { limit: 5 }, "k", "t", ttl).unwrap();
-        assert!(packed(&sem.with_wait(7)).ends_with("$16 LOCK.SEM.ACQUIRE $1 k $1 t $1 5 $3 100 $5 FENCE $4 WAIT $1 7 "), "{}", packed(&sem));
+        assert!(
+            packed(&sem.with_wait(7)).ends_with("$16 LOCK.SEM.ACQUIRE $1 k $1 t $1 5 $3 100 $5 FENCE $4 WAIT $1 7 "),
+            "{}",
+            packed(&sem)
+        );
         assert!(packed(&sem.renewal(ttl).unwrap()).ends_with("$14 LOCK.SEM.RENEW $1 k $1 t $3 100 "));
         assert!(packed(&sem.releasing().unwrap()).ends_with("$16 LOCK.SEM.RELEASE $1 k $1 t "));
         let read = LockCmd::acquire_of(LockKind::Read, "k", "t", ttl).unwrap();
         assert!(packed(&read).ends_with("$15 LOCK.RW.ACQUIRE $1 k $1 t $4 READ $3 100 $5 FENCE "), "{}", packed(&read));
         assert!(packed(&LockCmd::acquire_of(LockKind::Write, "k", "t", ttl).unwrap()).contains("$5 WRITE $3 100 "));
         assert!(packed(&read.renewal(ttl).unwrap()).contains("LOCK.RW.RENEW"));
-        assert!(!packed(&read.renewal(ttl).unwrap().with_floor(3)).contains("FLOOR"), "RENEW of the holders' kinds takes no FLOOR");
+        assert!(
+            !packed(&read.renewal(ttl).unwrap().with_floor(3)).contains("FLOOR"),
+            "RENEW of the holders' kinds takes no FLOOR"
+        );
         for limit in [0, (1 << 53) + 1] {
-            assert!(matches!(LockCmd::acquire_of(LockKind::Permit { limit }, "k", "t", ttl), Err(Error::InvalidArgument(m)) if m.contains("limit")));
+            assert!(
+                matches!(LockCmd::acquire_of(LockKind::Permit { limit }, "k", "t", ttl), Err(Error::InvalidArgument(m)) if m.contains("limit"))
+            );
         }
         assert!(LockCmd::acquire_of(LockKind::Permit { limit: 1 << 53 }, "k", "t", ttl).is_ok());
         // A lease end is a score, exact only up to 2^53 ms.
         let long = Duration::from_millis(1 << 53);
-        assert!(matches!(LockCmd::acquire_of(LockKind::Read, "k", "t", long), Err(Error::InvalidArgument(m)) if m.contains("too large")));
+        assert!(
+            matches!(LockCmd::acquire_of(LockKind::Read, "k", "t", long), Err(Error::InvalidArgument(m)) if m.contains("too large"))
+        );
     }
 
     #[test]
     fn unknown_commands_of_kinds_without_fallback_are_unsupported() {
-        let server = |line: &str| Error::Redis(redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).and_then(Value::extract_error).unwrap_err());
+        let server = |line: &str| {
+            Error::Redis(
+                redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).and_then(Value::extract_error).unwrap_err(),
+            )
+        };
         let ttl = Duration::from_millis(100);
         let unknown = "ERR unknown command 'LOCK.SEM.ACQUIRE', with args beginning with: ";
         let sem = LockCmd::acquire_of(LockKind::Permit { limit: 2 }, "k", "t", ttl).unwrap();
         assert!(matches!(sem.explain(server(unknown)), Error::Unsupported { command: "LOCK.SEM.ACQUIRE" }));
-        assert!(matches!(sem.releasing().unwrap().explain(server(unknown)), Error::Unsupported { command: "LOCK.SEM.RELEASE" }));
-        assert!(matches!(sem.explain(server("ERR limit differs from the semaphore's: its limit is 3")), Error::Redis(_)));
-        assert!(matches!(LockCmd::acquire("k", "t", ttl).unwrap().explain(server(unknown)), Error::Redis(_)), "the exclusive lock falls back instead");
+        assert!(matches!(
+            sem.releasing().unwrap().explain(server(unknown)),
+            Error::Unsupported { command: "LOCK.SEM.RELEASE" }
+        ));
+        assert!(matches!(
+            sem.explain(server("ERR limit differs from the semaphore's: its limit is 3")),
+            Error::Redis(_)
+        ));
+        assert!(
+            matches!(LockCmd::acquire("k", "t", ttl).unwrap().explain(server(unknown)), Error::Redis(_)),
+            "the exclusive lock falls back instead"
+        );
     }
 
     #[test]
     fn wait_refusal_is_recognised() {
         // Errors as the connection parses them off the wire.
-        let server = |line: &str| redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).and_then(Value::extract_error).unwrap_err();
+        let server = |line: &str| {
+            redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).and_then(Value::extract_error).unwrap_err()
+        };
         assert!(is_wait_unsupported(&server("ERR WAIT is not supported by this version of the lock module")));
         assert!(!is_wait_unsupported(&server("ERR unknown command 'LOCK.ACQUIRE', with args beginning with: ")));
         assert!(is_unknown_command(&server("ERR unknown command 'LOCK.ACQUIRE', with args beginning with: ")));

@@ -114,7 +114,12 @@ pub(crate) struct Engine {
 impl Engine {
     /// Starts the engine of `renewer` on the background runtime.
     pub(crate) fn start(renewer: Weak<dyn Renewer>, batch: usize) -> Result<Arc<Engine>> {
-        let engine = Arc::new(Engine { state: Mutex::default(), renew_wake: Notify::new(), release_wake: Notify::new(), batch: batch.max(1) });
+        let engine = Arc::new(Engine {
+            state: Mutex::default(),
+            renew_wake: Notify::new(),
+            release_wake: Notify::new(),
+            batch: batch.max(1),
+        });
         runtime::spawn(renewals(engine.clone(), renewer))?;
         runtime::spawn(releases(engine.clone()))?;
         Ok(engine)
@@ -183,7 +188,8 @@ impl Engine {
             let Some((_, e)) = st.due.pop_first() else { break };
             out.push(e);
         }
-        let next = st.due.first_key_value().map(|((at, _), e)| at.checked_sub(watchdog::early(e.shared.ttl())).unwrap_or(*at));
+        let next =
+            st.due.first_key_value().map(|((at, _), e)| at.checked_sub(watchdog::early(e.shared.ttl())).unwrap_or(*at));
         (out, next)
     }
 
@@ -238,7 +244,10 @@ async fn renewals(engine: Arc<Engine>, renewer: Weak<dyn Renewer>) {
             continue;
         }
         let Some(r) = renewer.upgrade() else { return };
-        let due = live.iter().map(|e| Due { shared: e.shared.clone(), ttl: e.shared.ttl(), fence: e.fence }).collect::<Vec<_>>();
+        let due = live
+            .iter()
+            .map(|e| Due { shared: e.shared.clone(), ttl: e.shared.ttl(), fence: e.fence })
+            .collect::<Vec<_>>();
         let ttls: Vec<Duration> = due.iter().map(|d| d.ttl).collect();
         let results = r.renew_all(due, engine.batch).await;
         let now = Instant::now();
@@ -246,7 +255,8 @@ async fn renewals(engine: Arc<Engine>, renewer: Weak<dyn Renewer>) {
         let mut results = results.into_iter();
         for (e, ttl) in live.into_iter().zip(ttls) {
             // A renewer that answered short: those count as failed attempts.
-            let (sent, r) = results.next().unwrap_or_else(|| (now, Err(Error::InvalidArgument("no renewal answer".into()))));
+            let (sent, r) =
+                results.next().unwrap_or_else(|| (now, Err(Error::InvalidArgument("no renewal answer".into()))));
             if let Outcome::Next(at) = e.schedule.after(&e.shared, sent, ttl, r, now) {
                 again.push((e, at));
             }
@@ -333,7 +343,10 @@ mod tests {
             let id = st.next_id;
             st.next_id += 1;
             let shared = Arc::new(Shared::new("k".into(), "t".into(), crate::cmd::LockKind::Exclusive, now, ttl));
-            st.due.insert((at, id), Entry { id, shared, schedule: Schedule::new(&WatchdogOptions::new(), now), fence: None });
+            st.due.insert(
+                (at, id),
+                Entry { id, shared, schedule: Schedule::new(&WatchdogOptions::new(), now), fence: None },
+            );
         };
         add(now);
         add(now + Duration::from_millis(50));

@@ -32,7 +32,11 @@ pub struct QuorumFailure {
 
 impl fmt::Display for QuorumFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} of lock {:?} succeeded on {} of {} servers ({} needed)", self.operation, self.key, self.succeeded, self.nodes, self.needed)?;
+        write!(
+            f,
+            "{} of lock {:?} succeeded on {} of {} servers ({} needed)",
+            self.operation, self.key, self.succeeded, self.nodes, self.needed
+        )?;
         if self.validity_ran_out {
             write!(f, ", but only after the lock's validity ran out")?;
         }
@@ -77,7 +81,10 @@ mod tests {
             needed: 3,
             succeeded: 2,
             refused: 0,
-            failed: vec![("redis://a/".into(), "connection refused".into()), ("redis://b/".into(), "no answer within 50 ms".into())],
+            failed: vec![
+                ("redis://a/".into(), "connection refused".into()),
+                ("redis://b/".into(), "no answer within 50 ms".into()),
+            ],
             validity_ran_out: false,
         };
         assert_eq!(

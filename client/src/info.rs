@@ -94,7 +94,11 @@ pub(crate) fn holders_cmd(kind: LockKind, key: &str) -> redis::Cmd {
 }
 
 /// `LOCK.INFO key`, falling back on servers without the module.
-pub(crate) fn query(key: &str, con: &mut dyn redis::ConnectionLike, backend: &BackendCell) -> RedisResult<Option<LockInfo>> {
+pub(crate) fn query(
+    key: &str,
+    con: &mut dyn redis::ConnectionLike,
+    backend: &BackendCell,
+) -> RedisResult<Option<LockInfo>> {
     if backend.get() != Backend::Scripts {
         match redis::cmd("LOCK.INFO").arg(key).query::<Value>(con) {
             Ok(v) => {
@@ -141,7 +145,8 @@ fn forget_module(backend: &BackendCell) {
 /// as `LOCK.INFO` does, and a script passes that code on (a `MULTI` would
 /// wrap it in a pipeline error). A missing key reads as `false`, which
 /// keeps the table's length and arrives as nil.
-static GET_PTTL: LazyLock<Script> = LazyLock::new(|| Script::new("return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}"));
+static GET_PTTL: LazyLock<Script> =
+    LazyLock::new(|| Script::new("return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}"));
 
 fn computed(value: Option<Vec<u8>>, pttl: i64) -> RedisResult<Option<LockInfo>> {
     let Some(value) = value else { return Ok(None) };
@@ -241,7 +246,12 @@ pub(crate) fn parse_holders(v: Value) -> RedisResult<Option<HoldersInfo>> {
     let (mut kind, mut holders, mut waiters) = (None, Vec::new(), 0);
     for (name, value) in pairs {
         match name.as_str() {
-            "limit" => kind = Some(LockKind::Permit { limit: u64::try_from(int(value)?).map_err(|_| unexpected(Value::SimpleString("negative limit".into())))? }),
+            "limit" => {
+                kind = Some(LockKind::Permit {
+                    limit: u64::try_from(int(value)?)
+                        .map_err(|_| unexpected(Value::SimpleString("negative limit".into())))?,
+                })
+            }
             "mode" => {
                 kind = Some(match opt_bytes(value)?.as_deref() {
                     Some("read") => LockKind::Read,
@@ -263,7 +273,8 @@ pub(crate) fn parse_holders(v: Value) -> RedisResult<Option<HoldersInfo>> {
             _ => {}
         }
     }
-    let kind = kind.ok_or_else(|| unexpected(Value::SimpleString("holders info reply without limit or mode".into())))?;
+    let kind =
+        kind.ok_or_else(|| unexpected(Value::SimpleString("holders info reply without limit or mode".into())))?;
     Ok(Some(HoldersInfo { kind, holders, waiters }))
 }
 
@@ -320,17 +331,46 @@ mod tests {
 
     #[test]
     fn parses_holders_replies() {
-        let v = Value::Array(vec![bulk("limit"), Value::Int(3), bulk("holders"), Value::Array(vec![bulk("a"), Value::Int(10), bulk("b"), Value::Int(2500)]), bulk("waiters"), Value::Int(1)]);
+        let v = Value::Array(vec![
+            bulk("limit"),
+            Value::Int(3),
+            bulk("holders"),
+            Value::Array(vec![bulk("a"), Value::Int(10), bulk("b"), Value::Int(2500)]),
+            bulk("waiters"),
+            Value::Int(1),
+        ]);
         let i = parse_holders(v).unwrap().unwrap();
         assert_eq!(i.kind, LockKind::Permit { limit: 3 });
-        assert_eq!(i.holders.iter().map(|h| (h.token.as_str(), h.ttl.as_millis())).collect::<Vec<_>>(), [("a", 10), ("b", 2500)]);
+        assert_eq!(
+            i.holders.iter().map(|h| (h.token.as_str(), h.ttl.as_millis())).collect::<Vec<_>>(),
+            [("a", 10), ("b", 2500)]
+        );
         assert_eq!(i.waiters, 1);
-        let v = Value::Array(vec![bulk("mode"), bulk("write"), bulk("holders"), Value::Array(vec![bulk("w"), Value::Int(5)]), bulk("waiters"), Value::Int(0)]);
+        let v = Value::Array(vec![
+            bulk("mode"),
+            bulk("write"),
+            bulk("holders"),
+            Value::Array(vec![bulk("w"), Value::Int(5)]),
+            bulk("waiters"),
+            Value::Int(0),
+        ]);
         assert_eq!(parse_holders(v).unwrap().unwrap().kind, LockKind::Write);
         assert_eq!(parse_holders(Value::Nil).unwrap(), None);
-        assert!(parse_holders(Value::Array(vec![bulk("holders"), Value::Array(vec![])])).is_err(), "limit or mode is required");
+        assert!(
+            parse_holders(Value::Array(vec![bulk("holders"), Value::Array(vec![])])).is_err(),
+            "limit or mode is required"
+        );
         assert!(parse_holders(Value::Array(vec![bulk("mode"), bulk("both")])).is_err());
-        assert!(parse_holders(Value::Array(vec![bulk("limit"), Value::Int(2), bulk("holders"), Value::Array(vec![bulk("a")])])).is_err(), "a token without its ttl");
+        assert!(
+            parse_holders(Value::Array(vec![
+                bulk("limit"),
+                Value::Int(2),
+                bulk("holders"),
+                Value::Array(vec![bulk("a")])
+            ]))
+            .is_err(),
+            "a token without its ttl"
+        );
     }
 
     #[test]

@@ -47,12 +47,25 @@ pub struct Lock {
 
 impl std::fmt::Debug for Lock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lock").field("key", &self.shared.key).field("kind", &self.shared.kind).field("fence", &self.fence).field("flavor", &self.flavor).finish_non_exhaustive()
+        f.debug_struct("Lock")
+            .field("key", &self.shared.key)
+            .field("kind", &self.shared.kind)
+            .field("fence", &self.fence)
+            .field("flavor", &self.flavor)
+            .finish_non_exhaustive()
     }
 }
 
 impl Lock {
-    pub(crate) fn new(core: Arc<Core>, cmd: &LockCmd, sent: Instant, ttl: Duration, opts: &LockOptions, flavor: Flavor, fence: Option<u64>) -> Lock {
+    pub(crate) fn new(
+        core: Arc<Core>,
+        cmd: &LockCmd,
+        sent: Instant,
+        ttl: Duration,
+        opts: &LockOptions,
+        flavor: Flavor,
+        fence: Option<u64>,
+    ) -> Lock {
         let shared = Arc::new(Shared::new(cmd.key().into(), cmd.token().into(), cmd.kind(), sent, ttl));
         if let (Some(w), Some(engine)) = (&opts.watchdog, opts.watchdog.as_ref().and_then(|_| core.engine())) {
             engine.add(shared.clone(), w, fence);
@@ -186,11 +199,17 @@ impl Lock {
 
     /// The checks made before sending, then the guarded call and what its
     /// outcome does to the lock, as one future both APIs run.
-    fn guarded(&self, api: Api, inner: &redis::Cmd) -> Result<impl Future<Output = Result<redis::Value>> + Send + 'static> {
+    fn guarded(
+        &self,
+        api: Api,
+        inner: &redis::Cmd,
+    ) -> Result<impl Future<Output = Result<redis::Value>> + Send + 'static> {
         if self.kind() != LockKind::Exclusive {
             // LOCK.GUARD decides by LOCK.RELEASE's ownership rule, which a
             // permit or a read/write lease (a member of a sorted set) has not.
-            return Err(Error::InvalidArgument("guard runs under an exclusive lock only, not a semaphore permit or a read-write lease".into()));
+            return Err(Error::InvalidArgument(
+                "guard runs under an exclusive lock only, not a semaphore permit or a read-write lease".into(),
+            ));
         }
         self.shared.check_renewable()?;
         self.core.transport.serves(api)?;

@@ -16,7 +16,11 @@ pub struct ClientOptions {
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        ClientOptions { connect_timeout: Duration::from_secs(2), response_timeout: Duration::from_secs(2), watchdog_batch: DEFAULT_WATCHDOG_BATCH }
+        ClientOptions {
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+            watchdog_batch: DEFAULT_WATCHDOG_BATCH,
+        }
     }
 }
 

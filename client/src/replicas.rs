@@ -49,7 +49,10 @@ async fn decide(lock: Lock, acked: Option<i64>, wanted: u32) -> Result<Lock> {
 
 fn check(opts: &ClientOptions, timeout: Duration) -> Result<()> {
     if timeout >= opts.response_timeout {
-        return Err(Error::InvalidArgument(format!("wait_for_replicas timeout {timeout:?} must be below the response timeout {:?}", opts.response_timeout)));
+        return Err(Error::InvalidArgument(format!(
+            "wait_for_replicas timeout {timeout:?} must be below the response timeout {:?}",
+            opts.response_timeout
+        )));
     }
     Ok(())
 }

@@ -53,7 +53,6 @@ pub(crate) fn pause(n: usize, jitter: f64) -> Duration {
     base.mul_f64(0.75 + 0.5 * jitter.clamp(0.0, 1.0))
 }
 
-
 /// Full-jitter exponential backoff of an `acquire` that polls (no module,
 /// or no `WAIT`), bounded by the wait's deadline: each pause is drawn
 /// uniformly from `[min, cap]`, `cap` starting at `min` and doubling per
@@ -89,7 +88,11 @@ impl Backoff {
         if left.is_zero() {
             return None;
         }
-        let d = if self.cap > self.min { self.min + (self.cap - self.min).mul_f64(jitter.clamp(0.0, 1.0)) } else { self.min };
+        let d = if self.cap > self.min {
+            self.min + (self.cap - self.min).mul_f64(jitter.clamp(0.0, 1.0))
+        } else {
+            self.min
+        };
         self.cap = (self.cap * 2).min(self.max);
         Some(d.min(left))
     }
@@ -109,7 +112,10 @@ mod tests {
         assert_eq!(classify(&server("ASK 3300 127.0.0.1:7001")), Failure::NotApplied);
         assert_eq!(classify(&server("CLUSTERDOWN The cluster is down")), Failure::NotApplied);
         assert_eq!(classify(&server("TRYAGAIN Multiple keys request during rehashing of slot")), Failure::NotApplied);
-        assert_eq!(classify(&server("WRONGTYPE Operation against a key holding the wrong kind of value")), Failure::Final);
+        assert_eq!(
+            classify(&server("WRONGTYPE Operation against a key holding the wrong kind of value")),
+            Failure::Final
+        );
         assert_eq!(classify(&server("ERR syntax error")), Failure::Final);
         let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         assert_eq!(classify(&refused), Failure::NotApplied);

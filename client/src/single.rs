@@ -41,7 +41,12 @@ impl redis::aio::ConnectionLike for AsyncConn {
         }
     }
 
-    fn req_packed_commands<'a>(&'a mut self, cmd: &'a redis::Pipeline, offset: usize, count: usize) -> RedisFuture<'a, Vec<Value>> {
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             AsyncConn::Manager(m) => m.req_packed_commands(cmd, offset, count),
             AsyncConn::Multiplexed(m) => m.req_packed_commands(cmd, offset, count),
@@ -96,8 +101,12 @@ impl Single {
 
     fn check_api(&self, api: Api) -> Result<()> {
         match (&self.conns, api) {
-            (Conns::Given(_), Api::Sync) => Err(Error::InvalidArgument("this client was built from an async connection: use the _async methods".into())),
-            (Conns::Sync(_), Api::Async) => Err(Error::InvalidArgument("this client was built from a sync connection: use the sync methods".into())),
+            (Conns::Given(_), Api::Sync) => Err(Error::InvalidArgument(
+                "this client was built from an async connection: use the _async methods".into(),
+            )),
+            (Conns::Sync(_), Api::Async) => {
+                Err(Error::InvalidArgument("this client was built from a sync connection: use the sync methods".into()))
+            }
             _ => Ok(()),
         }
     }
@@ -114,7 +123,9 @@ impl Single {
         // connection is dropped below on any doubt, so carry on.
         let mut slot = m.lock().unwrap_or_else(|p| p.into_inner());
         let Some(con) = slot.as_mut() else {
-            return Err(Error::InvalidArgument("the connection this client was built from failed; build a new client".into()));
+            return Err(Error::InvalidArgument(
+                "the connection this client was built from failed; build a new client".into(),
+            ));
         };
         let r = f(con, &self.backend);
         // A connection that timed out may still deliver the late reply,
@@ -130,7 +141,9 @@ impl Single {
     async fn shared(&self) -> Result<AsyncConn> {
         match &self.conns {
             Conns::Given(c) => Ok(c.clone()),
-            Conns::Sync(_) => Err(Error::InvalidArgument("this client was built from a sync connection: use the sync methods".into())),
+            Conns::Sync(_) => {
+                Err(Error::InvalidArgument("this client was built from a sync connection: use the sync methods".into()))
+            }
             Conns::Url { client, shared } => {
                 let con = shared
                     .get_or_try_init(|| async {
@@ -140,7 +153,9 @@ impl Single {
                             .set_number_of_retries(2)
                             .set_max_delay(Duration::from_millis(200));
                         let client = client.clone();
-                        let m = runtime::on_background(async move { client.get_connection_manager_with_config(cfg).await }).await??;
+                        let m =
+                            runtime::on_background(async move { client.get_connection_manager_with_config(cfg).await })
+                                .await??;
                         Ok::<_, Error>(AsyncConn::Manager(m))
                     })
                     .await?;
@@ -181,14 +196,20 @@ impl Single {
             let r = if self.blocking() {
                 // Blocking calls, off the runtime.
                 let me = self.clone();
-                tokio::task::spawn_blocking(move || chunk.iter().map(|c| me.with_sync(|con, b| c.query(con, b))).collect::<Vec<_>>())
-                    .await
-                    .map_err(|e| Error::Redis(std::io::Error::other(e.to_string()).into()))
+                tokio::task::spawn_blocking(move || {
+                    chunk.iter().map(|c| me.with_sync(|con, b| c.query(con, b))).collect::<Vec<_>>()
+                })
+                .await
+                .map_err(|e| Error::Redis(std::io::Error::other(e.to_string()).into()))
             } else {
                 let backend = &self.backend;
                 let chunk = &chunk;
-                self.with_async(|mut con| async move { query_batch(chunk, &mut con, backend).await.map(|v| v.into_iter().map(|r| r.map_err(Error::from)).collect::<Vec<_>>()) })
-                    .await
+                self.with_async(|mut con| async move {
+                    query_batch(chunk, &mut con, backend)
+                        .await
+                        .map(|v| v.into_iter().map(|r| r.map_err(Error::from)).collect::<Vec<_>>())
+                })
+                .await
             };
             r.unwrap_or_else(|e| engine::failed_all(&e, n)).into_iter().map(|r| (sent, r)).collect::<Vec<_>>()
         })
@@ -249,7 +270,8 @@ impl Single {
     /// server: the module has (or may have) WAIT, a dedicated connection can
     /// be opened, and at least a millisecond is left.
     pub(crate) fn may_block(&self, left: Duration) -> Option<Duration> {
-        (matches!(self.conns, Conns::Url { .. }) && self.backend.may_wait() && left >= Duration::from_millis(1)).then_some(left)
+        (matches!(self.conns, Conns::Url { .. }) && self.backend.may_wait() && left >= Duration::from_millis(1))
+            .then_some(left)
     }
 
     /// Blocks in the server for up to `left` on a dedicated connection.
@@ -264,9 +286,14 @@ impl Single {
                 Some(con) => con,
                 None => {
                     // No response timeout of its own: each use sets one below.
-                    let cfg = AsyncConnectionConfig::new().set_connection_timeout(Some(self.opts.connect_timeout)).set_response_timeout(None);
+                    let cfg = AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(self.opts.connect_timeout))
+                        .set_response_timeout(None);
                     let client = client.clone();
-                    runtime::on_background(async move { client.get_multiplexed_async_connection_with_config(&cfg).await }).await??
+                    runtime::on_background(
+                        async move { client.get_multiplexed_async_connection_with_config(&cfg).await },
+                    )
+                    .await??
                 }
             };
             let left = left.saturating_sub(start.elapsed());
@@ -343,7 +370,11 @@ impl Transport for Single {
         Box::pin(Single::run(self, cmd))
     }
 
-    fn run_batch(self: Arc<Self>, cmds: Vec<LockCmd>, batch: usize) -> BoxFuture<'static, Vec<(Instant, Result<Grant>)>> {
+    fn run_batch(
+        self: Arc<Self>,
+        cmds: Vec<LockCmd>,
+        batch: usize,
+    ) -> BoxFuture<'static, Vec<(Instant, Result<Grant>)>> {
         Box::pin(async move { Single::run_batch(&self, cmds, batch).await })
     }
 
@@ -359,7 +390,12 @@ impl Transport for Single {
         Single::may_block(self, left)
     }
 
-    fn wait_acquire<'a>(self: Arc<Self>, cmd: &'a LockCmd, ttl: Duration, left: Duration) -> BoxFuture<'a, Result<Waited>> {
+    fn wait_acquire<'a>(
+        self: Arc<Self>,
+        cmd: &'a LockCmd,
+        ttl: Duration,
+        left: Duration,
+    ) -> BoxFuture<'a, Result<Waited>> {
         Box::pin(async move { Single::wait_acquire(&self, cmd, ttl, left).await })
     }
 

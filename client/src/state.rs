@@ -80,7 +80,14 @@ impl Shared {
             key,
             token,
             kind,
-            inner: Mutex::new(Inner { status: Status::Held, valid_until: sent_at + ttl, ttl, retired: false, stop: false, sleepers: 0 }),
+            inner: Mutex::new(Inner {
+                status: Status::Held,
+                valid_until: sent_at + ttl,
+                ttl,
+                retired: false,
+                stop: false,
+                sleepers: 0,
+            }),
             cond: Condvar::new(),
             notify: Notify::new(),
         }

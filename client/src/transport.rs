@@ -42,7 +42,11 @@ pub(crate) trait Transport: Send + Sync + 'static {
 
     /// Many renew or release commands, pipelined per node in batches of at
     /// most `batch`: per command when it was sent and its outcome.
-    fn run_batch(self: Arc<Self>, cmds: Vec<LockCmd>, batch: usize) -> BoxFuture<'static, Vec<(Instant, Result<Grant>)>>;
+    fn run_batch(
+        self: Arc<Self>,
+        cmds: Vec<LockCmd>,
+        batch: usize,
+    ) -> BoxFuture<'static, Vec<(Instant, Result<Grant>)>>;
 
     fn info<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<LockInfo>>>;
 
@@ -54,7 +58,12 @@ pub(crate) trait Transport: Send + Sync + 'static {
     fn may_block(&self, left: Duration) -> Option<Duration>;
 
     /// Blocks in the server for up to `left` on a dedicated connection.
-    fn wait_acquire<'a>(self: Arc<Self>, cmd: &'a LockCmd, ttl: Duration, left: Duration) -> BoxFuture<'a, Result<Waited>>;
+    fn wait_acquire<'a>(
+        self: Arc<Self>,
+        cmd: &'a LockCmd,
+        ttl: Duration,
+        left: Duration,
+    ) -> BoxFuture<'a, Result<Waited>>;
 
     /// `renew`, then `wait` (a `WAIT n timeout`) on the node that renewed:
     /// the replicas that acknowledged, `None` when the lock was gone.
@@ -103,12 +112,16 @@ impl Renewer for Core {
     fn renew_all(self: Arc<Self>, due: Vec<Due>, batch: usize) -> BoxFuture<'static, Vec<Renewed>> {
         Box::pin(async move {
             let now = Instant::now();
-            let cmds: Vec<Result<LockCmd>> = due.iter().map(|d| LockCmd::renew_of(d.shared.kind, &d.shared.key, &d.shared.token, d.ttl)).collect();
+            let cmds: Vec<Result<LockCmd>> =
+                due.iter().map(|d| LockCmd::renew_of(d.shared.kind, &d.shared.key, &d.shared.token, d.ttl)).collect();
             let ok: Vec<LockCmd> = cmds.iter().filter_map(|c| c.as_ref().ok().cloned()).collect();
             let mut ran = self.transport.clone().run_batch(ok, batch).await.into_iter();
             cmds.into_iter()
                 .map(|c| match c {
-                    Ok(_) => ran.next().map_or_else(|| (now, Err(Error::InvalidArgument("no renewal answer".into()))), |(sent, r)| (sent, r.map(Grant::took_effect))),
+                    Ok(_) => ran.next().map_or_else(
+                        || (now, Err(Error::InvalidArgument("no renewal answer".into()))),
+                        |(sent, r)| (sent, r.map(Grant::took_effect)),
+                    ),
                     Err(e) => (now, Err(e)),
                 })
                 .collect()

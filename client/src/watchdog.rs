@@ -66,7 +66,14 @@ impl Schedule {
 
     /// Applies a renewal sent at `sent` for `ttl` to the lock's state, and
     /// says what comes next.
-    pub(crate) fn after(&self, shared: &Shared, sent: Instant, ttl: Duration, r: Result<bool, Error>, now: Instant) -> Outcome {
+    pub(crate) fn after(
+        &self,
+        shared: &Shared,
+        sent: Instant,
+        ttl: Duration,
+        r: Result<bool, Error>,
+        now: Instant,
+    ) -> Outcome {
         match r {
             Ok(true) if shared.renewed(sent, ttl) => Outcome::Next(sent + interval(ttl)),
             // Released meanwhile.
@@ -113,7 +120,10 @@ mod tests {
         assert_eq!(sched.after(&s, sent, ttl, Ok(true), sent + ms(1)), Outcome::Next(sent + ms(100)));
         assert_eq!(s.lock().valid_until, sent + ttl, "validity counts from the sending");
         let now = t0 + ms(205);
-        assert_eq!(sched.after(&s, now, ttl, Err(Error::InvalidArgument("x".into())), now), Outcome::Next(now + ms(30)));
+        assert_eq!(
+            sched.after(&s, now, ttl, Err(Error::InvalidArgument("x".into())), now),
+            Outcome::Next(now + ms(30))
+        );
         assert!(!sched.retired(t0 + ms(999)));
         assert!(sched.retired(t0 + ms(1000)));
         assert_eq!(sched.after(&s, now, ttl, Ok(false), now), Outcome::Stop);

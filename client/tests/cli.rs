@@ -35,7 +35,11 @@ fn run_passes_exit_status_through_and_releases() {
 fn run_holds_the_lock_while_cmd_runs() {
     let s = Server::start();
     // The command itself checks the lock: the key holds a token with a TTL.
-    let script = format!("redis-cli -p {} GET job | grep -Eq '^[0-9a-f]{{32}}$' && [ \"$(redis-cli -p {} PTTL job)\" -gt 0 ]", s.port(), s.port());
+    let script = format!(
+        "redis-cli -p {} GET job | grep -Eq '^[0-9a-f]{{32}}$' && [ \"$(redis-cli -p {} PTTL job)\" -gt 0 ]",
+        s.port(),
+        s.port()
+    );
     let o = cli(&s, &["run", "--ttl", "1200", "job", "--", "sh", "-c", &format!("sleep 1.5; {script}")]);
     assert_eq!(o.status.code(), Some(0), "lock not held after 1.5 s with ttl 1.2 s: {}", stderr(&o));
 }
@@ -74,7 +78,21 @@ fn loss_kills_cmd_and_exits_non_zero() {
     // The command deletes its own lock behind the watchdog's back, then
     // would run for a long time; it must be terminated, not waited for.
     let t = Instant::now();
-    let o = cli(&s, &["run", "--ttl", "300", "--grace", "200", "job", "--", "sh", "-c", &format!("redis-cli -p {port} DEL job >/dev/null; exec sleep 30")]);
+    let o = cli(
+        &s,
+        &[
+            "run",
+            "--ttl",
+            "300",
+            "--grace",
+            "200",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            &format!("redis-cli -p {port} DEL job >/dev/null; exec sleep 30"),
+        ],
+    );
     assert_eq!(o.status.code(), Some(79), "{}", stderr(&o));
     // Well before the command's own 30 s end.
     assert!(t.elapsed() < Duration::from_secs(20), "took {:?}", t.elapsed());
@@ -87,9 +105,27 @@ fn loss_escalates_to_sigkill_after_grace() {
     let port = s.port();
     let t = Instant::now();
     // Ignores SIGTERM: only SIGKILL after the grace period ends it.
-    let o = cli(&s, &["run", "--ttl", "300", "--grace", "300", "job", "--", "sh", "-c", &format!("trap '' TERM; redis-cli -p {port} DEL job >/dev/null; exec sleep 30")]);
+    let o = cli(
+        &s,
+        &[
+            "run",
+            "--ttl",
+            "300",
+            "--grace",
+            "300",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            &format!("trap '' TERM; redis-cli -p {port} DEL job >/dev/null; exec sleep 30"),
+        ],
+    );
     assert_eq!(o.status.code(), Some(79), "{}", stderr(&o));
-    assert!(t.elapsed() >= Duration::from_millis(300) && t.elapsed() < Duration::from_secs(20), "took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() >= Duration::from_millis(300) && t.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        t.elapsed()
+    );
 }
 
 #[test]
@@ -142,7 +178,10 @@ fn info_shows_waiters_and_works_without_module() {
     } else {
         assert!(out.contains("waiters: 1"), "{out}");
     }
-    assert!(out.lines().any(|l| l == "owner: legacy-token") && out.contains("format: legacy") && out.contains("ttl-ms: -1"), "{out}");
+    assert!(
+        out.lines().any(|l| l == "owner: legacy-token") && out.contains("format: legacy") && out.contains("ttl-ms: -1"),
+        "{out}"
+    );
     let _: () = s.conn().lpush("list", "x").expect("LPUSH");
     let o = cli(&s, &["info", "list"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
@@ -167,6 +206,7 @@ fn usage_and_unreachable_server() {
     assert_eq!(cli(&s, &["frobnicate"]).status.code(), Some(2));
     assert_eq!(cli(&s, &["--help"]).status.code(), Some(0));
     assert_eq!(cli(&s, &["run", "job", "--", "/nonexistent/cmd"]).status.code(), Some(127));
-    let o = Command::new(BIN).args(["run", "--url", "redis://127.0.0.1:1/", "job", "--", "true"]).output().expect("run");
+    let o =
+        Command::new(BIN).args(["run", "--url", "redis://127.0.0.1:1/", "job", "--", "true"]).output().expect("run");
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
 }

@@ -42,7 +42,15 @@ fn nonblock_and_conflict_exit_code() {
     assert_eq!(v.as_deref(), Some("someone"), "the holder's value is untouched");
 
     // Usage errors: clashing waits, bad numbers, an exit status past 255.
-    for bad in [&["-n", "--wait", "100"][..], &["-w", "1", "--wait", "100"], &["-n", "-w", "1"], &["-w", "-1"], &["-w", "abc"], &["-w", "nan"], &["-E", "256"]] {
+    for bad in [
+        &["-n", "--wait", "100"][..],
+        &["-w", "1", "--wait", "100"],
+        &["-n", "-w", "1"],
+        &["-w", "-1"],
+        &["-w", "abc"],
+        &["-w", "nan"],
+        &["-E", "256"],
+    ] {
         let o = run(&s, &[bad, &touch[..]].concat());
         assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr(&o));
     }
@@ -84,8 +92,18 @@ fn child_env(s: &Server, urls: &[String], extra: &[&str]) -> (String, String, St
     for u in urls {
         c.args(["--url", u]);
     }
-    let script = format!("echo \"$REDIS_LOCK_KEY|$REDIS_LOCK_TOKEN|${{REDIS_LOCK_FENCE-unset}}\"; redis-cli -p {} GET job", s.port());
-    let o = c.args(extra).args(["--ttl", "5000", "job", "--", "sh", "-c", &script]).env_remove("REDIS_URL").env("REDIS_LOCK_FENCE", "stale").stdin(Stdio::null()).output().expect("run");
+    let script = format!(
+        "echo \"$REDIS_LOCK_KEY|$REDIS_LOCK_TOKEN|${{REDIS_LOCK_FENCE-unset}}\"; redis-cli -p {} GET job",
+        s.port()
+    );
+    let o = c
+        .args(extra)
+        .args(["--ttl", "5000", "job", "--", "sh", "-c", &script])
+        .env_remove("REDIS_URL")
+        .env("REDIS_LOCK_FENCE", "stale")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
     let lines: Vec<&str> = out.lines().collect();
@@ -134,13 +152,24 @@ fn version_help_and_completions() {
     }
     let o = cli(&["run", "--help"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    for text in ["-w, --wait-seconds <SECONDS>", "-n, --nonblock", "-E, --conflict-exit-code <CODE>", "--wait <MS>", "REDIS_LOCK_TOKEN", "Exit status:"] {
+    for text in [
+        "-w, --wait-seconds <SECONDS>",
+        "-n, --nonblock",
+        "-E, --conflict-exit-code <CODE>",
+        "--wait <MS>",
+        "REDIS_LOCK_TOKEN",
+        "Exit status:",
+    ] {
         assert!(stdout(&o).contains(text), "no {text:?} in run --help:\n{}", stdout(&o));
     }
     for args in [&["help", "list"][..], &["list", "-h"], &["info", "--help"], &["release", "--help"], &["--help"]] {
         let o = cli(args);
         assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
-        assert!(stdout(&o).starts_with("Usage:") || stdout(&o).contains("\nUsage: redis-lock"), "{args:?}: {}", stdout(&o));
+        assert!(
+            stdout(&o).starts_with("Usage:") || stdout(&o).contains("\nUsage: redis-lock"),
+            "{args:?}: {}",
+            stdout(&o)
+        );
     }
     assert_eq!(cli(&[]).status.code(), Some(2), "no subcommand is a usage error");
     for shell in ["bash", "zsh", "fish"] {

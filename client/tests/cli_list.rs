@@ -38,9 +38,15 @@ fn check_filled(rows: &[Value], server: &str) {
         r.as_object_mut().expect("object").remove("ttl_ms");
         r
     };
-    assert_eq!(strip(row(rows, "lk:structured")), json!({"server": server, "key": "lk:structured", "owner": "tok-b", "run_id": "run-b", "format": "structured", "fence": null, "waiters": 0}));
+    assert_eq!(
+        strip(row(rows, "lk:structured")),
+        json!({"server": server, "key": "lk:structured", "owner": "tok-b", "run_id": "run-b", "format": "structured", "fence": null, "waiters": 0})
+    );
     assert_eq!(row(rows, "lk:structured")["ttl_ms"], -1, "no expiry");
-    assert_eq!(row(rows, "lk:list"), &json!({"server": server, "key": "lk:list", "owner": null, "run_id": null, "format": "other", "ttl_ms": null, "fence": null, "waiters": null}));
+    assert_eq!(
+        row(rows, "lk:list"),
+        &json!({"server": server, "key": "lk:list", "owner": null, "run_id": null, "format": "other", "ttl_ms": null, "fence": null, "waiters": null})
+    );
     let odd = row(rows, ODD_KEY);
     assert_eq!((&odd["owner"], &odd["format"]), (&json!(ODD_OWNER), &json!("legacy")));
     for key in ["lk:legacy", ODD_KEY] {
@@ -49,7 +55,10 @@ fn check_filled(rows: &[Value], server: &str) {
         assert!(ttl > 300_000 && ttl <= 600_000, "{key}: ttl_ms {ttl}");
     }
     let legacy = row(rows, "lk:legacy");
-    assert_eq!((&legacy["owner"], &legacy["run_id"], &legacy["format"]), (&json!("tok-a"), &Value::Null, &json!("legacy")));
+    assert_eq!(
+        (&legacy["owner"], &legacy["run_id"], &legacy["format"]),
+        (&json!("tok-a"), &Value::Null, &json!("legacy"))
+    );
     assert!(rows_of(rows, "other:x").is_empty(), "the pattern excludes other:x");
 }
 
@@ -59,14 +68,26 @@ fn list_on_one_server_with_a_waiter() {
     let url = s.url();
     let server = addr(s.port());
     fill(&s);
-    let fence: i64 = redis::cmd("LOCK.ACQUIRE").arg("lk:fenced").arg("tok-c").arg(600_000).arg("FENCE").query(&mut s.conn()).expect("LOCK.ACQUIRE");
+    let fence: i64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("lk:fenced")
+        .arg("tok-c")
+        .arg(600_000)
+        .arg("FENCE")
+        .query(&mut s.conn())
+        .expect("LOCK.ACQUIRE");
     assert!(fence > 0);
     // A blocked waiter on lk:legacy, as `redis-lock run --wait` would be.
     let waiter = {
         let url = url.clone();
         std::thread::spawn(move || {
             let mut con = redis::Client::open(url).expect("client").get_connection().expect("conn");
-            redis::cmd("LOCK.ACQUIRE").arg("lk:legacy").arg("w").arg(600_000).arg("WAIT").arg(120_000).query::<redis::Value>(&mut con)
+            redis::cmd("LOCK.ACQUIRE")
+                .arg("lk:legacy")
+                .arg("w")
+                .arg(600_000)
+                .arg("WAIT")
+                .arg(120_000)
+                .query::<redis::Value>(&mut con)
         })
     };
     let end = Instant::now() + Duration::from_secs(20);
@@ -90,7 +111,10 @@ fn list_on_one_server_with_a_waiter() {
     }
     check_filled(&rows, &server);
     let fenced = row(&rows, "lk:fenced");
-    assert_eq!((&fenced["owner"], &fenced["format"], &fenced["waiters"]), (&json!("tok-c"), &json!("legacy"), &json!(0)));
+    assert_eq!(
+        (&fenced["owner"], &fenced["format"], &fenced["waiters"]),
+        (&json!("tok-c"), &json!("legacy"), &json!(0))
+    );
     assert_eq!(rows.len(), 5, "{rows:?}");
 
     assert_eq!(lines[0], HEADER);
@@ -167,7 +191,12 @@ fn list_on_a_quorum_of_servers() {
     for x in &s {
         run.args(["--url", &x.url()]);
     }
-    let o = run.args(["--ttl", "10000", "q:job", "--", "sh", "-c", &script]).env_remove("REDIS_URL").stdin(Stdio::null()).output().expect("run");
+    let o = run
+        .args(["--ttl", "10000", "q:job", "--", "sh", "-c", &script])
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
     let (token, json) = out.split_once('\n').expect("token line");
@@ -184,10 +213,15 @@ fn list_on_a_quorum_of_servers() {
     // the others still listed.
     let _: () = s[0].conn().pset_ex("q:job", "tok-0", 600_000).expect("SET");
     s[1].kill();
-    let o = Command::new(BIN).args(["list", "--url", &s[0].url(), "--url", &s[1].url(), "--url", &s[2].url(), "q:*"]).stdin(Stdio::null()).output().expect("list");
+    let o = Command::new(BIN)
+        .args(["list", "--url", &s[0].url(), "--url", &s[1].url(), "--url", &s[2].url(), "q:*"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("list");
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
     assert!(stderr(&o).contains(&servers[1]), "names the dead server: {}", stderr(&o));
-    let lines: Vec<Vec<String>> = stdout(&o).lines().map(|l| l.split_whitespace().map(String::from).collect()).collect();
+    let lines: Vec<Vec<String>> =
+        stdout(&o).lines().map(|l| l.split_whitespace().map(String::from).collect()).collect();
     assert_eq!(lines[0], HEADER);
     let rest: Vec<[&str; 3]> = lines[1..].iter().map(|l| [l[0].as_str(), l[1].as_str(), l[2].as_str()]).collect();
     assert_eq!(rest, [[servers[0].as_str(), "q:job", "tok-0"], [servers[2].as_str(), "q:only-on-2", "tok-x"]]);
@@ -206,7 +240,12 @@ fn list_on_every_master_of_a_cluster() {
     for &m in &masters {
         for (n, prefix) in ["cl:a", "cl:b"].into_iter().enumerate() {
             let key = c.key_on(prefix, m);
-            let lock = if n == 0 { client.try_acquire(&key, Duration::from_secs(600)) } else { client.takeover(&key, "run-1", Duration::from_secs(600)) }.expect("lock");
+            let lock = if n == 0 {
+                client.try_acquire(&key, Duration::from_secs(600))
+            } else {
+                client.takeover(&key, "run-1", Duration::from_secs(600))
+            }
+            .expect("lock");
             expect.push((key, m, lock.token().to_string(), if n == 0 { "legacy" } else { "structured" }));
             held.push(lock);
         }
@@ -222,7 +261,11 @@ fn list_on_every_master_of_a_cluster() {
     assert_eq!(rows.len(), expect.len() + 1, "each key once: {rows:?}");
     for (key, m, token, format) in &expect {
         let r = row(&rows, key);
-        assert_eq!((&r["server"], &r["owner"], &r["format"]), (&json!(addr(c.node(*m).port())), &json!(token), &json!(format)), "{key}");
+        assert_eq!(
+            (&r["server"], &r["owner"], &r["format"]),
+            (&json!(addr(c.node(*m).port())), &json!(token), &json!(format)),
+            "{key}"
+        );
         assert!(r["ttl_ms"].as_i64().is_some_and(|t| t > 0), "{r}");
     }
     assert_eq!(row(&rows, &hash)["format"], "other");

@@ -49,9 +49,15 @@ fn run_without_a_majority_exits_69_and_does_not_run_cmd() {
     s[2].kill();
     let all: Vec<&Server> = s.iter().collect();
     let marker = std::env::temp_dir().join(format!("redis-lock-cli-quorum-{}", std::process::id()));
-    let o = cli(&all, &["run", "--ttl", "2000", "job", "--", "touch", marker.to_str().expect("utf-8")]).output().expect("run");
+    let o = cli(&all, &["run", "--ttl", "2000", "job", "--", "touch", marker.to_str().expect("utf-8")])
+        .output()
+        .expect("run");
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
-    assert!(stderr(&o).contains("no quorum: acquire of lock \"job\" succeeded on 1 of 3 servers (2 needed)"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no quorum: acquire of lock \"job\" succeeded on 1 of 3 servers (2 needed)"),
+        "{}",
+        stderr(&o)
+    );
     assert!(!marker.exists(), "CMD ran without the lock");
     assert_eq!(get(&s[0], "job"), None, "the one grant was released");
 }
@@ -66,7 +72,12 @@ fn two_processes_take_turns_and_a_third_finds_it_held() {
     let cs = format!("mkdir {0} || exit 99; sleep 1.5; rmdir {0}", dir.display());
     let t = Instant::now();
     let kids: Vec<_> = (0..2)
-        .map(|_| cli(&all, &["run", "--ttl", "2000", "--wait", "20000", "job", "--", "sh", "-c", &cs]).stderr(Stdio::piped()).spawn().expect("spawn"))
+        .map(|_| {
+            cli(&all, &["run", "--ttl", "2000", "--wait", "20000", "job", "--", "sh", "-c", &cs])
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
         .collect();
     // The third comes while the first is inside its critical section.
     while !dir.exists() {

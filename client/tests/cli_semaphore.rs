@@ -91,7 +91,9 @@ fn holders(s: &Server, command: &str, key: &str) -> Vec<String> {
         .chunks(2)
         .filter(|p| p[0] == redis::Value::BulkString(b"holders".to_vec()))
         .flat_map(|p| match &p[1] {
-            redis::Value::Array(h) => h.chunks(2).filter_map(|t| redis::from_redis_value::<String>(t[0].clone()).ok()).collect(),
+            redis::Value::Array(h) => {
+                h.chunks(2).filter_map(|t| redis::from_redis_value::<String>(t[0].clone()).ok()).collect()
+            }
             _ => Vec::new(),
         })
         .collect();
@@ -115,7 +117,14 @@ fn permits_admit_n_runs_and_refuse_or_queue_the_next() {
     let o = cli(&["info", "--url", &s.url(), "pool"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let shown = cli_support::stdout(&o);
-    for line in ["key: pool", "kind: semaphore", "limit: 2", &format!("holder: {ta} ttl-ms "), &format!("holder: {tb} ttl-ms "), "waiters: 0"] {
+    for line in [
+        "key: pool",
+        "kind: semaphore",
+        "limit: 2",
+        &format!("holder: {ta} ttl-ms "),
+        &format!("holder: {tb} ttl-ms "),
+        "waiters: 0",
+    ] {
         assert!(shown.contains(line), "no {line:?} in info:\n{shown}");
     }
 

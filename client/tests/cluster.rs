@@ -80,7 +80,9 @@ fn locks_on_every_master_from_any_seed() {
     // Waits: a waiter queued on each master's key is handed the lock by the
     // holder's release, through the server's queue (not by polling).
     let holder = LockClient::open_cluster(&c.urls()).unwrap();
-    let waiter = LockClient::open(&format!("redis+cluster://127.0.0.1:{},127.0.0.1:{}/", c.node(1).port(), c.node(4).port())).unwrap();
+    let waiter =
+        LockClient::open(&format!("redis+cluster://127.0.0.1:{},127.0.0.1:{}/", c.node(1).port(), c.node(4).port()))
+            .unwrap();
     assert!(waiter.is_cluster());
     for (owner, key) in &keys {
         let held = holder.try_acquire(key, ms(10_000)).unwrap();
@@ -160,7 +162,21 @@ fn locks_on_every_master_from_any_seed() {
     let seeds = [c.node(3).url(), c.node(0).url()];
     for (owner, key) in &keys {
         let script = format!("redis-cli -p {} GET {key}", c.node(*owner).port());
-        let o = cli(&["run", "--cluster", "--url", &seeds[0], "--url", &seeds[1], "--token", "cli-tok", key, "--", "sh", "-c", &script]);
+        let o = cli(&[
+            "run",
+            "--cluster",
+            "--url",
+            &seeds[0],
+            "--url",
+            &seeds[1],
+            "--token",
+            "cli-tok",
+            key,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ]);
         assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
         assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "cli-tok");
         assert_eq!(get(&c, *owner, key), None, "released after the command");
@@ -180,7 +196,8 @@ fn locks_on_every_master_from_any_seed() {
         let held = holder.try_acquire(key, ms(10_000)).unwrap();
         let seed = seeds[1].clone();
         let k = key.clone();
-        let t = std::thread::spawn(move || cli(&["run", "--cluster", "--url", &seed, "--wait", "10000", &k, "--", "true"]));
+        let t =
+            std::thread::spawn(move || cli(&["run", "--cluster", "--url", &seed, "--wait", "10000", &k, "--", "true"]));
         let deadline = Instant::now() + ms(5000);
         while holder.info(key).unwrap().map_or(0, |i| i.waiters) == 0 {
             assert!(Instant::now() < deadline, "the CLI never queued on {key}");

@@ -250,7 +250,11 @@ fn acquires_with_a_wait_ride_out_a_master_kill() {
     let errors = errors.lock().unwrap();
     assert!(errors.is_empty(), "{} acquisitions failed: {:?}", errors.len(), &errors[..errors.len().min(5)]);
     let mut grants = grants.lock().unwrap().clone();
-    assert!(before > 0 && grants.len() > after, "grants before the kill ({before}) and after the failover ({} in all)", grants.len());
+    assert!(
+        before > 0 && grants.len() > after,
+        "grants before the kill ({before}) and after the failover ({} in all)",
+        grants.len()
+    );
     grants.sort_by_key(|g| g.0);
     for w in grants.windows(2) {
         let ((a0, f0, r0), (a1, f1, _)) = (w[0], w[1]);

@@ -13,7 +13,8 @@ fn ms(n: u64) -> Duration {
 }
 
 fn client(s: &Server) -> LockClient {
-    LockClient::open_with(&s.url(), ClientOptions::new().response_timeout(ms(2000)).connect_timeout(ms(2000))).expect("client")
+    LockClient::open_with(&s.url(), ClientOptions::new().response_timeout(ms(2000)).connect_timeout(ms(2000)))
+        .expect("client")
 }
 
 fn info(c: &LockClient, key: &str) -> LockInfo {
@@ -81,7 +82,10 @@ mod s {
         // Structured: what takeover writes.
         let t = c.takeover("t", "run-1", ms(300_000)).expect("takeover");
         let i = info(&c, "t");
-        assert_eq!((i.owner.as_deref(), i.run_id.as_deref(), i.format), (Some(t.token()), Some("run-1"), LockFormat::Structured));
+        assert_eq!(
+            (i.owner.as_deref(), i.run_id.as_deref(), i.format),
+            (Some(t.token()), Some("run-1"), LockFormat::Structured)
+        );
         assert!(i.ttl.is_some_and(|d| d > ms(290_000) && d <= ms(300_000)), "{:?}", i.ttl);
         // Values written by others, read exactly as the scripts read them.
         let values = [
@@ -116,7 +120,10 @@ mod s {
         // Async: the same answers.
         tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime").block_on(async {
             let i = c.info_async("t").await.expect("info").expect("present");
-            assert_eq!((i.owner.as_deref(), i.run_id.as_deref(), i.format), (Some(t.token()), Some("run-1"), LockFormat::Structured));
+            assert_eq!(
+                (i.owner.as_deref(), i.run_id.as_deref(), i.format),
+                (Some(t.token()), Some("run-1"), LockFormat::Structured)
+            );
             assert_eq!(c.info_async("absent").await.expect("info"), None);
             assert_eq!(c.backend_async(), want);
         });
@@ -126,8 +133,14 @@ mod s {
 macro_rules! scenarios {
     ($server:expr, $module:expr) => {
         use super::*;
-        #[test] fn fences_increase() { s::fences_increase($server, $module) }
-        #[test] fn info_matches() { s::info_matches($server, $module) }
+        #[test]
+        fn fences_increase() {
+            s::fences_increase($server, $module)
+        }
+        #[test]
+        fn info_matches() {
+            s::info_matches($server, $module)
+        }
     };
 }
 

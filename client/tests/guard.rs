@@ -49,7 +49,8 @@ fn get(con: &mut redis::Connection, key: &str) -> Option<String> {
 fn guard_stats(con: &mut redis::Connection) -> (u64, u64) {
     let info: String = redis::cmd("INFO").arg("commandstats").query(con).expect("INFO commandstats");
     let Some(line) = info.lines().find_map(|l| l.strip_prefix("cmdstat_lock.guard:")) else { return (0, 0) };
-    let field = |name: &str| line.split(',').find_map(|f| f.strip_prefix(name)?.strip_prefix('=')?.parse().ok()).unwrap_or(0);
+    let field =
+        |name: &str| line.split(',').find_map(|f| f.strip_prefix(name)?.strip_prefix('=')?.parse().ok()).unwrap_or(0);
     (field("calls"), field("rejected_calls"))
 }
 
@@ -108,7 +109,11 @@ fn a_held_lock_runs_the_command_and_returns_its_reply_exactly() {
     assert_eq!(lock.guard(&cmd(&["INCR", "n"])).unwrap(), Value::Int(2));
     assert_eq!(lock.guard(&cmd(&["GET", "result"])).unwrap(), bulk("done"));
     assert_eq!(lock.guard(&cmd(&["GET", "missing"])).unwrap(), Value::Nil);
-    assert_eq!(lock.guard(&cmd(&["PING"])).unwrap(), Value::SimpleString("PONG".into()), "an inner command without arguments");
+    assert_eq!(
+        lock.guard(&cmd(&["PING"])).unwrap(),
+        Value::SimpleString("PONG".into()),
+        "an inner command without arguments"
+    );
     lock.guard(&cmd(&["HSET", "h", "f", "v"])).unwrap();
     assert_eq!(lock.guard(&cmd(&["HGETALL", "h"])).unwrap(), Value::Array(vec![bulk("f"), bulk("v")]));
     // Binary arguments pass unchanged.
@@ -207,7 +212,16 @@ fn the_inner_command_s_own_errors_are_redis_errors_and_keep_the_lock() {
     let r = lock.guard(&cmd(&["MULTI"]));
     assert!(matches!(&r, Err(Error::Redis(e)) if e.to_string().contains("cannot run MULTI")), "{r:?}");
     // The caller's ACL applies to the inner command.
-    let _: () = redis::cmd("ACL").arg("SETUSER").arg("app").arg("on").arg(">pw").arg("~*").arg("+@all").arg("-set").query(&mut raw).unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("app")
+        .arg("on")
+        .arg(">pw")
+        .arg("~*")
+        .arg("+@all")
+        .arg("-set")
+        .query(&mut raw)
+        .unwrap();
     let app = client(&format!("redis://app:pw@127.0.0.1:{}/", s.port()));
     let app_lock = app.try_acquire("lock:app", TTL).unwrap();
     assert_eq!(redis_code(app_lock.guard(&cmd(&["SET", "result", "x"]))), "NOPERM");
@@ -253,7 +267,10 @@ fn the_async_twin_and_clients_built_from_connections() {
         let r = lock.guard_async(&cmd(&["SET", "result", "late"])).await;
         assert!(matches!(r, Err(Error::NotHeld { .. })), "{r:?}");
         assert_eq!(tokio::time::timeout(ms(5000), lock.lost()).await, Ok(Some(LossReason::NotOwner)));
-        assert!(matches!(lock.guard_async(&redis::Cmd::new()).await, Err(Error::NotHeld { .. })), "known lost before the argument is looked at");
+        assert!(
+            matches!(lock.guard_async(&redis::Cmd::new()).await, Err(Error::NotHeld { .. })),
+            "known lost before the argument is looked at"
+        );
 
         // Given a multiplexed connection: the async API only.
         let m = s.client().get_multiplexed_async_connection().await.unwrap();
@@ -336,7 +353,12 @@ fn a_cluster_routes_by_the_lock_key_s_slot_and_follows_a_moving_slot() {
     let after = stats(&c);
     assert!(after[to].0 > before[to].0, "ran on the new owner");
     assert_eq!(after[from].0, before[from].0, "never ran on the old owner");
-    assert!(after[from].1 > before[from].1, "the old owner redirected it (MOVED): {:?} then {:?}", before[from], after[from]);
+    assert!(
+        after[from].1 > before[from].1,
+        "the old owner redirected it (MOVED): {:?} then {:?}",
+        before[from],
+        after[from]
+    );
     assert_eq!(get(&mut c.node(to).conn(), &data).as_deref(), Some("2"));
 
     // While the slot moves, with its keys already on the target: the
@@ -351,14 +373,27 @@ fn a_cluster_routes_by_the_lock_key_s_slot_and_follows_a_moving_slot() {
     assert_eq!(r.unwrap(), Value::Okay);
     assert!(after[back].0 > before[back].0, "ran on the importing node");
     assert_eq!(after[to].0, before[to].0, "never ran on the migrating node");
-    assert!(after[to].1 > before[to].1, "the migrating node redirected it (ASK): {:?} then {:?}", before[to], after[to]);
+    assert!(
+        after[to].1 > before[to].1,
+        "the migrating node redirected it (ASK): {:?} then {:?}",
+        before[to],
+        after[to]
+    );
     assert_eq!(get(&mut c.node(back).conn(), &data).as_deref(), Some("3"));
     assert!(lock.is_held());
 
     // While the slot moves with only the lock key gone: the source answers
     // TRYAGAIN (nothing ran), which is retried a few times, then reported.
     c.open_slot_move(slot, back, to);
-    let migrate = redis::cmd("MIGRATE").arg("127.0.0.1").arg(c.node(to).port()).arg("").arg(0).arg(5000).arg("KEYS").arg(&lock_key).clone();
+    let migrate = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(c.node(to).port())
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS")
+        .arg(&lock_key)
+        .clone();
     let _: Value = migrate.query(&mut c.node(back).conn()).unwrap();
     let before = stats(&c);
     let r = lock.guard(&cmd(&["SET", &data, "4"]));
@@ -377,7 +412,10 @@ fn a_cluster_routes_by_the_lock_key_s_slot_and_follows_a_moving_slot() {
 
     let m = masters[0];
     let tag = tag_on(&c, m);
-    let lock = LockClient::open_cluster_with(&c.urls(), impatient()).unwrap().try_acquire(&format!("job:{{{tag}}}"), TTL).unwrap();
+    let lock = LockClient::open_cluster_with(&c.urls(), impatient())
+        .unwrap()
+        .try_acquire(&format!("job:{{{tag}}}"), TTL)
+        .unwrap();
     a_timed_out_write_is_not_resent(c.node(m), &lock, &format!("timeout:{{{tag}}}"));
     c.wait_ok();
 }

@@ -63,7 +63,8 @@ fn the_client_modules_import_each_other_without_a_cycle() {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     sources(&src, &mut files);
-    let texts: BTreeMap<String, String> = files.iter().map(|f| (module_of(&src, f), code(&std::fs::read_to_string(f).unwrap()))).collect();
+    let texts: BTreeMap<String, String> =
+        files.iter().map(|f| (module_of(&src, f), code(&std::fs::read_to_string(f).unwrap()))).collect();
     let modules: BTreeSet<&str> = texts.keys().map(String::as_str).collect();
     // The root's `pub use m::{A, B}`: which module each re-exported name is from.
     let mut reexports: BTreeMap<String, String> = BTreeMap::new();
@@ -95,7 +96,12 @@ fn the_client_modules_import_each_other_without_a_cycle() {
         }
     }
     // Depth-first search for a back edge.
-    fn visit<'a>(m: &'a str, edges: &'a BTreeMap<&str, BTreeSet<String>>, state: &mut BTreeMap<&'a str, u8>, stack: &mut Vec<&'a str>) -> Option<Vec<String>> {
+    fn visit<'a>(
+        m: &'a str,
+        edges: &'a BTreeMap<&str, BTreeSet<String>>,
+        state: &mut BTreeMap<&'a str, u8>,
+        stack: &mut Vec<&'a str>,
+    ) -> Option<Vec<String>> {
         state.insert(m, 1);
         stack.push(m);
         for d in edges.get(m).into_iter().flatten() {
@@ -129,7 +135,10 @@ fn the_client_modules_import_each_other_without_a_cycle() {
     // The bottom layer imports nothing of the crate but itself.
     for bottom in ["error", "options", "failure"] {
         let deps = &edges[bottom];
-        assert!(deps.iter().all(|d| ["error", "options", "failure"].contains(&d.as_str())), "{bottom} imports {deps:?}");
+        assert!(
+            deps.iter().all(|d| ["error", "options", "failure"].contains(&d.as_str())),
+            "{bottom} imports {deps:?}"
+        );
     }
     assert!(edges.len() > 20, "found {} modules: is the source walk right?", edges.len());
 }

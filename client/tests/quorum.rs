@@ -26,7 +26,8 @@ fn urls(servers: &[Server]) -> Vec<String> {
 /// or paused server give up after 500 ms (a live one on a loaded machine
 /// answers well within it).
 fn client(servers: &[Server]) -> QuorumClient {
-    QuorumClient::open_with(&urls(servers), QuorumOptions::new().node_timeout(ms(500)).connect_timeout(ms(1000))).expect("client")
+    QuorumClient::open_with(&urls(servers), QuorumOptions::new().node_timeout(ms(500)).connect_timeout(ms(1000)))
+        .expect("client")
 }
 
 /// How long a test waits for what must happen: only a failure waits this
@@ -92,7 +93,10 @@ fn three_of_five_down_is_refused_with_a_clear_error_and_leaves_nothing_behind() 
     let Error::NoQuorum(f) = &err else { panic!("expected NoQuorum, got {err:?}") };
     assert_eq!((f.nodes, f.needed, f.succeeded, f.refused, f.failed.len()), (5, 3, 2, 0, 3), "{f:?}");
     let msg = err.to_string();
-    assert!(msg.starts_with("no quorum: acquire of lock \"job\" succeeded on 2 of 5 servers (3 needed); 3 failed:"), "{msg}");
+    assert!(
+        msg.starts_with("no quorum: acquire of lock \"job\" succeeded on 2 of 5 servers (3 needed); 3 failed:"),
+        "{msg}"
+    );
     for dead in &s[..3] {
         assert!(msg.contains(&dead.url()), "{msg} names {}", dead.url());
     }
@@ -142,14 +146,16 @@ fn release_frees_every_server_and_renew_retakes_a_restarted_one() {
         }),
         "renew took the key again on the restarted server"
     );
-    let next: i64 = redis::cmd("LOCK.ACQUIRE").arg("other").arg("t").arg(1000).arg("FENCE").query(&mut s[0].conn()).expect("FENCE");
+    let next: i64 =
+        redis::cmd("LOCK.ACQUIRE").arg("other").arg("t").arg(1000).arg("FENCE").query(&mut s[0].conn()).expect("FENCE");
     assert!(next.unsigned_abs() > fence, "the restarted server's mark is above the lock's fence again");
     lock.release().expect("release");
     let all: Vec<&Server> = s.iter().collect();
     assert!(eventually(PATIENCE, || holders(&all, "job", lock.token()) == 0));
     lock.release().expect("idempotent");
     // Not re-taken when switched off.
-    let c = QuorumClient::open_with(&urls(&s), QuorumOptions::new().node_timeout(ms(100)).reacquire_on_renew(false)).expect("client");
+    let c = QuorumClient::open_with(&urls(&s), QuorumOptions::new().node_timeout(ms(100)).reacquire_on_renew(false))
+        .expect("client");
     let lock = c.try_acquire("job2", ms(10_000)).expect("acquire");
     s[1].restart();
     lock.renew(ms(10_000)).expect("2 of 3 renew");
@@ -208,7 +214,9 @@ fn arguments_are_checked_before_anything_is_sent() {
     // 1 % + 2 ms of a 2 ms TTL leaves no validity.
     assert!(matches!(c.try_acquire("job", ms(2)), Err(Error::InvalidArgument(m)) if m.contains("drift")));
     assert!(matches!(c.try_acquire("", ms(1000)), Err(Error::InvalidArgument(_))));
-    assert!(matches!(QuorumClient::open(&[s[0].url(), s[0].url()]), Err(Error::InvalidArgument(m)) if m.contains("twice")));
+    assert!(
+        matches!(QuorumClient::open(&[s[0].url(), s[0].url()]), Err(Error::InvalidArgument(m)) if m.contains("twice"))
+    );
     assert!(matches!(QuorumClient::open::<&str>(&[]), Err(Error::InvalidArgument(_))));
     assert_eq!(get(&s[0], "job"), None);
 }
@@ -243,7 +251,8 @@ async fn async_api_and_watchdog_keep_the_lock_past_its_ttl() {
 fn sync_watchdog_keeps_the_lock_and_drop_releases_everywhere() {
     let s = servers(3);
     let c = client(&s);
-    let lock = c.try_acquire_with("job", ms(LEASE), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("acquire");
+    let lock =
+        c.try_acquire_with("job", ms(LEASE), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("acquire");
     let token = lock.token().to_string();
     thread::sleep(ms(LEASE * 7 / 3));
     assert!(lock.is_held(), "renewed every TTL/3 from the background runtime");
@@ -281,7 +290,8 @@ async fn an_abandoned_async_acquire_releases_what_it_was_granted() {
 #[test]
 fn contenders_never_overlap_under_pauses_kills_and_vanishing_holders() {
     const TTL: u64 = 300;
-    let seed: u64 = std::env::var("QUORUM_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::thread_rng().gen());
+    let seed: u64 =
+        std::env::var("QUORUM_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::thread_rng().gen());
     eprintln!("QUORUM_SEED={seed}");
     let mut s = servers(5);
     let url_list = urls(&s);
@@ -292,8 +302,11 @@ fn contenders_never_overlap_under_pauses_kills_and_vanishing_holders() {
             let (log, url_list) = (log.clone(), url_list.clone());
             thread::spawn(move || {
                 let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (w as u64 + 1));
-                let c = QuorumClient::open_with(&url_list, QuorumOptions::new().node_timeout(ms(30)).connect_timeout(ms(50)).retry_delay(ms(1), ms(20)))
-                    .expect("client");
+                let c = QuorumClient::open_with(
+                    &url_list,
+                    QuorumOptions::new().node_timeout(ms(30)).connect_timeout(ms(50)).retry_delay(ms(1), ms(20)),
+                )
+                .expect("client");
                 let mut held = 0;
                 while Instant::now() < end {
                     let Ok(lock) = c.acquire("job", ms(TTL), ms(100)) else { continue };
@@ -356,10 +369,17 @@ fn contenders_never_overlap_under_pauses_kills_and_vanishing_holders() {
     let mut log = log.lock().unwrap().clone();
     log.sort();
     eprintln!("{held} acquisitions, {kills} kills, {pauses} pauses");
-    assert!(held >= 10 && kills > 0 && pauses > 0, "too little happened: {held} acquisitions, {kills} kills, {pauses} pauses");
+    assert!(
+        held >= 10 && kills > 0 && pauses > 0,
+        "too little happened: {held} acquisitions, {kills} kills, {pauses} pauses"
+    );
     for pair in log.windows(2) {
         let ((_, end_a, wa), (start_b, _, wb)) = (pair[0], pair[1]);
-        assert!(start_b >= end_a, "seed {seed}: worker {wb} acquired {:?} before worker {wa}'s claim ended", end_a - start_b);
+        assert!(
+            start_b >= end_a,
+            "seed {seed}: worker {wb} acquired {:?} before worker {wa}'s claim ended",
+            end_a - start_b
+        );
     }
 }
 
@@ -368,10 +388,21 @@ fn contenders_never_overlap_under_pauses_kills_and_vanishing_holders() {
 /// fast-clock server. The two-phase floor keeps every fence above the last.
 #[test]
 fn fences_strictly_increase_over_2000_acquisitions_with_skewed_clocks_and_random_majorities() {
-    let seed: u64 = std::env::var("QUORUM_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::thread_rng().gen());
+    let seed: u64 =
+        std::env::var("QUORUM_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::thread_rng().gen());
     eprintln!("QUORUM_SEED={seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let offsets: Vec<i64> = (0..5).map(|i| if i == 0 { 30_000 } else if i == 1 { -30_000 } else { rng.gen_range(-30_000..=30_000) }).collect();
+    let offsets: Vec<i64> = (0..5)
+        .map(|i| {
+            if i == 0 {
+                30_000
+            } else if i == 1 {
+                -30_000
+            } else {
+                rng.gen_range(-30_000..=30_000)
+            }
+        })
+        .collect();
     let s: Vec<Server> = offsets.iter().map(|&o| Server::builder().clock_offset_ms(o).start()).collect();
     // Short enough that paused servers cost little, long enough for a
     // loaded machine's live ones.
@@ -412,7 +443,6 @@ fn fences_strictly_increase_over_2000_acquisitions_with_skewed_clocks_and_random
     }
     assert!(without_fast_clock >= 100, "the +30 s server was left out of only {without_fast_clock} majorities");
 }
-
 
 #[test]
 fn quorum_types_can_be_shared_across_threads() {

@@ -14,7 +14,12 @@ fn ms(n: u64) -> Duration {
 fn replica_of(master: &Server) -> Server {
     let replica = Server::builder().arg("replicaof", &format!("127.0.0.1 {}", master.port())).start();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !redis::cmd("INFO").arg("replication").query::<String>(&mut replica.conn()).unwrap().contains("master_link_status:up") {
+    while !redis::cmd("INFO")
+        .arg("replication")
+        .query::<String>(&mut replica.conn())
+        .unwrap()
+        .contains("master_link_status:up")
+    {
         assert!(Instant::now() < deadline, "replica did not sync");
         std::thread::sleep(ms(20));
     }
@@ -33,7 +38,11 @@ fn a_lock_is_handed_out_once_its_replica_has_it_and_released_when_none_answers()
     let opts = LockOptions::new().wait_for_replicas(1, ms(1500));
 
     let lock = client.try_acquire_with("k", ms(30_000), &opts).unwrap();
-    assert_eq!(get(&replica, "k").as_deref(), Some(lock.token()), "the replica has the grant when the lock is handed out");
+    assert_eq!(
+        get(&replica, "k").as_deref(),
+        Some(lock.token()),
+        "the replica has the grant when the lock is handed out"
+    );
     lock.release().unwrap();
 
     // A grant from the server's wait queue, which this connection did not
@@ -65,9 +74,13 @@ fn async_locks_wait_for_replicas_too() {
     let replica = replica_of(&master);
     let client = LockClient::open(&master.url()).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let lock = rt.block_on(client.try_acquire_with_async("a", ms(30_000), &LockOptions::new().wait_for_replicas(1, ms(1500)))).unwrap();
+    let lock = rt
+        .block_on(client.try_acquire_with_async("a", ms(30_000), &LockOptions::new().wait_for_replicas(1, ms(1500))))
+        .unwrap();
     assert_eq!(get(&replica, "a").as_deref(), Some(lock.token()));
-    let err = rt.block_on(client.try_acquire_with_async("b", ms(30_000), &LockOptions::new().wait_for_replicas(2, ms(200)))).unwrap_err();
+    let err = rt
+        .block_on(client.try_acquire_with_async("b", ms(30_000), &LockOptions::new().wait_for_replicas(2, ms(200))))
+        .unwrap_err();
     assert!(matches!(err, Error::NotReplicated { acked: 1, wanted: 2, .. }), "{err}");
 }
 
@@ -86,6 +99,7 @@ fn in_a_cluster_the_owners_replica_has_the_grant() {
         assert_eq!(on_replica.as_deref(), Some(lock.token()), "master {m}'s replica");
         lock.release().unwrap();
     }
-    let err = client.try_acquire_with("rep:x", ms(30_000), &LockOptions::new().wait_for_replicas(2, ms(200))).unwrap_err();
+    let err =
+        client.try_acquire_with("rep:x", ms(30_000), &LockOptions::new().wait_for_replicas(2, ms(200))).unwrap_err();
     assert!(matches!(err, Error::NotReplicated { acked: 1, wanted: 2, .. }), "{err}");
 }

@@ -31,7 +31,10 @@ fn held_on_server(s: &Server, locks: &[&Lock]) -> usize {
 fn info_calls(s: &Server, command: &str) -> u64 {
     let info: String = redis::cmd("INFO").arg("commandstats").query(&mut s.conn()).expect("INFO");
     let field: HashMap<&str, &str> = info.lines().filter_map(|l| l.split_once(':')).collect();
-    field.get(format!("cmdstat_{command}").as_str()).and_then(|v| v.split(',').find_map(|kv| kv.strip_prefix("calls="))).map_or(0, |n| n.parse().unwrap())
+    field
+        .get(format!("cmdstat_{command}").as_str())
+        .and_then(|v| v.split(',').find_map(|kv| kv.strip_prefix("calls=")))
+        .map_or(0, |n| n.parse().unwrap())
 }
 
 #[test]
@@ -49,7 +52,8 @@ fn ten_thousand_watchdog_locks_stay_held_without_a_thread_per_lock() {
 
     // Half with the sync API, one after the other; half with the async API,
     // concurrently on the shared connection.
-    let sync: Vec<Lock> = (0..N / 2).map(|i| client.try_acquire_with(&format!("scale:s:{i}"), ttl, &opts).unwrap()).collect();
+    let sync: Vec<Lock> =
+        (0..N / 2).map(|i| client.try_acquire_with(&format!("scale:s:{i}"), ttl, &opts).unwrap()).collect();
     let aio: Vec<Lock> = rt.block_on(async {
         let tasks: Vec<_> = (0..N / 2)
             .map(|i| {

@@ -13,7 +13,8 @@ fn ms(n: u64) -> Duration {
 }
 
 fn client(s: &Server) -> LockClient {
-    LockClient::open_with(&s.url(), ClientOptions::new().response_timeout(ms(2000)).connect_timeout(ms(2000))).expect("client")
+    LockClient::open_with(&s.url(), ClientOptions::new().response_timeout(ms(2000)).connect_timeout(ms(2000)))
+        .expect("client")
 }
 
 fn get(s: &Server, key: &str) -> Option<String> {
@@ -84,7 +85,11 @@ mod s {
         assert_eq!(l.token(), "my-token");
         assert_eq!(l.key(), "k");
         assert_eq!(get(&s, "k").as_deref(), Some("my-token"));
-        assert!(c.try_acquire_with("k", ms(1000), &LockOptions::new().token("")).unwrap_err().to_string().contains("required"));
+        assert!(c
+            .try_acquire_with("k", ms(1000), &LockOptions::new().token(""))
+            .unwrap_err()
+            .to_string()
+            .contains("required"));
     }
 
     pub fn not_held_after_expiry(s: Server) {
@@ -150,7 +155,8 @@ mod s {
 
     pub fn watchdog_keeps_lock_alive(s: Server) {
         let c = client(&s);
-        let l = c.try_acquire_with("k", ms(LEASE), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("acquire");
+        let l =
+            c.try_acquire_with("k", ms(LEASE), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("acquire");
         let other = client(&s);
         let t = Instant::now();
         while t.elapsed() < ms(LEASE * 7 / 3) {
@@ -171,7 +177,8 @@ mod s {
         let c = client(&s);
         // Seen by the next renewal (NotOwner), before the lease would have
         // run out (Expired).
-        let l = c.try_acquire_with("k", ms(LEASE), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("acquire");
+        let l =
+            c.try_acquire_with("k", ms(LEASE), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("acquire");
         let sig = l.lost_signal();
         let _: () = s.conn().del("k").expect("DEL");
         assert_eq!(sig.wait_timeout(PATIENCE), Some(LossReason::NotOwner));
@@ -181,11 +188,16 @@ mod s {
 
     pub fn loss_signalled_when_overwritten(s: Server) {
         let c = client(&s);
-        let l = c.try_acquire_with("k", ms(LEASE), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("acquire");
+        let l =
+            c.try_acquire_with("k", ms(LEASE), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("acquire");
         let _: () = s.conn().pset_ex("k", "someone-else", 10_000).expect("SET");
         assert_eq!(l.lost_signal().wait_timeout(PATIENCE), Some(LossReason::NotOwner));
         drop(l);
-        assert_eq!(get(&s, "k").as_deref(), Some("someone-else"), "drop of a lost lock must not delete the new owner's key");
+        assert_eq!(
+            get(&s, "k").as_deref(),
+            Some("someone-else"),
+            "drop of a lost lock must not delete the new owner's key"
+        );
     }
 
     pub fn watchdog_max_lifetime(s: Server) {
@@ -242,7 +254,9 @@ mod s {
         let c = client(&s);
         assert!(matches!(c.try_acquire("", ms(100)), Err(Error::InvalidArgument(_))));
         assert!(matches!(c.try_acquire("k", Duration::ZERO), Err(Error::InvalidArgument(m)) if m.contains("ttl")));
-        assert!(matches!(c.takeover("k", "r", Duration::MAX), Err(Error::InvalidArgument(m)) if m.contains("too large")));
+        assert!(
+            matches!(c.takeover("k", "r", Duration::MAX), Err(Error::InvalidArgument(m)) if m.contains("too large"))
+        );
         assert_eq!(get(&s, "k"), None);
     }
 
@@ -287,7 +301,8 @@ mod s {
 
     pub fn watchdog_reports_unreachable_server(mut s: Server) {
         let c = client(&s);
-        let l = c.try_acquire_with("k", ms(LEASE), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("acquire");
+        let l =
+            c.try_acquire_with("k", ms(LEASE), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("acquire");
         let t = Instant::now();
         s.kill();
         assert_eq!(l.lost_signal().wait_timeout(PATIENCE), Some(LossReason::Expired));
@@ -323,7 +338,10 @@ mod s {
     pub fn async_watchdog_and_loss_future(s: Server) {
         rt().block_on(async {
             let c = client(&s);
-            let l = c.try_acquire_with_async("k", ms(LEASE), &LockOptions::new().watchdog(WatchdogOptions::new())).await.expect("acquire");
+            let l = c
+                .try_acquire_with_async("k", ms(LEASE), &LockOptions::new().watchdog(WatchdogOptions::new()))
+                .await
+                .expect("acquire");
             tokio::time::sleep(ms(LEASE * 7 / 3)).await;
             assert!(l.is_held(), "watchdog kept it for over 2 TTLs");
             assert_eq!(get(&s, "k").as_deref(), Some(l.token()));
@@ -368,31 +386,106 @@ mod s {
 macro_rules! scenarios {
     ($server:expr, $backend:expr) => {
         use super::*;
-        #[test] fn backend_is_detected() { s::backend_is_detected($server, $backend) }
-        #[test] fn two_clients_contend() { s::two_clients_contend($server) }
-        #[test] fn caller_token_is_used() { s::caller_token_is_used($server) }
-        #[test] fn not_held_after_expiry() { s::not_held_after_expiry($server) }
-        #[test] fn renew_after_takeaway_is_not_held() { s::renew_after_takeaway_is_not_held($server) }
-        #[test] fn renew_resets_ttl() { s::renew_resets_ttl($server) }
-        #[test] fn release_is_idempotent() { s::release_is_idempotent($server) }
-        #[test] fn drop_releases() { s::drop_releases($server) }
-        #[test] fn watchdog_keeps_lock_alive() { s::watchdog_keeps_lock_alive($server) }
-        #[test] fn loss_signalled_when_deleted() { s::loss_signalled_when_deleted($server) }
-        #[test] fn loss_signalled_when_overwritten() { s::loss_signalled_when_overwritten($server) }
-        #[test] fn watchdog_max_lifetime() { s::watchdog_max_lifetime($server) }
-        #[test] fn same_run_takeover() { s::same_run_takeover($server) }
-        #[test] fn stale_legacy_takeover() { s::stale_legacy_takeover($server) }
-        #[test] fn empty_run_id_is_acquire() { s::empty_run_id_is_acquire($server) }
-        #[test] fn invalid_arguments() { s::invalid_arguments($server) }
-        #[test] fn wrong_type_is_a_server_error() { s::wrong_type_is_a_server_error($server) }
-        #[test] fn scripts_reload_after_flush() { s::scripts_reload_after_flush($server) }
-        #[test] fn operator_release() { s::operator_release($server) }
-        #[test] fn connection_loss_is_an_error() { s::connection_loss_is_an_error($server) }
-        #[test] fn watchdog_reports_unreachable_server() { s::watchdog_reports_unreachable_server($server) }
-        #[test] fn async_contend_renew_release() { s::async_contend_renew_release($server, $backend) }
-        #[test] fn async_watchdog_and_loss_future() { s::async_watchdog_and_loss_future($server) }
-        #[test] fn async_drop_releases_without_blocking() { s::async_drop_releases_without_blocking($server) }
-        #[test] fn async_connection_loss_is_an_error() { s::async_connection_loss_is_an_error($server) }
+        #[test]
+        fn backend_is_detected() {
+            s::backend_is_detected($server, $backend)
+        }
+        #[test]
+        fn two_clients_contend() {
+            s::two_clients_contend($server)
+        }
+        #[test]
+        fn caller_token_is_used() {
+            s::caller_token_is_used($server)
+        }
+        #[test]
+        fn not_held_after_expiry() {
+            s::not_held_after_expiry($server)
+        }
+        #[test]
+        fn renew_after_takeaway_is_not_held() {
+            s::renew_after_takeaway_is_not_held($server)
+        }
+        #[test]
+        fn renew_resets_ttl() {
+            s::renew_resets_ttl($server)
+        }
+        #[test]
+        fn release_is_idempotent() {
+            s::release_is_idempotent($server)
+        }
+        #[test]
+        fn drop_releases() {
+            s::drop_releases($server)
+        }
+        #[test]
+        fn watchdog_keeps_lock_alive() {
+            s::watchdog_keeps_lock_alive($server)
+        }
+        #[test]
+        fn loss_signalled_when_deleted() {
+            s::loss_signalled_when_deleted($server)
+        }
+        #[test]
+        fn loss_signalled_when_overwritten() {
+            s::loss_signalled_when_overwritten($server)
+        }
+        #[test]
+        fn watchdog_max_lifetime() {
+            s::watchdog_max_lifetime($server)
+        }
+        #[test]
+        fn same_run_takeover() {
+            s::same_run_takeover($server)
+        }
+        #[test]
+        fn stale_legacy_takeover() {
+            s::stale_legacy_takeover($server)
+        }
+        #[test]
+        fn empty_run_id_is_acquire() {
+            s::empty_run_id_is_acquire($server)
+        }
+        #[test]
+        fn invalid_arguments() {
+            s::invalid_arguments($server)
+        }
+        #[test]
+        fn wrong_type_is_a_server_error() {
+            s::wrong_type_is_a_server_error($server)
+        }
+        #[test]
+        fn scripts_reload_after_flush() {
+            s::scripts_reload_after_flush($server)
+        }
+        #[test]
+        fn operator_release() {
+            s::operator_release($server)
+        }
+        #[test]
+        fn connection_loss_is_an_error() {
+            s::connection_loss_is_an_error($server)
+        }
+        #[test]
+        fn watchdog_reports_unreachable_server() {
+            s::watchdog_reports_unreachable_server($server)
+        }
+        #[test]
+        fn async_contend_renew_release() {
+            s::async_contend_renew_release($server, $backend)
+        }
+        #[test]
+        fn async_watchdog_and_loss_future() {
+            s::async_watchdog_and_loss_future($server)
+        }
+        #[test]
+        fn async_drop_releases_without_blocking() {
+            s::async_drop_releases_without_blocking($server)
+        }
+        #[test]
+        fn async_connection_loss_is_an_error() {
+            s::async_connection_loss_is_an_error($server)
+        }
     };
 }
 

@@ -9,7 +9,9 @@ use std::collections::BTreeSet;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redis_lock_client::{ClientOptions, Error, HoldersInfo, Lock, LockClient, LockKind, LockOptions, LossReason, WatchdogOptions};
+use redis_lock_client::{
+    ClientOptions, Error, HoldersInfo, Lock, LockClient, LockKind, LockOptions, LossReason, WatchdogOptions,
+};
 use redis_lock_harness::{Cluster, Server};
 
 fn ms(n: u64) -> Duration {
@@ -23,7 +25,8 @@ const LONG: Duration = Duration::from_secs(60);
 const PATIENCE: Duration = Duration::from_secs(20);
 
 fn client(s: &Server) -> LockClient {
-    LockClient::open_with(&s.url(), ClientOptions::new().response_timeout(ms(3000)).connect_timeout(ms(3000))).expect("client")
+    LockClient::open_with(&s.url(), ClientOptions::new().response_timeout(ms(3000)).connect_timeout(ms(3000)))
+        .expect("client")
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -119,14 +122,19 @@ fn a_semaphore_admits_its_limit_and_queues_the_rest() {
     assert_eq!(tokens(&sem.info().expect("info")), set([&c1, &c2]));
     // The two families and the exclusive lock never touch each other's keys.
     assert!(is_redis_error(&c.rw_lock("pool").read().try_acquire(LONG), "WRONGTYPE"));
-    assert!(matches!(c.try_acquire("pool", LONG), Err(Error::NotAcquired { .. })), "LOCK.ACQUIRE is SET NX: the key exists");
+    assert!(
+        matches!(c.try_acquire("pool", LONG), Err(Error::NotAcquired { .. })),
+        "LOCK.ACQUIRE is SET NX: the key exists"
+    );
     let _plain = c.try_acquire("plain", LONG).expect("exclusive lock");
     assert!(is_redis_error(&c.semaphore("plain", 2).try_acquire(LONG), "WRONGTYPE"));
     assert!(matches!(c.semaphore("plain", 2).info(), Err(Error::Redis(e)) if e.to_string().contains("WRONGTYPE")));
 
     // Bad input is refused before anything is sent.
     for limit in [0, (1 << 53) + 1] {
-        assert!(matches!(c.semaphore("other", limit).try_acquire(LONG), Err(Error::InvalidArgument(m)) if m.contains("limit")));
+        assert!(
+            matches!(c.semaphore("other", limit).try_acquire(LONG), Err(Error::InvalidArgument(m)) if m.contains("limit"))
+        );
     }
     assert!(matches!(c.semaphore("", 2).try_acquire(LONG), Err(Error::InvalidArgument(_))));
     assert!(matches!(c.semaphore("", 2).info(), Err(Error::InvalidArgument(_))));
@@ -201,7 +209,10 @@ fn readers_share_and_a_writer_waits_for_them() {
         thread::spawn(move || w.acquire(LONG, PATIENCE))
     };
     assert!(eventually(|| rw.info().expect("info").is_some_and(|i| i.waiters == 1)), "the writer is queued");
-    assert!(matches!(rw.read().try_acquire(LONG), Err(Error::NotAcquired { .. })), "a waiting writer holds back new readers");
+    assert!(
+        matches!(rw.read().try_acquire(LONG), Err(Error::NotAcquired { .. })),
+        "a waiting writer holds back new readers"
+    );
     let f2 = r2.fence();
     r1.release().expect("release");
     drop(r2);
@@ -267,7 +278,8 @@ fn without_the_module_they_are_unsupported() {
     let c = client(&plain);
     // The exclusive lock falls back to the scripts, before and after.
     c.try_acquire("job", LONG).expect("exclusive lock by script").release().expect("release");
-    let unsupported = |r: Result<Lock, Error>, command: &str| matches!(r, Err(Error::Unsupported { command: c }) if c == command);
+    let unsupported =
+        |r: Result<Lock, Error>, command: &str| matches!(r, Err(Error::Unsupported { command: c }) if c == command);
     assert!(unsupported(c.semaphore("pool", 2).try_acquire(LONG), "LOCK.SEM.ACQUIRE"));
     assert!(unsupported(c.semaphore("pool", 2).acquire(LONG, ms(200)), "LOCK.SEM.ACQUIRE"));
     assert!(unsupported(c.rw_lock("doc").write().acquire(LONG, ms(200)), "LOCK.RW.ACQUIRE"));
@@ -278,14 +290,18 @@ fn without_the_module_they_are_unsupported() {
     assert!(keys.is_empty(), "nothing written: {keys:?}");
     rt().block_on(async {
         assert!(unsupported(c.rw_lock("doc").read().try_acquire_async(LONG).await, "LOCK.RW.ACQUIRE"));
-        assert!(matches!(c.semaphore("pool", 2).info_async().await, Err(Error::Unsupported { command: "LOCK.SEM.INFO" })));
+        assert!(matches!(
+            c.semaphore("pool", 2).info_async().await,
+            Err(Error::Unsupported { command: "LOCK.SEM.INFO" })
+        ));
     });
 }
 
 #[test]
 fn semaphores_and_read_write_locks_on_a_cluster() {
     let cl = Cluster::start(3, 0);
-    let c = LockClient::open_cluster_with(&[cl.node(0).url()], ClientOptions::new().response_timeout(ms(3000))).expect("cluster client");
+    let c = LockClient::open_cluster_with(&[cl.node(0).url()], ClientOptions::new().response_timeout(ms(3000)))
+        .expect("cluster client");
     let opts = LockOptions::new().watchdog(WatchdogOptions::new());
     let ttl = ms(3000);
     let mut held = Vec::new();
@@ -296,13 +312,20 @@ fn semaphores_and_read_write_locks_on_a_cluster() {
         let b = sem.try_acquire(LONG).expect("second permit");
         assert!(b.fence() > a.fence());
         assert!(matches!(sem.try_acquire(LONG), Err(Error::NotAcquired { .. })));
-        assert_eq!(server_tokens(&mut cl.node(m).conn(), "LOCK.SEM.INFO", &key), set([&a, &b]), "held on the key's master");
+        assert_eq!(
+            server_tokens(&mut cl.node(m).conn(), "LOCK.SEM.INFO", &key),
+            set([&a, &b]),
+            "held on the key's master"
+        );
         assert_eq!(tokens(&sem.info().expect("info")), set([&a, &b]));
         let waiter = {
             let sem = sem.clone();
             thread::spawn(move || sem.acquire(LONG, PATIENCE))
         };
-        assert!(eventually(|| sem.info().expect("info").is_some_and(|i| i.waiters == 1)), "{key}: the waiter is queued");
+        assert!(
+            eventually(|| sem.info().expect("info").is_some_and(|i| i.waiters == 1)),
+            "{key}: the waiter is queued"
+        );
         b.release().expect("release");
         let w = waiter.join().expect("waiter").expect("granted");
         assert_eq!(server_tokens(&mut cl.node(m).conn(), "LOCK.SEM.INFO", &key), set([&a, &w]));

@@ -26,7 +26,11 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 const PATIENCE: Duration = Duration::from_secs(10);
 
 fn client(s: &Server) -> LockClient {
-    LockClient::open_with(&s.url(), ClientOptions::new().response_timeout(RESPONSE_TIMEOUT).connect_timeout(RESPONSE_TIMEOUT)).expect("client")
+    LockClient::open_with(
+        &s.url(),
+        ClientOptions::new().response_timeout(RESPONSE_TIMEOUT).connect_timeout(RESPONSE_TIMEOUT),
+    )
+    .expect("client")
 }
 
 fn get(s: &Server, key: &str) -> Option<String> {
@@ -39,7 +43,9 @@ fn waiters(c: &LockClient, key: &str) -> u64 {
 
 fn lock_stat(s: &Server, field: &str) -> u64 {
     let info: String = redis::cmd("INFO").arg("lock").query(&mut s.conn()).expect("INFO lock");
-    info.lines().find_map(|l| l.strip_prefix(&format!("{field}:"))?.trim().parse().ok()).unwrap_or_else(|| panic!("{field} not in {info}"))
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:"))?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} not in {info}"))
 }
 
 fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
@@ -55,7 +61,8 @@ fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
 
 /// Whether this module blocks on WAIT; prints a loud note when it does not.
 fn wait_supported(s: &Server, test: &str) -> bool {
-    let r: redis::RedisResult<redis::Value> = redis::cmd("LOCK.ACQUIRE").arg("wait-probe").arg("probe").arg(1000).arg("WAIT").arg(1).query(&mut s.conn());
+    let r: redis::RedisResult<redis::Value> =
+        redis::cmd("LOCK.ACQUIRE").arg("wait-probe").arg("probe").arg(1000).arg("WAIT").arg(1).query(&mut s.conn());
     let _: () = s.conn().del("wait-probe").expect("DEL");
     match r {
         Err(e) if e.to_string().contains("WAIT is not supported") => {
@@ -75,7 +82,11 @@ fn kill_idle_wait_connections(s: &Server, clients: &[&LockClient]) -> usize {
         c.info("k").expect("info");
     }
     let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut s.conn()).expect("CLIENT LIST");
-    let ids: Vec<&str> = list.lines().filter(|l| l.contains(" cmd=lock.acquire")).filter_map(|l| l.strip_prefix("id=")?.split(' ').next()).collect();
+    let ids: Vec<&str> = list
+        .lines()
+        .filter(|l| l.contains(" cmd=lock.acquire"))
+        .filter_map(|l| l.strip_prefix("id=")?.split(' ').next())
+        .collect();
     for id in &ids {
         let _: () = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(*id).query(&mut s.conn()).expect("CLIENT KILL");
     }
@@ -208,7 +219,9 @@ mod module {
         }
         let (c, other) = (client(&s), client(&s));
         let _held = other.try_acquire("busy", ms(30_000)).expect("other holds busy");
-        let mine = c.try_acquire_with("mine", ms(1_500), &LockOptions::new().watchdog(WatchdogOptions::new())).expect("c holds mine");
+        let mine = c
+            .try_acquire_with("mine", ms(1_500), &LockOptions::new().watchdog(WatchdogOptions::new()))
+            .expect("c holds mine");
         let c2 = c.clone();
         let waiter = thread::spawn(move || c2.acquire("busy", ms(1000), ms(4_000)));
         // The watchdog renews "mine" (every 500 ms) on the shared connection
@@ -225,7 +238,8 @@ mod module {
     #[test]
     fn client_from_a_single_connection_polls() {
         let s = Server::start();
-        let c = LockClient::from_connection(s.conn(), ClientOptions::new().response_timeout(RESPONSE_TIMEOUT)).expect("client");
+        let c = LockClient::from_connection(s.conn(), ClientOptions::new().response_timeout(RESPONSE_TIMEOUT))
+            .expect("client");
         let a = client(&s);
         let la = a.try_acquire("k", ms(30_000)).expect("a acquires");
         let watcher = client(&s);
@@ -252,9 +266,7 @@ mod module {
             let la = a.try_acquire_async("k", ms(30_000)).await.expect("a acquires");
             assert!(b.try_acquire_async("k", ms(5000)).await.unwrap_err().is_not_acquired());
             let b2 = b.clone();
-            let waiter = tokio::spawn(async move {
-                b2.acquire_async("k", ms(5000), ms(10_000)).await
-            });
+            let waiter = tokio::spawn(async move { b2.acquire_async("k", ms(5000), ms(10_000)).await });
             let t = Instant::now();
             while watcher.info_async("k").await.expect("info").map_or(0, |i| i.waiters) != 1 {
                 assert!(t.elapsed() < PATIENCE, "b never queued");

@@ -117,7 +117,8 @@ pub(crate) fn env(offset_ms: i64) -> [(&'static str, String); 2] {
 fn shim() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
-        let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"));
+        let target =
+            std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"));
         let dir = target.join("clock-shift");
         std::fs::create_dir_all(&dir).expect("create target/clock-shift");
         let so = dir.join("libclockshift.so");

@@ -96,7 +96,10 @@ impl Cluster {
                     .start()
             })
             .collect();
-        let ids = nodes.iter().map(|s| redis::cmd("CLUSTER").arg("MYID").query::<String>(&mut s.conn()).expect("CLUSTER MYID")).collect();
+        let ids = nodes
+            .iter()
+            .map(|s| redis::cmd("CLUSTER").arg("MYID").query::<String>(&mut s.conn()).expect("CLUSTER MYID"))
+            .collect();
         let cluster = Cluster { nodes, ids, alive: vec![true; n] };
         let mut create = cli();
         create.arg("--cluster").arg("create");
@@ -108,7 +111,8 @@ impl Cluster {
         cluster.wait_ok();
         cluster.wait_until("every replica's link to its master is up", |c| {
             c.live().all(|i| {
-                let info: String = redis::cmd("INFO").arg("replication").query(&mut c.nodes[i].conn()).unwrap_or_default();
+                let info: String =
+                    redis::cmd("INFO").arg("replication").query(&mut c.nodes[i].conn()).unwrap_or_default();
                 info.contains("role:master") || info.contains("master_link_status:up")
             })
         });
@@ -155,7 +159,10 @@ impl Cluster {
     /// `CLUSTER NODES`).
     pub fn view(&self, i: usize) -> NodeView {
         let text: String = redis::cmd("CLUSTER").arg("NODES").query(&mut self.nodes[i].conn()).expect("CLUSTER NODES");
-        let line = text.lines().find(|l| l.split(' ').nth(2).is_some_and(|f| f.split(',').any(|f| f == "myself"))).expect("a myself line");
+        let line = text
+            .lines()
+            .find(|l| l.split(' ').nth(2).is_some_and(|f| f.split(',').any(|f| f == "myself")))
+            .expect("a myself line");
         parse_node_line(line)
     }
 
@@ -182,10 +189,12 @@ impl Cluster {
 
     /// The live master that serves `slot`, as it announces itself.
     pub fn owner_of_slot(&self, slot: u16) -> usize {
-        self.live().find(|&i| {
-            let v = self.view(i);
-            v.master && v.slots.contains(&slot)
-        }).unwrap_or_else(|| panic!("no live master serves slot {slot}"))
+        self.live()
+            .find(|&i| {
+                let v = self.view(i);
+                v.master && v.slots.contains(&slot)
+            })
+            .unwrap_or_else(|| panic!("no live master serves slot {slot}"))
     }
 
     /// The live master that serves `key`'s slot.
@@ -203,7 +212,10 @@ impl Cluster {
     pub fn key_on(&self, prefix: &str, m: usize) -> String {
         let slots = self.view(m).slots;
         assert!(!slots.is_empty(), "node {m} serves no slot");
-        (0u64..).map(|n| format!("{prefix}{n}")).find(|k| slots.binary_search(&key_slot(k.as_bytes())).is_ok()).expect("some key lands there")
+        (0u64..)
+            .map(|n| format!("{prefix}{n}"))
+            .find(|k| slots.binary_search(&key_slot(k.as_bytes())).is_ok())
+            .expect("some key lands there")
     }
 
     /// Moves `slot` to master `to` by hand, the way `redis-cli --cluster
@@ -235,7 +247,8 @@ impl Cluster {
     pub fn migrate_slot_keys(&self, slot: u16, from: usize, to: usize) {
         let mut con = self.nodes[from].conn();
         loop {
-            let keys: Vec<Vec<u8>> = redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(100).query(&mut con).expect("GETKEYSINSLOT");
+            let keys: Vec<Vec<u8>> =
+                redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(100).query(&mut con).expect("GETKEYSINSLOT");
             if keys.is_empty() {
                 return;
             }
@@ -278,7 +291,15 @@ impl Cluster {
         let moved: Vec<u16> = self.view(from).slots.into_iter().take(count).collect();
         let mut c = cli();
         c.arg("--cluster").arg("reshard").arg(format!("127.0.0.1:{}", self.nodes[to].port()));
-        c.args(["--cluster-from", self.id(from), "--cluster-to", self.id(to), "--cluster-slots", &count.to_string(), "--cluster-yes"]);
+        c.args([
+            "--cluster-from",
+            self.id(from),
+            "--cluster-to",
+            self.id(to),
+            "--cluster-slots",
+            &count.to_string(),
+            "--cluster-yes",
+        ]);
         run_cli(c, "redis-cli --cluster reshard");
         for &s in &moved {
             self.wait_slot_owner(s, to);
@@ -291,7 +312,10 @@ impl Cluster {
     pub fn wait_slot_owner(&self, slot: u16, to: usize) {
         self.wait_until(&format!("every node sees slot {slot} served by node {to}"), |c| {
             c.live().all(|i| {
-                let Ok(slots) = redis::cmd("CLUSTER").arg("SLOTS").query::<Vec<redis::Value>>(&mut c.nodes[i].conn()) else { return false };
+                let Ok(slots) = redis::cmd("CLUSTER").arg("SLOTS").query::<Vec<redis::Value>>(&mut c.nodes[i].conn())
+                else {
+                    return false;
+                };
                 slots_owner(&slots, slot) == Some(c.nodes[to].port())
             })
         });
@@ -309,7 +333,9 @@ impl Cluster {
         // it does not yet know as its replica, and the replica gives up
         // after 5 s: right after a failover or a rejoin, wait for the
         // master's view to catch up.
-        self.wait_until(&format!("master {m} knows node {replica} as its replica"), |c| c.seen_by(m, replica).is_some_and(|v| v.master_id.as_deref() == Some(c.id(m))));
+        self.wait_until(&format!("master {m} knows node {replica} as its replica"), |c| {
+            c.seen_by(m, replica).is_some_and(|v| v.master_id.as_deref() == Some(c.id(m)))
+        });
         self.wait_replicas_linked();
         let swapped = |c: &Cluster| {
             let v = c.view(replica);
@@ -335,7 +361,9 @@ impl Cluster {
         for &s in slots.first().iter().chain(slots.last().iter()) {
             self.wait_slot_owner(*s, replica);
         }
-        self.wait_until(&format!("node {replica} knows node {m} as its replica"), |c| c.seen_by(replica, m).is_some_and(|v| v.master_id.as_deref() == Some(c.id(replica))));
+        self.wait_until(&format!("node {replica} knows node {m} as its replica"), |c| {
+            c.seen_by(replica, m).is_some_and(|v| v.master_id.as_deref() == Some(c.id(replica)))
+        });
         self.wait_replicas_linked();
         replica
     }
@@ -385,7 +413,9 @@ impl Cluster {
         // A rejoined replica: its master must know it before it can take
         // part in a manual failover.
         if let Some(m) = self.view(i).master_id.and_then(|id| self.index_of(&id)) {
-            self.wait_until(&format!("node {m} knows rejoined node {i} as its replica"), |c| c.seen_by(m, i).is_some_and(|v| v.master_id.as_deref() == Some(c.id(m))));
+            self.wait_until(&format!("node {m} knows rejoined node {i} as its replica"), |c| {
+                c.seen_by(m, i).is_some_and(|v| v.master_id.as_deref() == Some(c.id(m)))
+            });
         }
     }
 
@@ -396,7 +426,9 @@ impl Cluster {
         self.wait_until("cluster_state:ok on every node", |c| {
             c.live().all(|i| {
                 let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut c.nodes[i].conn()).unwrap_or_default();
-                let field = |name: &str| info.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')).map(str::trim).unwrap_or("");
+                let field = |name: &str| {
+                    info.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')).map(str::trim).unwrap_or("")
+                };
                 field("cluster_state") == "ok"
                     && field("cluster_slots_ok") == "16384"
                     && field("cluster_known_nodes").parse::<usize>().is_ok_and(|k| k >= n)
@@ -412,7 +444,8 @@ impl Cluster {
             let maps: Vec<Vec<(i64, i64, Option<u16>)>> = c
                 .live()
                 .map(|i| {
-                    let slots: Vec<redis::Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut c.nodes[i].conn()).unwrap_or_default();
+                    let slots: Vec<redis::Value> =
+                        redis::cmd("CLUSTER").arg("SLOTS").query(&mut c.nodes[i].conn()).unwrap_or_default();
                     let mut m: Vec<_> = slots.iter().filter_map(slot_range).collect();
                     m.sort();
                     m
@@ -425,7 +458,8 @@ impl Cluster {
     fn wait_replicas_linked(&self) {
         self.wait_until("every replica's link up", |c| {
             c.live().all(|i| {
-                let info: String = redis::cmd("INFO").arg("replication").query(&mut c.nodes[i].conn()).unwrap_or_default();
+                let info: String =
+                    redis::cmd("INFO").arg("replication").query(&mut c.nodes[i].conn()).unwrap_or_default();
                 info.contains("role:master") || info.contains("master_link_status:up")
             })
         });
@@ -444,11 +478,21 @@ impl Cluster {
             .live()
             .map(|i| {
                 let v = self.view(i);
-                let role = if v.master { "master".to_string() } else { format!("replica of {:?}", v.master_id.as_deref().and_then(|id| self.index_of(id))) };
+                let role = if v.master {
+                    "master".to_string()
+                } else {
+                    format!("replica of {:?}", v.master_id.as_deref().and_then(|id| self.index_of(id)))
+                };
                 let log = std::fs::read_to_string(self.nodes[i].dir().join("server.log")).unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(6).collect();
                 let tail: Vec<&str> = tail.into_iter().rev().collect();
-                format!("node {i}: {role}, epoch {}, {} slots, moving {:?}; log:\n    {}", v.config_epoch, v.slots.len(), v.moving, tail.join("\n    "))
+                format!(
+                    "node {i}: {role}, epoch {}, {} slots, moving {:?}; log:\n    {}",
+                    v.config_epoch,
+                    v.slots.len(),
+                    v.moving,
+                    tail.join("\n    ")
+                )
             })
             .collect();
         panic!("cluster: timed out waiting until {what}\n{}", views.join("\n"));
@@ -472,7 +516,9 @@ fn poll(within: Duration, mut f: impl FnMut() -> bool) -> bool {
 fn slot_range(range: &redis::Value) -> Option<(i64, i64, Option<u16>)> {
     use redis::Value;
     let Value::Array(items) = range else { return None };
-    let (Some(Value::Int(lo)), Some(Value::Int(hi)), Some(Value::Array(master))) = (items.first(), items.get(1), items.get(2)) else {
+    let (Some(Value::Int(lo)), Some(Value::Int(hi)), Some(Value::Array(master))) =
+        (items.first(), items.get(1), items.get(2))
+    else {
         return None;
     };
     let port = match master.get(1) {
@@ -523,7 +569,13 @@ fn cli() -> Command {
 
 fn run_cli(mut c: Command, what: &str) {
     let out = c.output().unwrap_or_else(|e| panic!("{what}: {e} (install redis-tools)"));
-    assert!(out.status.success(), "{what} failed ({}):\n{}\n{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 pub use redis_lock_rules::cluster::key_slot;

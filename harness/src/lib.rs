@@ -51,7 +51,11 @@ pub fn module_path() -> PathBuf {
             .expect("run cargo to build the module");
         assert!(status.success(), "building the module failed");
         let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
-        let so = target.join("release").join(format!("{}redis_lock{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX));
+        let so = target.join("release").join(format!(
+            "{}redis_lock{}",
+            std::env::consts::DLL_PREFIX,
+            std::env::consts::DLL_SUFFIX
+        ));
         assert!(so.exists(), "module not found at {}", so.display());
         so
     })
@@ -152,7 +156,15 @@ impl Server {
 
     /// A server to configure before starting.
     pub fn builder() -> Builder {
-        Builder { module: true, args: Vec::new(), dir: None, port: None, clock_offset_ms: None, aof: None, config: None }
+        Builder {
+            module: true,
+            args: Vec::new(),
+            dir: None,
+            port: None,
+            clock_offset_ms: None,
+            aof: None,
+            config: None,
+        }
     }
 
     fn launch(builder: Builder) -> Server {
@@ -328,7 +340,8 @@ impl Drop for Server {
                 let lines: Vec<&str> = log.lines().collect();
                 // Redis and Valkey open their crash report with this line;
                 // the stack trace follows it.
-                let from = lines.iter().position(|l| l.contains("BUG REPORT START")).unwrap_or(lines.len().saturating_sub(40));
+                let from =
+                    lines.iter().position(|l| l.contains("BUG REPORT START")).unwrap_or(lines.len().saturating_sub(40));
                 let report = lines[from..].iter().take(40).copied().collect::<Vec<_>>().join("\n");
                 eprintln!("{} on port {} crashed ({status}); its log:\n{report}", server_binary(), self.port);
             }

@@ -88,7 +88,8 @@ pub fn server_version() -> ServerVersion {
     static VERSION: OnceLock<ServerVersion> = OnceLock::new();
     *VERSION.get_or_init(|| {
         let binary = server_binary();
-        let out = Command::new(&binary).arg("--version").output().unwrap_or_else(|e| panic!("run {binary} --version: {e}"));
+        let out =
+            Command::new(&binary).arg("--version").output().unwrap_or_else(|e| panic!("run {binary} --version: {e}"));
         let text = String::from_utf8_lossy(&out.stdout);
         ServerVersion::parse(&text).unwrap_or_else(|| panic!("{binary} --version printed no version I know: {text:?}"))
     })
@@ -100,10 +101,14 @@ mod tests {
 
     #[test]
     fn parses_redis_and_valkey_version_lines() {
-        let r = ServerVersion::parse("Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64 build=6f3b2b8f0fc4b8a2\n").unwrap();
+        let r = ServerVersion::parse(
+            "Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64 build=6f3b2b8f0fc4b8a2\n",
+        )
+        .unwrap();
         assert_eq!(r, ServerVersion { flavor: Flavor::Redis, major: 7, minor: 0, patch: 15 });
         assert_eq!(r.redis_api(), (7, 0));
-        let v = ServerVersion::parse("Valkey server v=9.1.2 sha=13710afe:0 malloc=libc bits=64 build=3b081598bf4f676e").unwrap();
+        let v = ServerVersion::parse("Valkey server v=9.1.2 sha=13710afe:0 malloc=libc bits=64 build=3b081598bf4f676e")
+            .unwrap();
         assert_eq!(v.to_string(), "valkey 9.1.2");
         assert!(v.is_valkey() && v.redis_api() == (7, 2));
         assert_eq!(ServerVersion::parse("KeyDB server v=6.3.4"), None);

@@ -32,7 +32,8 @@ fn time_is_shifted_by_the_offset() {
 fn fences_follow_the_shifted_clock_and_ttls_do_not_stretch() {
     let s = Server::builder().clock_offset_ms(30_000).start();
     let mut c = s.conn();
-    let fence: i64 = redis::cmd("LOCK.ACQUIRE").arg("k").arg("t").arg(10_000).arg("FENCE").query(&mut c).expect("ACQUIRE");
+    let fence: i64 =
+        redis::cmd("LOCK.ACQUIRE").arg("k").arg("t").arg(10_000).arg("FENCE").query(&mut c).expect("ACQUIRE");
     let ahead = fence / 1000 - now_ms();
     assert!((29_500..30_500).contains(&ahead), "fence {fence} is {ahead} ms ahead of the system clock");
     // Expiry deadlines and "now" are shifted alike: a 10 s TTL stays 10 s.

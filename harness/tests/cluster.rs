@@ -29,9 +29,15 @@ fn a_cluster_comes_up_moves_slots_and_fails_over() {
     }
     // The module is loaded on every node and its commands route by key.
     let key = c.key_on("lock:", masters[1]);
-    let n: i64 = redis::cmd("LOCK.ACQUIRE").arg(&key).arg("tok").arg(60_000).query(&mut c.node(masters[1]).conn()).unwrap();
+    let n: i64 =
+        redis::cmd("LOCK.ACQUIRE").arg(&key).arg("tok").arg(60_000).query(&mut c.node(masters[1]).conn()).unwrap();
     assert_eq!(n, 1);
-    let moved = redis::cmd("LOCK.ACQUIRE").arg(&key).arg("tok").arg(60_000).query::<i64>(&mut c.node(masters[0]).conn()).unwrap_err();
+    let moved = redis::cmd("LOCK.ACQUIRE")
+        .arg(&key)
+        .arg("tok")
+        .arg(60_000)
+        .query::<i64>(&mut c.node(masters[0]).conn())
+        .unwrap_err();
     assert_eq!(moved.code(), Some("MOVED"), "{moved}");
 
     // A slot moves by hand with its key; ASK while it is half moved.

@@ -42,7 +42,9 @@ impl ArgError {
             ArgError::TtlTooLarge => c"ERR ttl-ms is too large: the expiry time would overflow",
             ArgError::NotUtf8 => c"ERR token and run-id must be valid UTF-8",
             ArgError::Syntax => c"ERR syntax error",
-            ArgError::TimeoutInvalid => c"ERR WAIT timeout-ms must be 0 (no timeout) or a positive integer (milliseconds)",
+            ArgError::TimeoutInvalid => {
+                c"ERR WAIT timeout-ms must be 0 (no timeout) or a positive integer (milliseconds)"
+            }
             ArgError::FenceNotInteger => c"ERR fence must be a non-negative integer",
             ArgError::FloorTooFar => c"ERR fence floor is more than 24 h ahead of this server's clock",
             ArgError::TimeoutOutOfRange => c"ERR timeout is out of range",
@@ -87,10 +89,7 @@ pub fn parse_ttl(arg: &[u8]) -> Result<i64, ArgError> {
         if !b.is_ascii_digit() {
             return Err(ArgError::TtlNotPositive);
         }
-        v = v
-            .checked_mul(10)
-            .and_then(|v| v.checked_add(i64::from(b - b'0')))
-            .ok_or(ArgError::TtlTooLarge)?;
+        v = v.checked_mul(10).and_then(|v| v.checked_add(i64::from(b - b'0'))).ok_or(ArgError::TtlTooLarge)?;
     }
     Ok(v)
 }
@@ -119,7 +118,10 @@ pub enum Grammar {
 }
 
 /// Parses the options (case-insensitive, any order; repeating one keeps the last).
-pub fn parse_grant_options<'a>(grammar: Grammar, args: impl IntoIterator<Item = &'a [u8]>) -> Result<GrantOptions, ArgError> {
+pub fn parse_grant_options<'a>(
+    grammar: Grammar,
+    args: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<GrantOptions, ArgError> {
     let mut opts = GrantOptions::default();
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -217,7 +219,10 @@ mod tests {
         }
         assert_eq!(acquire(&[b"fences"]), Err(ArgError::Syntax));
         assert_eq!(parse_grant_options(Grammar::Takeover, [&b"wait"[..], b"10"]), Err(ArgError::Syntax));
-        assert_eq!(parse_grant_options(Grammar::Takeover, [&b"Fence"[..]]), Ok(GrantOptions { fence: true, wait: None }));
+        assert_eq!(
+            parse_grant_options(Grammar::Takeover, [&b"Fence"[..]]),
+            Ok(GrantOptions { fence: true, wait: None })
+        );
     }
 
     #[test]

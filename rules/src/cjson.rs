@@ -306,8 +306,8 @@ impl<'a> Parser<'a> {
         }
         // cjson hands these to strtod too ("invalid numbers" it tolerates).
         let lead = rest.first().copied().unwrap_or(0);
-        let inf_nan = rest.len() >= 3
-            && (rest[..3].eq_ignore_ascii_case(b"inf") || rest[..3].eq_ignore_ascii_case(b"nan"));
+        let inf_nan =
+            rest.len() >= 3 && (rest[..3].eq_ignore_ascii_case(b"inf") || rest[..3].eq_ignore_ascii_case(b"nan"));
         if lead == b'+' || (matches!(lead, b'i' | b'I' | b'n' | b'N') && inf_nan) {
             return self.number();
         }
@@ -409,11 +409,7 @@ impl<'a> Parser<'a> {
                     if self.next_token() != Token::End {
                         return None;
                     }
-                    return Some(if top_is_table {
-                        Decoded::Table { owner, run_id }
-                    } else {
-                        Decoded::NotTable
-                    });
+                    return Some(if top_is_table { Decoded::Table { owner, run_id } } else { Decoded::NotTable });
                 };
                 let next = self.next_token();
                 let close = if is_obj { Token::ObjEnd } else { Token::ArrEnd };
@@ -602,7 +598,13 @@ mod tests {
 
     #[test]
     fn bad_escapes_fail_the_whole_decode() {
-        for v in [r#"{"owner":"\x"}"#, r#"{"owner":"\ud800"}"#, r#"{"owner":"\udc00\udc00"}"#, r#"{"owner":"\ud800\u0041"}"#, r#"{"owner":"\u12"}"#] {
+        for v in [
+            r#"{"owner":"\x"}"#,
+            r#"{"owner":"\ud800"}"#,
+            r#"{"owner":"\udc00\udc00"}"#,
+            r#"{"owner":"\ud800\u0041"}"#,
+            r#"{"owner":"\u12"}"#,
+        ] {
             assert_eq!(decode(v.as_bytes()), Decoded::NotTable, "{v}");
         }
     }

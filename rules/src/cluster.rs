@@ -4,10 +4,9 @@
 /// The hash slot of `key` (CRC16/XMODEM of the key, or of its first
 /// non-empty `{...}` hash tag, modulo 16384), as `CLUSTER KEYSLOT` computes it.
 pub fn key_slot(key: &[u8]) -> u16 {
-    let tagged = key
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| key[open + 1..].iter().position(|&b| b == b'}').filter(|&len| len > 0).map(|len| &key[open + 1..open + 1 + len]));
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        key[open + 1..].iter().position(|&b| b == b'}').filter(|&len| len > 0).map(|len| &key[open + 1..open + 1 + len])
+    });
     crc16(tagged.unwrap_or(key)) % 16384
 }
 

@@ -78,7 +78,8 @@ mod tests {
 
     #[test]
     fn reads_my_epoch_from_cluster_info() {
-        let info = "cluster_state:ok\r\ncluster_current_epoch:7\r\ncluster_my_epoch:4\r\ncluster_stats_messages_sent:1\r\n";
+        let info =
+            "cluster_state:ok\r\ncluster_current_epoch:7\r\ncluster_my_epoch:4\r\ncluster_stats_messages_sent:1\r\n";
         assert_eq!(my_epoch(info), Some(4));
         assert_eq!(my_epoch("cluster_state:ok\r\n"), None);
     }

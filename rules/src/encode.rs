@@ -53,7 +53,9 @@ fn push_go_string(out: &mut Vec<u8>, s: &str) {
         out.extend_from_slice(&b[run..i]);
         match escape {
             Some(e) => out.extend_from_slice(e),
-            None => out.extend_from_slice(&[b'\\', b'u', b'0', b'0', HEX[usize::from(c >> 4)], HEX[usize::from(c & 0xf)]]),
+            None => {
+                out.extend_from_slice(&[b'\\', b'u', b'0', b'0', HEX[usize::from(c >> 4)], HEX[usize::from(c & 0xf)]])
+            }
         }
         i += if c == 0xe2 { 3 } else { 1 };
         run = i;
@@ -66,11 +68,14 @@ fn push_go_string(out: &mut Vec<u8>, s: &str) {
 /// bytes per step, several times faster than the escaping loop on the
 /// tokens and run ids seen in practice.
 fn plain(b: &[u8]) -> bool {
-    b.iter().fold(true, |ok, &c| ok & (c >= 0x20 && c != b'"' && c != b'\\' && c != b'<' && c != b'>' && c != b'&' && c != 0xe2))
+    b.iter().fold(true, |ok, &c| {
+        ok & (c >= 0x20 && c != b'"' && c != b'\\' && c != b'<' && c != b'>' && c != b'&' && c != 0xe2)
+    })
 }
 
 /// "00" to "99": two digits per division, on every replicated write.
-const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849\
+const PAIRS: &[u8; 200] =
+    b"0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849\
 5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
 
 /// `n` in decimal, as Redis's `ll2string` writes it, in the tail of `buf`
@@ -104,7 +109,26 @@ mod tests {
 
     #[test]
     fn decimal_matches_display() {
-        for n in [0, 7, -7, 9, 10, 99, 100, 101, -100, 1_000, 1_764_000_000_000, 1_764_000_000_001, i64::MAX, i64::MIN, i64::MIN + 1].into_iter().chain((-1100..1100).map(|n| n * 7)) {
+        for n in [
+            0,
+            7,
+            -7,
+            9,
+            10,
+            99,
+            100,
+            101,
+            -100,
+            1_000,
+            1_764_000_000_000,
+            1_764_000_000_001,
+            i64::MAX,
+            i64::MIN,
+            i64::MIN + 1,
+        ]
+        .into_iter()
+        .chain((-1100..1100).map(|n| n * 7))
+        {
             assert_eq!(decimal(n, &mut [0; 20]), n.to_string().as_bytes());
         }
     }
@@ -114,8 +138,14 @@ mod tests {
         // Expected outputs written by Go's json.Marshal(lockValue{...}).
         assert_eq!(structured_value("tok", "run-1"), br#"{"owner":"tok","runId":"run-1"}"#);
         assert_eq!(structured_value("a<b>&c", "\"\\/"), br#"{"owner":"a\u003cb\u003e\u0026c","runId":"\"\\/"}"#);
-        assert_eq!(structured_value("\u{0}\u{1f}\u{7f}", "\u{8}\u{c}\n\r\t"), b"{\"owner\":\"\\u0000\\u001f\x7f\",\"runId\":\"\\b\\f\\n\\r\\t\"}");
-        assert_eq!(structured_value("\u{2028}\u{2029}é😀", "r"), "{\"owner\":\"\\u2028\\u2029é😀\",\"runId\":\"r\"}".as_bytes());
+        assert_eq!(
+            structured_value("\u{0}\u{1f}\u{7f}", "\u{8}\u{c}\n\r\t"),
+            b"{\"owner\":\"\\u0000\\u001f\x7f\",\"runId\":\"\\b\\f\\n\\r\\t\"}"
+        );
+        assert_eq!(
+            structured_value("\u{2028}\u{2029}é😀", "r"),
+            "{\"owner\":\"\\u2028\\u2029é😀\",\"runId\":\"r\"}".as_bytes()
+        );
     }
 
     /// The rule one char at a time, as Go's encoder states it.
@@ -130,7 +160,9 @@ mod tests {
                 '\n' => out.extend_from_slice(b"\\n"),
                 '\r' => out.extend_from_slice(b"\\r"),
                 '\t' => out.extend_from_slice(b"\\t"),
-                '\u{0}'..='\u{1f}' | '<' | '>' | '&' => out.extend_from_slice(format!("\\u{:04x}", c as u32).as_bytes()),
+                '\u{0}'..='\u{1f}' | '<' | '>' | '&' => {
+                    out.extend_from_slice(format!("\\u{:04x}", c as u32).as_bytes())
+                }
                 '\u{2028}' => out.extend_from_slice(b"\\u2028"),
                 '\u{2029}' => out.extend_from_slice(b"\\u2029"),
                 _ => out.extend_from_slice(c.to_string().as_bytes()),
@@ -143,7 +175,10 @@ mod tests {
     fn byte_runs_escape_exactly_as_char_by_char() {
         // Every char class the encoder distinguishes, plus neighbours of the
         // U+2028/9 byte patterns (U+2027, U+202A, U+20AC share a prefix).
-        let alphabet = ['a', 'Z', '0', '"', '\\', '\u{0}', '\u{8}', '\u{c}', '\n', '\r', '\t', '\u{1f}', '\u{7f}', '<', '>', '&', '/', 'é', '\u{2027}', '\u{2028}', '\u{2029}', '\u{202a}', '€', '😀'];
+        let alphabet = [
+            'a', 'Z', '0', '"', '\\', '\u{0}', '\u{8}', '\u{c}', '\n', '\r', '\t', '\u{1f}', '\u{7f}', '<', '>', '&',
+            '/', 'é', '\u{2027}', '\u{2028}', '\u{2029}', '\u{202a}', '€', '😀',
+        ];
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..20_000 {
             let mut s = String::new();

@@ -14,7 +14,8 @@ use std::ffi::CStr;
 use crate::lock::{self, Entry, WrongType};
 
 /// The reply when the token does not hold the lock: nothing ran.
-pub const NOT_HELD: &CStr = c"NOTHELD the token does not hold the lock (absent, expired, or another owner); the command did not run";
+pub const NOT_HELD: &CStr =
+    c"NOTHELD the token does not hold the lock (absent, expired, or another owner); the command did not run";
 
 /// Whether `token` owns the lock now: a bare value equal to the token, or a
 /// structured value whose `owner` is the token, exactly as LOCK.RELEASE
@@ -78,13 +79,17 @@ pub fn check_command(name: &[u8]) -> Result<(), Refusal> {
     lower.make_ascii_lowercase();
     let refusal = match &*lower {
         b"multi" | b"exec" | b"discard" | b"watch" | b"unwatch" => Refusal::Transaction,
-        b"subscribe" | b"unsubscribe" | b"psubscribe" | b"punsubscribe" | b"ssubscribe" | b"sunsubscribe" | b"monitor" | b"auth" | b"hello"
-        | b"reset" | b"quit" | b"select" | b"client" | b"readonly" | b"readwrite" | b"asking" => Refusal::Connection,
-        b"eval" | b"evalsha" | b"eval_ro" | b"evalsha_ro" | b"fcall" | b"fcall_ro" | b"script" | b"function" => Refusal::Script,
+        b"subscribe" | b"unsubscribe" | b"psubscribe" | b"punsubscribe" | b"ssubscribe" | b"sunsubscribe"
+        | b"monitor" | b"auth" | b"hello" | b"reset" | b"quit" | b"select" | b"client" | b"readonly" | b"readwrite"
+        | b"asking" => Refusal::Connection,
+        b"eval" | b"evalsha" | b"eval_ro" | b"evalsha_ro" | b"fcall" | b"fcall_ro" | b"script" | b"function" => {
+            Refusal::Script
+        }
         b"lock.guard" => Refusal::Nested,
         b"wait" | b"waitaof" => Refusal::Wait,
-        b"shutdown" | b"debug" | b"config" | b"acl" | b"module" | b"latency" | b"save" | b"bgsave" | b"bgrewriteaof" | b"replicaof" | b"slaveof"
-        | b"failover" | b"psync" | b"sync" | b"replconf" | b"role" | b"cluster" => Refusal::Admin,
+        b"shutdown" | b"debug" | b"config" | b"acl" | b"module" | b"latency" | b"save" | b"bgsave"
+        | b"bgrewriteaof" | b"replicaof" | b"slaveof" | b"failover" | b"psync" | b"sync" | b"replconf" | b"role"
+        | b"cluster" => Refusal::Admin,
         _ => return Ok(()),
     };
     Err(refusal)
@@ -155,7 +160,20 @@ mod tests {
 
     #[test]
     fn passes_data_commands_blocking_ones_and_unknown_names_to_redis() {
-        for name in [&b"SET"[..], b"set", b"DEL", b"INCR", b"BLPOP", b"XREAD", b"PUBLISH", b"LOCK.RELEASE", b"", b"multix", b"nosuchcommand", b"a-very-long-command-name"] {
+        for name in [
+            &b"SET"[..],
+            b"set",
+            b"DEL",
+            b"INCR",
+            b"BLPOP",
+            b"XREAD",
+            b"PUBLISH",
+            b"LOCK.RELEASE",
+            b"",
+            b"multix",
+            b"nosuchcommand",
+            b"a-very-long-command-name",
+        ] {
             assert_eq!(check_command(name), Ok(()), "{}", String::from_utf8_lossy(name));
         }
         // Longer than any refused name, whatever the bytes.
@@ -164,7 +182,15 @@ mod tests {
 
     #[test]
     fn every_refusal_is_an_error_reply_naming_the_guard() {
-        for r in [Refusal::Transaction, Refusal::Connection, Refusal::Script, Refusal::Nested, Refusal::Wait, Refusal::Admin, Refusal::NulInName] {
+        for r in [
+            Refusal::Transaction,
+            Refusal::Connection,
+            Refusal::Script,
+            Refusal::Nested,
+            Refusal::Wait,
+            Refusal::Admin,
+            Refusal::NulInName,
+        ] {
             let text = r.reply_cstr().to_str().unwrap();
             assert!(text.starts_with("ERR LOCK.GUARD"), "{text}");
             assert!(!text.contains('\r') && !text.contains('\n'));
@@ -177,9 +203,15 @@ mod tests {
         let legacy = b"ERR acl verification failed, can't access at least one of the keys mentioned in the command.";
         let reply = legacy_acl_error(legacy).unwrap();
         assert_eq!(reply.last(), Some(&0));
-        assert_eq!(&reply[..reply.len() - 1], &b"NOPERM acl verification failed, can't access at least one of the keys mentioned in the command."[..]);
+        assert_eq!(
+            &reply[..reply.len() - 1],
+            &b"NOPERM acl verification failed, can't access at least one of the keys mentioned in the command."[..]
+        );
         assert_eq!(legacy_acl_error(b"NOPERM User u has no permissions to run the 'set' command"), None);
         assert_eq!(legacy_acl_error(b"ERR wrong number of arguments for 'set' command"), None);
-        assert_eq!(legacy_acl_error(b"ERR acl verification failed\0x").unwrap(), b"NOPERM acl verification failed x\0".to_vec());
+        assert_eq!(
+            legacy_acl_error(b"ERR acl verification failed\0x").unwrap(),
+            b"NOPERM acl verification failed x\0".to_vec()
+        );
     }
 }

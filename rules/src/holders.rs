@@ -138,7 +138,8 @@ impl Holders {
 
     /// Removes and returns the holders whose lease ended before `now`.
     pub fn prune(&mut self, now: i64) -> Vec<Holder> {
-        let (live, expired): (Vec<_>, Vec<_>) = std::mem::take(&mut self.holders).into_iter().partition(|h| h.deadline >= now);
+        let (live, expired): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.holders).into_iter().partition(|h| h.deadline >= now);
         self.holders = live;
         expired
     }
@@ -160,7 +161,11 @@ impl Holders {
     /// Adds `token` (a grant `admit` allowed), or moves its lease (renew).
     pub fn put(&mut self, token: &[u8], deadline: i64) {
         self.holders.retain(|h| h.token != token);
-        let at = self.holders.iter().position(|h| (h.deadline, h.token.as_slice()) > (deadline, token)).unwrap_or(self.holders.len());
+        let at = self
+            .holders
+            .iter()
+            .position(|h| (h.deadline, h.token.as_slice()) > (deadline, token))
+            .unwrap_or(self.holders.len());
         self.holders.insert(at, Holder { token: token.to_vec(), deadline });
     }
 
@@ -264,7 +269,13 @@ mod tests {
 
     #[test]
     fn tags_round_trip_and_reject_other_scores() {
-        for kind in [Kind::Semaphore { limit: 1 }, Kind::Semaphore { limit: 7 }, Kind::Semaphore { limit: 1 << 53 }, Kind::ReadWrite { writer: false }, Kind::ReadWrite { writer: true }] {
+        for kind in [
+            Kind::Semaphore { limit: 1 },
+            Kind::Semaphore { limit: 7 },
+            Kind::Semaphore { limit: 1 << 53 },
+            Kind::ReadWrite { writer: false },
+            Kind::ReadWrite { writer: true },
+        ] {
             assert_eq!(Kind::from_score(kind.score() as f64), Some(kind));
         }
         for bad in [0.5, -2.0, 2.5, f64::INFINITY, f64::NEG_INFINITY, (1u64 << 54) as f64] {

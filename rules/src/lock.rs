@@ -204,7 +204,13 @@ mod tests {
             (br#"{"owner":"t\u00f6k"}"#, "tök".as_bytes(), true),
         ];
         for &(value, token, want) in cases {
-            assert_eq!(owns(value, token), want, "value {:?} token {:?}", String::from_utf8_lossy(value), String::from_utf8_lossy(token));
+            assert_eq!(
+                owns(value, token),
+                want,
+                "value {:?} token {:?}",
+                String::from_utf8_lossy(value),
+                String::from_utf8_lossy(token)
+            );
         }
     }
 
@@ -247,7 +253,12 @@ mod tests {
             (br#"{"runId":"run","runId":"x"}"#, false),
         ];
         for &(value, want) in cases {
-            assert_eq!(may_take_over(Entry::Str(value), b"run", TTL, never), Ok(want), "{}", String::from_utf8_lossy(value));
+            assert_eq!(
+                may_take_over(Entry::Str(value), b"run", TTL, never),
+                Ok(want),
+                "{}",
+                String::from_utf8_lossy(value)
+            );
         }
     }
 

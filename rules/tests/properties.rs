@@ -11,9 +11,40 @@ use redis_lock_rules::{Entry, Remaining};
 
 fn random_value(rng: &mut StdRng) -> Vec<u8> {
     const PIECES: &[&[u8]] = &[
-        b"{", b"}", b"[", b"]", b":", b",", b"\"", b"\\", b"\\u", b"d800", b"dc00", b"0041", b"owner", b"runId",
-        b"\"owner\"", b"\"runId\"", b"true", b"false", b"null", b"1", b"-", b"+", b".", b"e", b"0x", b"inf", b"nan(",
-        b")", b" ", b"\t", b"\0", b"\xff", b"\x01", b"tok",
+        b"{",
+        b"}",
+        b"[",
+        b"]",
+        b":",
+        b",",
+        b"\"",
+        b"\\",
+        b"\\u",
+        b"d800",
+        b"dc00",
+        b"0041",
+        b"owner",
+        b"runId",
+        b"\"owner\"",
+        b"\"runId\"",
+        b"true",
+        b"false",
+        b"null",
+        b"1",
+        b"-",
+        b"+",
+        b".",
+        b"e",
+        b"0x",
+        b"inf",
+        b"nan(",
+        b")",
+        b" ",
+        b"\t",
+        b"\0",
+        b"\xff",
+        b"\x01",
+        b"tok",
     ];
     let n = rng.gen_range(0..24);
     let mut v = Vec::new();
@@ -58,7 +89,9 @@ fn structured_values_round_trip_through_cjson() {
     let mut rng = StdRng::seed_from_u64(7);
     for _ in 0..20_000 {
         let gen = |rng: &mut StdRng| -> String {
-            (0..rng.gen_range(1..12)).map(|_| char::from_u32(rng.gen_range(0..0x11_0000)).unwrap_or('\u{fffd}')).collect()
+            (0..rng.gen_range(1..12))
+                .map(|_| char::from_u32(rng.gen_range(0..0x11_0000)).unwrap_or('\u{fffd}'))
+                .collect()
         };
         let (token, run) = (gen(&mut rng), gen(&mut rng));
         let v = structured_value(&token, &run);

@@ -7,10 +7,56 @@ use rand::Rng;
 
 /// Number forms strtod and cjson accept, and near misses they reject.
 pub const NUMBERS: &[&str] = &[
-    "0", "-0", "1", "-1", "12.5", "1e3", "1E+3", "1e-3", "007", "-007", "1.", "-.5", ".5", "+5", "+-5", "--5",
-    "0x1F", "-0x1f", "0X1p4", "0x.8", "0x", "0x.", "0xg", "1e", "1e+", "1.e5", "inf", "-inf", "+inf", "Infinity",
-    "-INFINITY", "infinit", "nan", "NaN", "-nan", "nan(123)", "nan(abc_1)", "nan(", "nan()", "nan(a-b)", "Inf1",
-    "1..2", "1-", "9999999999999999999999", "1e400", "-1e-400", "0.0000001", "- 5", "0b1", "١",
+    "0",
+    "-0",
+    "1",
+    "-1",
+    "12.5",
+    "1e3",
+    "1E+3",
+    "1e-3",
+    "007",
+    "-007",
+    "1.",
+    "-.5",
+    ".5",
+    "+5",
+    "+-5",
+    "--5",
+    "0x1F",
+    "-0x1f",
+    "0X1p4",
+    "0x.8",
+    "0x",
+    "0x.",
+    "0xg",
+    "1e",
+    "1e+",
+    "1.e5",
+    "inf",
+    "-inf",
+    "+inf",
+    "Infinity",
+    "-INFINITY",
+    "infinit",
+    "nan",
+    "NaN",
+    "-nan",
+    "nan(123)",
+    "nan(abc_1)",
+    "nan(",
+    "nan()",
+    "nan(a-b)",
+    "Inf1",
+    "1..2",
+    "1-",
+    "9999999999999999999999",
+    "1e400",
+    "-1e-400",
+    "0.0000001",
+    "- 5",
+    "0b1",
+    "١",
 ];
 
 const WHITESPACE: &[&str] = &[" ", "\t", "\n", "\r", "  \r\n\t"];
@@ -33,9 +79,41 @@ impl Gen {
     /// Valid UTF-8 with the characters Go escapes and cjson decodes.
     pub fn utf8_text(&mut self, n: usize) -> String {
         const CHARS: &[char] = &[
-            'a', 'b', 'Z', '0', '9', '-', '_', '"', '\\', '/', '<', '>', '&', '\n', '\t', '\r', '\u{8}', '\u{c}',
-            '\u{0}', '\u{1}', '\u{1f}', '\u{7f}', 'é', 'ß', '€', '\u{2028}', '\u{2029}', '😀', '\u{ffff}', '\u{10ffff}',
-            ' ', '{', '}', ':', ',',
+            'a',
+            'b',
+            'Z',
+            '0',
+            '9',
+            '-',
+            '_',
+            '"',
+            '\\',
+            '/',
+            '<',
+            '>',
+            '&',
+            '\n',
+            '\t',
+            '\r',
+            '\u{8}',
+            '\u{c}',
+            '\u{0}',
+            '\u{1}',
+            '\u{1f}',
+            '\u{7f}',
+            'é',
+            'ß',
+            '€',
+            '\u{2028}',
+            '\u{2029}',
+            '😀',
+            '\u{ffff}',
+            '\u{10ffff}',
+            ' ',
+            '{',
+            '}',
+            ':',
+            ',',
         ];
         (0..n).map(|_| *CHARS.choose(&mut self.rng).unwrap_or(&'a')).collect()
     }
@@ -63,13 +141,26 @@ impl Gen {
                 match b {
                     b'"' | b'\\' => out.extend_from_slice(&[b'\\', b]),
                     0 => out.extend_from_slice(b"\\u0000"),
-                    _ if self.rng.gen_bool(0.1) && b < 0x80 => out.extend_from_slice(format!("\\u{:04x}", b).as_bytes()),
+                    _ if self.rng.gen_bool(0.1) && b < 0x80 => {
+                        out.extend_from_slice(format!("\\u{:04x}", b).as_bytes())
+                    }
                     _ => out.push(b),
                 }
             }
         }
         if self.rng.gen_bool(0.03) {
-            let bad: &[&str] = &["\\x", "\\u12", "\\ud800", "\\udc00", "\\ud800\\u0041", "\\ud800x", "\\U0041", "\\'", "\\", "\\u00g0"];
+            let bad: &[&str] = &[
+                "\\x",
+                "\\u12",
+                "\\ud800",
+                "\\udc00",
+                "\\ud800\\u0041",
+                "\\ud800x",
+                "\\U0041",
+                "\\'",
+                "\\",
+                "\\u00g0",
+            ];
             let pos = self.rng.gen_range(1..=out.len());
             let b = bad.choose(&mut self.rng).copied().unwrap_or("\\x");
             out.splice(pos..pos, b.bytes());
@@ -122,8 +213,17 @@ impl Gen {
 
     fn key(&mut self) -> Vec<u8> {
         let keys: &[&[u8]] = &[
-            b"\"owner\"", b"\"runId\"", b"\"\\u006fwner\"", b"\"own\\u0065r\"", b"\"run\\u0049d\"", b"\"Owner\"",
-            b"\"runid\"", b"\"owner\\u0000\"", b"\"x\"", b"\"\"", b"\"ow\\/ner\"",
+            b"\"owner\"",
+            b"\"runId\"",
+            b"\"\\u006fwner\"",
+            b"\"own\\u0065r\"",
+            b"\"run\\u0049d\"",
+            b"\"Owner\"",
+            b"\"runid\"",
+            b"\"owner\\u0000\"",
+            b"\"x\"",
+            b"\"\"",
+            b"\"ow\\/ner\"",
         ];
         keys.choose(&mut self.rng).copied().unwrap_or(b"\"x\"").to_vec()
     }
@@ -225,7 +325,10 @@ impl Gen {
             15..=19 => (0..self.rng.gen_range(0..16)).map(|_| self.rng.gen::<u8>()).collect(),
             20..=24 => self.scalar(0),
             25..=64 => self.object(0, Some(owner), Some(run)),
-            65..=69 => redis_lock_rules::encode::structured_value(&String::from_utf8_lossy(owner), &String::from_utf8_lossy(run)),
+            65..=69 => redis_lock_rules::encode::structured_value(
+                &String::from_utf8_lossy(owner),
+                &String::from_utf8_lossy(run),
+            ),
             70..=77 => self.array(0, Some(owner)),
             78..=93 => {
                 let v = self.object(0, Some(owner), Some(run));

@@ -73,19 +73,26 @@ impl Harness {
     fn new() -> Harness {
         let server = Server::start();
         let mut conn = server.conn();
-        let mut load = |s: &str| -> String { redis::cmd("SCRIPT").arg("LOAD").arg(s).query(&mut conn).expect("load script") };
-        let shas = Shas { renew: load(scripts::RENEW), release: load(scripts::RELEASE), takeover: load(scripts::TAKEOVER) };
+        let mut load =
+            |s: &str| -> String { redis::cmd("SCRIPT").arg("LOAD").arg(s).query(&mut conn).expect("load script") };
+        let shas =
+            Shas { renew: load(scripts::RENEW), release: load(scripts::RELEASE), takeover: load(scripts::TAKEOVER) };
         Harness { _server: server, conn, shas, failures: Vec::new(), compared: 0, skipped: 0 }
     }
 
     fn reference(&self, pipe: &mut redis::Pipeline, key: &str, c: &Case) {
         match &c.op {
             Op::Acquire => pipe.cmd("SET").arg(key).arg(&c.token).arg("NX").arg("PX").arg(c.ttl),
-            Op::Takeover { run_id } if run_id.is_empty() => pipe.cmd("SET").arg(key).arg(&c.token).arg("NX").arg("PX").arg(c.ttl),
+            Op::Takeover { run_id } if run_id.is_empty() => {
+                pipe.cmd("SET").arg(key).arg(&c.token).arg("NX").arg("PX").arg(c.ttl)
+            }
             Op::Renew => pipe.cmd("EVALSHA").arg(&self.shas.renew).arg(1).arg(key).arg(&c.token).arg(c.ttl),
             Op::Release => pipe.cmd("EVALSHA").arg(&self.shas.release).arg(1).arg(key).arg(&c.token),
             Op::Takeover { run_id } => {
-                let value = structured_value(std::str::from_utf8(&c.token).unwrap_or(""), std::str::from_utf8(run_id).unwrap_or(""));
+                let value = structured_value(
+                    std::str::from_utf8(&c.token).unwrap_or(""),
+                    std::str::from_utf8(run_id).unwrap_or(""),
+                );
                 pipe.cmd("EVALSHA").arg(&self.shas.takeover).arg(1).arg(key).arg(value).arg(c.ttl)
             }
         };
@@ -195,7 +202,9 @@ impl Harness {
             let (er, em) = (int(&s[2]), int(&s[5]));
             let close = if er < 0 || em < 0 { er == em } else { (em - er).abs() <= elapsed_ms };
             if !close {
-                problems.push(format!("expiry: script {er}, module {em} (ops took {elapsed_ms} ms, reads done by {read_until})"));
+                problems.push(format!(
+                    "expiry: script {er}, module {em} (ops took {elapsed_ms} ms, reads done by {read_until})"
+                ));
             }
             if !problems.is_empty() {
                 self.failures.push(format!("{}\n    {}", describe(c), problems.join("\n    ")));
@@ -211,7 +220,12 @@ impl Harness {
 
     fn assert_agreement(self, what: &str) {
         // Skipping takes a slow run around a threshold; most cases must count.
-        assert!(self.skipped * 10 <= self.compared, "{what}: {} cases skipped, {} compared", self.skipped, self.compared);
+        assert!(
+            self.skipped * 10 <= self.compared,
+            "{what}: {} cases skipped, {} compared",
+            self.skipped,
+            self.compared
+        );
         if self.failures.is_empty() {
             eprintln!("{what}: module and scripts agreed on {} cases ({} skipped)", self.compared, self.skipped);
             return;
@@ -263,11 +277,17 @@ fn show(v: &Value) -> String {
 
 fn describe(c: &Case) -> String {
     let stored = match &c.stored {
-        Stored::Str(v) if v.len() > 300 => format!("value of {} bytes starting {:?}", v.len(), String::from_utf8_lossy(&v[..120])),
+        Stored::Str(v) if v.len() > 300 => {
+            format!("value of {} bytes starting {:?}", v.len(), String::from_utf8_lossy(&v[..120]))
+        }
         Stored::Str(v) => format!("value {:?} (bytes {:?})", String::from_utf8_lossy(v), v),
         other => format!("{other:?}"),
     };
-    let token = if c.token.len() > 300 { format!("of {} bytes", c.token.len()) } else { format!("{:?}", String::from_utf8_lossy(&c.token)) };
+    let token = if c.token.len() > 300 {
+        format!("of {} bytes", c.token.len())
+    } else {
+        format!("{:?}", String::from_utf8_lossy(&c.token))
+    };
     format!("{:?} token {token} ttl {} on {stored}, remaining {:?}", c.op, c.ttl, c.remaining)
 }
 
@@ -284,7 +304,11 @@ fn tokens_for(value: &[u8], rng: &mut StdRng, g: &mut gen::Gen) -> Vec<u8> {
         6 if !value.is_empty() => {
             let mut t = value.to_vec();
             t.pop();
-            if t.is_empty() { g.token() } else { t }
+            if t.is_empty() {
+                g.token()
+            } else {
+                t
+            }
         }
         _ => g.token(),
     }

@@ -72,7 +72,8 @@ pub fn now_ms() -> i64 {
 /// The stored sorted set: the tag's score (if any) and the holders with
 /// their lease ends, in score order.
 pub fn stored(c: &mut redis::Connection, key: &str) -> (Option<i64>, Vec<(String, i64)>) {
-    let flat: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query(c).expect("zrange");
+    let flat: Vec<(Vec<u8>, f64)> =
+        redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query(c).expect("zrange");
     let mut tag = None;
     let mut holders = Vec::new();
     for (member, score) in flat {
@@ -95,7 +96,12 @@ pub fn lock_info(c: &mut redis::Connection, name: &str) -> u64 {
 
 /// Starts `args` on a new connection in a thread; its reply arrives on the
 /// channel with its tag and the instant it arrived.
-pub fn spawn_call(server: &Server, tag: &str, args: &[&str], tx: Sender<(String, R, Instant)>) -> thread::JoinHandle<()> {
+pub fn spawn_call(
+    server: &Server,
+    tag: &str,
+    args: &[&str],
+    tx: Sender<(String, R, Instant)>,
+) -> thread::JoinHandle<()> {
     let mut c = server.conn();
     let tag = tag.to_string();
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
@@ -165,8 +171,14 @@ struct Model {
 enum Outcome {
     /// Granted at or after `at` (Unix ms, the event that freed its place;
     /// `lease_end`: that event was a lease ending).
-    Granted { waiter: Waiter, at: i64, lease_end: bool },
-    TimedOut { waiter: Waiter },
+    Granted {
+        waiter: Waiter,
+        at: i64,
+        lease_end: bool,
+    },
+    TimedOut {
+        waiter: Waiter,
+    },
 }
 
 impl Model {
@@ -182,7 +194,16 @@ impl Model {
     }
 
     fn grant(&mut self, token: &str, mode: Mode, ttl: i64, bounds: (i64, i64), owner: Option<usize>) {
-        self.holders.push(Holder { token: token.to_string(), mode, ttl, deadline: bounds.1 + ttl, known: false, bounds: (bounds.0 + ttl, bounds.1 + ttl), owner, freed_at: None });
+        self.holders.push(Holder {
+            token: token.to_string(),
+            mode,
+            ttl,
+            deadline: bounds.1 + ttl,
+            known: false,
+            bounds: (bounds.0 + ttl, bounds.1 + ttl),
+            owner,
+            freed_at: None,
+        });
     }
 
     /// Serves the queue's head while it is admitted (a grant at `at`,
@@ -212,7 +233,13 @@ impl Model {
     /// end (one ms after it; a window while the end is not read yet), a
     /// wait's timeout.
     fn event_windows(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
-        let leases = self.holders.iter().map(|h| if h.known { (h.deadline + 1, h.deadline + 1) } else { (h.bounds.0 + 1, h.bounds.1 + 1) });
+        let leases = self.holders.iter().map(|h| {
+            if h.known {
+                (h.deadline + 1, h.deadline + 1)
+            } else {
+                (h.bounds.0 + 1, h.bounds.1 + 1)
+            }
+        });
         leases.chain(self.queue.iter().filter_map(|w| w.timeout))
     }
 
@@ -230,7 +257,13 @@ impl Model {
     fn advance(&mut self, t: i64, out: &mut Vec<Outcome>) -> Result<(), ()> {
         loop {
             let lease = self.holders.iter().filter(|h| h.deadline + 1 <= t).map(|h| (h.deadline + 1, h.known)).min();
-            let timeout = self.queue.iter().enumerate().filter_map(|(i, w)| w.timeout.map(|(lo, hi)| (lo, hi, i))).filter(|&(lo, _, _)| lo <= t).min();
+            let timeout = self
+                .queue
+                .iter()
+                .enumerate()
+                .filter_map(|(i, w)| w.timeout.map(|(lo, hi)| (lo, hi, i)))
+                .filter(|&(lo, _, _)| lo <= t)
+                .min();
             match (lease, timeout) {
                 (None, None) => return Ok(()),
                 (Some((due, known)), to) if to.is_none_or(|(lo, _, _)| due < lo - 2) => {
@@ -238,7 +271,8 @@ impl Model {
                         return Err(());
                     }
                     // Ends every lease due by then; a queue's timer prunes them.
-                    let (ended, live): (Vec<_>, Vec<_>) = std::mem::take(&mut self.holders).into_iter().partition(|h| h.deadline < due);
+                    let (ended, live): (Vec<_>, Vec<_>) =
+                        std::mem::take(&mut self.holders).into_iter().partition(|h| h.deadline < due);
                     self.holders = live;
                     self.maybe.extend(ended.into_iter().map(|h| h.token));
                     if !self.queue.is_empty() {
@@ -343,8 +377,15 @@ struct Run<'a> {
 impl Run<'_> {
     fn acquire_args(&self, token: &str, mode: Mode, ttl: i64, fence: bool, wait: Option<i64>) -> Vec<String> {
         let mut a = match self.model.family {
-            Family::Semaphore { limit } => vec!["LOCK.SEM.ACQUIRE".to_string(), self.key.clone(), token.to_string(), limit.to_string()],
-            Family::ReadWrite => vec!["LOCK.RW.ACQUIRE".to_string(), self.key.clone(), token.to_string(), if mode == Mode::Read { "READ".into() } else { "WRITE".into() }],
+            Family::Semaphore { limit } => {
+                vec!["LOCK.SEM.ACQUIRE".to_string(), self.key.clone(), token.to_string(), limit.to_string()]
+            }
+            Family::ReadWrite => vec![
+                "LOCK.RW.ACQUIRE".to_string(),
+                self.key.clone(),
+                token.to_string(),
+                if mode == Mode::Read { "READ".into() } else { "WRITE".into() },
+            ],
         };
         a.push(ttl.to_string());
         if fence {
@@ -370,7 +411,10 @@ impl Run<'_> {
             return self.early.remove(i);
         }
         loop {
-            let m = self.rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| panic!("no reply from actor {actor}; model {:#?}", self.model));
+            let m = self
+                .rx
+                .recv_timeout(Duration::from_secs(20))
+                .unwrap_or_else(|_| panic!("no reply from actor {actor}; model {:#?}", self.model));
             if m.actor == actor {
                 return m;
             }
@@ -428,7 +472,11 @@ impl Run<'_> {
                     // late a timer ran it (a reader freed by a killed writer
                     // is granted from a timer that can run after our PING).
                     let observed_by = now_ms();
-                    self.check_grant_reply(&m, waiter.fence, &format!("queued {} granted after an event at {at}", waiter.token));
+                    self.check_grant_reply(
+                        &m,
+                        waiter.fence,
+                        &format!("queued {} granted after an event at {at}", waiter.token),
+                    );
                     self.report.timer_grants += usize::from(lease_end);
                     if let Some(h) = self.model.holders.iter_mut().find(|h| h.token == waiter.token) {
                         // Granted no earlier than the event that freed the place.
@@ -475,7 +523,11 @@ impl Run<'_> {
             match m.holders.iter_mut().find(|h| &h.token == token) {
                 Some(h) if h.known => assert_eq!(h.deadline, *d, "{what}: lease end of {token}"),
                 Some(h) => {
-                    assert!(*d >= h.bounds.0 && *d <= h.bounds.1, "{what}: lease end of {token} {d} outside {:?}", h.bounds);
+                    assert!(
+                        *d >= h.bounds.0 && *d <= h.bounds.1,
+                        "{what}: lease end of {token} {d} outside {:?}",
+                        h.bounds
+                    );
                     if let Some(due) = h.freed_at {
                         // Granted (at d - ttl) after the lease end that freed
                         // its place: never before it, and how long after.
@@ -485,7 +537,10 @@ impl Run<'_> {
                     h.deadline = *d;
                     h.known = true;
                 }
-                None => assert!(m.maybe.contains(token), "{what}: stored {token} is neither a holder nor an ended lease; model {m:#?}"),
+                None => assert!(
+                    m.maybe.contains(token),
+                    "{what}: stored {token} is neither a holder nor an ended lease; model {m:#?}"
+                ),
             }
         }
         for h in &m.holders {
@@ -511,12 +566,20 @@ impl Run<'_> {
         // The invariants, on what the server stores.
         let live: Vec<&Holder> = m.holders.iter().collect();
         match m.family {
-            Family::Semaphore { limit } => assert!(live.len() as u64 <= limit, "{what}: {} holders > {limit}", live.len()),
-            Family::ReadWrite => assert!(live.iter().all(|h| h.mode == Mode::Read) || live.len() == 1, "{what}: a writer beside others"),
+            Family::Semaphore { limit } => {
+                assert!(live.len() as u64 <= limit, "{what}: {} holders > {limit}", live.len())
+            }
+            Family::ReadWrite => {
+                assert!(live.iter().all(|h| h.mode == Mode::Read) || live.len() == 1, "{what}: a writer beside others")
+            }
         }
         let waiting = lock_info(&mut self.c, "waiting") as usize;
         assert_eq!(waiting, self.model.queue.len(), "{what}: waiters in the server");
-        assert!(self.early.is_empty(), "{what}: unexpected replies {:?}", self.early.iter().map(|m| (m.actor, m.reply.clone())).collect::<Vec<_>>());
+        assert!(
+            self.early.is_empty(),
+            "{what}: unexpected replies {:?}",
+            self.early.iter().map(|m| (m.actor, m.reply.clone())).collect::<Vec<_>>()
+        );
     }
 
     /// After a step that could not be ordered: take what the server shows.
@@ -540,7 +603,12 @@ impl Run<'_> {
         let now = now_ms();
         let mut fences = Vec::new();
         for m in std::mem::take(&mut self.early) {
-            let i = self.model.queue.iter().position(|w| w.actor == m.actor).unwrap_or_else(|| panic!("reply from {} that waited for nothing: {:?}", m.actor, m.reply));
+            let i = self
+                .model
+                .queue
+                .iter()
+                .position(|w| w.actor == m.actor)
+                .unwrap_or_else(|| panic!("reply from {} that waited for nothing: {:?}", m.actor, m.reply));
             let w = self.model.queue.remove(i).expect("waiter");
             if m.actor >= CHILD {
                 self.children.remove(&m.actor);
@@ -557,7 +625,16 @@ impl Run<'_> {
                     let d = stored.iter().find(|(t, _)| t == &w.token).map(|(_, d)| *d);
                     let d = d.unwrap_or(now - 1);
                     let owner = (m.actor < CHILD).then_some(m.actor);
-                    self.model.holders.push(Holder { token: w.token, mode: w.mode, ttl: w.ttl, deadline: d, known: true, bounds: (d, d), owner, freed_at: None });
+                    self.model.holders.push(Holder {
+                        token: w.token,
+                        mode: w.mode,
+                        ttl: w.ttl,
+                        deadline: d,
+                        known: true,
+                        bounds: (d, d),
+                        owner,
+                        freed_at: None,
+                    });
                 }
                 other => panic!("waiter {} answered {other:?}", w.token),
             }
@@ -579,7 +656,8 @@ impl Run<'_> {
                 (d >= now).then_some(h)
             })
             .collect();
-        self.model.maybe = stored.iter().map(|(t, _)| t.clone()).filter(|t| !keep.iter().any(|h| &h.token == t)).collect();
+        self.model.maybe =
+            stored.iter().map(|(t, _)| t.clone()).filter(|t| !keep.iter().any(|h| &h.token == t)).collect();
         self.model.holders = keep;
     }
 
@@ -615,7 +693,8 @@ impl Run<'_> {
     /// A live holder's token that has an owner, or (sometimes, or when
     /// there is none) one that holds nothing.
     fn pick_token(&mut self) -> (String, bool) {
-        let owned: Vec<usize> = (0..self.model.holders.len()).filter(|&i| self.model.holders[i].owner.is_some()).collect();
+        let owned: Vec<usize> =
+            (0..self.model.holders.len()).filter(|&i| self.model.holders[i].owner.is_some()).collect();
         if owned.is_empty() || self.rng.gen_bool(0.1) {
             (self.model.maybe.first().cloned().unwrap_or_else(|| "nobody".into()), false)
         } else {
@@ -633,7 +712,14 @@ impl Run<'_> {
             self.actors[actor].tx.send(args).expect("actor");
         } else {
             let cli = std::env::var("REDIS_CLI").unwrap_or_else(|_| "redis-cli".into());
-            let child = Command::new(cli).arg("-p").arg(self.server.port().to_string()).args(&args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("redis-cli");
+            let child = Command::new(cli)
+                .arg("-p")
+                .arg(self.server.port().to_string())
+                .args(&args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-cli");
             self.spawn_child_reader(actor, child);
         }
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -737,7 +823,8 @@ impl Run<'_> {
             // Renew a live holder (or a token that holds nothing).
             let Some(a) = self.idle_actor() else { return "none".into() };
             let (token, holds) = self.pick_token();
-            let r = self.sync_call(a, vec![format!("{}RENEW", self.prefix()), self.key.clone(), token.clone(), "60000".into()]);
+            let r = self
+                .sync_call(a, vec![format!("{}RENEW", self.prefix()), self.key.clone(), token.clone(), "60000".into()]);
             t1 = now_ms();
             desc = format!("renew {token}: {r:?}");
             if !self.late(t0, t1) {
@@ -745,7 +832,8 @@ impl Run<'_> {
             }
             if r == R::Int(1) {
                 if let Some(h) = self.model.holders.iter_mut().find(|h| h.token == token) {
-                    (h.known, h.ttl, h.bounds, h.deadline, h.freed_at) = (false, 60_000, (t0 + 60_000, t1 + 60_000), t1 + 60_000, None);
+                    (h.known, h.ttl, h.bounds, h.deadline, h.freed_at) =
+                        (false, 60_000, (t0 + 60_000, t1 + 60_000), t1 + 60_000, None);
                 }
             }
         } else if roll < 80 {
@@ -780,7 +868,8 @@ impl Run<'_> {
                 assert!(matches!(m.reply, R::Err(_)), "{desc}: a killed waiter was answered {:?}", m.reply);
             } else {
                 let id = self.actors[w.actor].client_id;
-                let _: Value = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id).query(&mut self.c).expect("client kill");
+                let _: Value =
+                    redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id).query(&mut self.c).expect("client kill");
                 let m = self.recv_waiter(w.actor);
                 assert!(matches!(m.reply, R::Err(_)), "{desc}: {:?}", m.reply);
             }
@@ -801,7 +890,9 @@ impl Run<'_> {
             wrote = !out.is_empty();
         } else if roll < 90 {
             // A holder's client dies: nobody renews or releases it again.
-            let owned: Vec<usize> = (0..self.model.holders.len()).filter(|&i| self.model.holders[i].owner.is_some() && self.model.holders[i].ttl < 60_000).collect();
+            let owned: Vec<usize> = (0..self.model.holders.len())
+                .filter(|&i| self.model.holders[i].owner.is_some() && self.model.holders[i].ttl < 60_000)
+                .collect();
             if owned.is_empty() {
                 return "none".into();
             }
@@ -851,12 +942,22 @@ impl Run<'_> {
             return;
         }
         let R::Other(Value::Array(items)) = r else { panic!("{what}") };
-        let field = |name: &str| items.iter().position(|v| v == &Value::BulkString(name.as_bytes().to_vec())).map(|i| items[i + 1].clone()).unwrap_or_else(|| panic!("{what}: no {name}"));
+        let field = |name: &str| {
+            items
+                .iter()
+                .position(|v| v == &Value::BulkString(name.as_bytes().to_vec()))
+                .map(|i| items[i + 1].clone())
+                .unwrap_or_else(|| panic!("{what}: no {name}"))
+        };
         match self.model.family {
             Family::Semaphore { limit } => assert_eq!(field("limit"), Value::Int(limit as i64), "{what}"),
             Family::ReadWrite => {
                 let writer = self.model.holders[0].mode == Mode::Write;
-                assert_eq!(field("mode"), Value::BulkString(if writer { b"write".to_vec() } else { b"read".to_vec() }), "{what}");
+                assert_eq!(
+                    field("mode"),
+                    Value::BulkString(if writer { b"write".to_vec() } else { b"read".to_vec() }),
+                    "{what}"
+                );
             }
         }
         assert_eq!(field("waiters"), Value::Int(self.model.queue.len() as i64), "{what}");
@@ -865,7 +966,8 @@ impl Run<'_> {
         for pair in flat.chunks(2) {
             let (Value::BulkString(t), Value::Int(ttl)) = (&pair[0], &pair[1]) else { panic!("{what}: {pair:?}") };
             let t = String::from_utf8(t.clone()).expect("utf-8");
-            let h = self.model.holders.iter().find(|h| h.token == t).unwrap_or_else(|| panic!("{what}: {t} holds nothing"));
+            let h =
+                self.model.holders.iter().find(|h| h.token == t).unwrap_or_else(|| panic!("{what}: {t} holds nothing"));
             let (lo, hi) = if h.known { (h.deadline, h.deadline) } else { h.bounds };
             assert!(*ttl >= lo - t1 - 1 && *ttl <= hi - t0 + 1, "{what}: ttl {ttl} of {t}, lease end in [{lo}, {hi}]");
         }
@@ -931,7 +1033,11 @@ pub fn random_run(server: &Server, family: Family, ops: usize, seed: u64) -> Rep
         }
     }));
     if let Err(e) = result {
-        eprintln!("seed {seed}, after {done} ops; the last steps:\n{}\nmodel: {:#?}", Vec::from(history).join("\n"), run.model);
+        eprintln!(
+            "seed {seed}, after {done} ops; the last steps:\n{}\nmodel: {:#?}",
+            Vec::from(history).join("\n"),
+            run.model
+        );
         std::panic::resume_unwind(e);
     }
     // Everyone leaves: waiters vanish, holders release.

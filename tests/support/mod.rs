@@ -81,13 +81,25 @@ pub fn until_waiting(c: &mut redis::Connection, n: u64) {
 
 /// Starts a client that waits for `key` as `token`; its reply arrives on
 /// the channel together with the instant it arrived.
-pub fn waiter(server: &Server, key: &str, token: &str, timeout_ms: u64, tx: mpsc::Sender<(String, Value, Instant)>) -> thread::JoinHandle<()> {
+pub fn waiter(
+    server: &Server,
+    key: &str,
+    token: &str,
+    timeout_ms: u64,
+    tx: mpsc::Sender<(String, Value, Instant)>,
+) -> thread::JoinHandle<()> {
     waiter_on(server.conn(), key, token, &["WAIT", &timeout_ms.to_string()], tx)
 }
 
 /// `LOCK.ACQUIRE key token LEASE_MS options...` on `c` from a new thread; an
 /// error reply arrives as a `SimpleString` holding its text.
-pub fn waiter_on(mut c: redis::Connection, key: &str, token: &str, options: &[&str], tx: mpsc::Sender<(String, Value, Instant)>) -> thread::JoinHandle<()> {
+pub fn waiter_on(
+    mut c: redis::Connection,
+    key: &str,
+    token: &str,
+    options: &[&str],
+    tx: mpsc::Sender<(String, Value, Instant)>,
+) -> thread::JoinHandle<()> {
     let (key, token) = (key.to_string(), token.to_string());
     let options: Vec<String> = options.iter().map(|o| o.to_string()).collect();
     thread::spawn(move || {

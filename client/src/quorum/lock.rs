@@ -51,12 +51,24 @@ pub struct QuorumLock {
 
 impl std::fmt::Debug for QuorumLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QuorumLock").field("key", &self.shared.key).field("fence", &self.fence).field("flavor", &self.flavor).finish_non_exhaustive()
+        f.debug_struct("QuorumLock")
+            .field("key", &self.shared.key)
+            .field("fence", &self.fence)
+            .field("flavor", &self.flavor)
+            .finish_non_exhaustive()
     }
 }
 
 impl QuorumLock {
-    pub(crate) fn new(ctx: Arc<Ctx>, key: &str, token: String, acquired: Acquired, ttl: Duration, opts: &LockOptions, rt: Option<tokio::runtime::Handle>) -> QuorumLock {
+    pub(crate) fn new(
+        ctx: Arc<Ctx>,
+        key: &str,
+        token: String,
+        acquired: Acquired,
+        ttl: Duration,
+        opts: &LockOptions,
+        rt: Option<tokio::runtime::Handle>,
+    ) -> QuorumLock {
         let shared = Arc::new(Shared::new(key.into(), token, LockKind::Exclusive, acquired.valid_from, ttl));
         let flavor = match rt {
             Some(rt) => Flavor::Async(rt),
@@ -172,7 +184,8 @@ impl QuorumLock {
         if self.shared.status() == Status::Released {
             return Ok(());
         }
-        let (ctx, key, token, timeout) = (self.ctx.clone(), self.key().to_string(), self.token().to_string(), self.node_timeout());
+        let (ctx, key, token, timeout) =
+            (self.ctx.clone(), self.key().to_string(), self.token().to_string(), self.node_timeout());
         let r = runtime::block(async move { protocol::release(&ctx, &key, &token, timeout).await });
         self.after_release(r)
     }
@@ -202,7 +215,8 @@ impl Drop for QuorumLock {
         if status == Status::Held {
             self.shared.mark_released();
         }
-        let (ctx, key, token, timeout) = (self.ctx.clone(), self.key().to_string(), self.token().to_string(), self.node_timeout());
+        let (ctx, key, token, timeout) =
+            (self.ctx.clone(), self.key().to_string(), self.token().to_string(), self.node_timeout());
         match &self.flavor {
             Flavor::Sync => {
                 let _ = runtime::block(async move { protocol::release(&ctx, &key, &token, timeout).await });
@@ -226,5 +240,6 @@ impl Drop for QuorumLock {
 /// The async methods spawn their steps as tasks: checked up front, since
 /// tokio would panic outside a runtime.
 pub(crate) fn in_runtime() -> Result<tokio::runtime::Handle> {
-    tokio::runtime::Handle::try_current().map_err(|_| Error::InvalidArgument("the _async methods must run inside a tokio runtime".into()))
+    tokio::runtime::Handle::try_current()
+        .map_err(|_| Error::InvalidArgument("the _async methods must run inside a tokio runtime".into()))
 }

@@ -52,9 +52,9 @@ pub use lock::QuorumLock;
 pub use options::QuorumOptions;
 
 use crate::cmd::random_token;
-use crate::runtime;
 use crate::error::{Error, Result};
 use crate::options::{ClientOptions, LockOptions};
+use crate::runtime;
 use node::Node;
 use protocol::Ctx;
 
@@ -159,7 +159,13 @@ impl QuorumClient {
 
     /// The async twin of [`QuorumClient::acquire_with`]. Dropping the future
     /// half-way releases whatever was granted, in the background.
-    pub async fn acquire_with_async(&self, key: &str, ttl: Duration, wait: Duration, opts: &LockOptions) -> Result<QuorumLock> {
+    pub async fn acquire_with_async(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+        opts: &LockOptions,
+    ) -> Result<QuorumLock> {
         let rt = lock::in_runtime()?;
         let token = opts.token.clone().unwrap_or_else(random_token);
         protocol::check(&self.ctx, key, &token, ttl)?;

@@ -10,8 +10,8 @@ use redis::{ErrorKind, ServerErrorKind};
 
 use crate::cmd::{Backend, Grant, LockCmd};
 use crate::error::{Error, Result};
-use crate::options::ClientOptions;
 use crate::failure::redact;
+use crate::options::ClientOptions;
 use crate::single::Single;
 use crate::transport::Core;
 
@@ -115,7 +115,12 @@ impl Node {
     /// `reacquire`). Answers like [`Node::renew`], per lock; the rare cases
     /// that need a second step (an absent key, a floor this server
     /// refuses) go through it alone.
-    pub(crate) async fn renew_batch(&self, items: &[(LockCmd, Option<u64>, LockCmd)], reacquire: bool, batch: usize) -> Vec<Answer> {
+    pub(crate) async fn renew_batch(
+        &self,
+        items: &[(LockCmd, Option<u64>, LockCmd)],
+        reacquire: bool,
+        batch: usize,
+    ) -> Vec<Answer> {
         let use_floor = self.floor.load(Ordering::Relaxed) != FLOOR_NO;
         let cmds = items
             .iter()
@@ -155,7 +160,9 @@ impl Node {
 
 fn server_error_detail(e: &Error) -> Option<String> {
     match e {
-        Error::Redis(e) if e.kind() == ErrorKind::Server(ServerErrorKind::ResponseError) => e.detail().map(|d| d.trim_start().to_ascii_lowercase()),
+        Error::Redis(e) if e.kind() == ErrorKind::Server(ServerErrorKind::ResponseError) => {
+            e.detail().map(|d| d.trim_start().to_ascii_lowercase())
+        }
         _ => None,
     }
 }
@@ -177,7 +184,11 @@ mod tests {
     use super::*;
 
     fn server(line: &str) -> Error {
-        Error::Redis(redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).and_then(redis::Value::extract_error).unwrap_err())
+        Error::Redis(
+            redis::parse_redis_value(format!("-{line}\r\n").as_bytes())
+                .and_then(redis::Value::extract_error)
+                .unwrap_err(),
+        )
     }
 
     #[test]

@@ -31,9 +31,9 @@ use futures_util::future::BoxFuture;
 use rand::Rng;
 
 use crate::cmd::LockCmd;
+use crate::engine::{Due, Engine, EngineSlot, Renewed, Renewer};
 use crate::error::{Error, Result};
 use crate::failure::QuorumFailure;
-use crate::engine::{Due, Engine, EngineSlot, Renewed, Renewer};
 use crate::quorum::node::{Answer, Node};
 use crate::quorum::options::QuorumOptions;
 use crate::quorum::round::{round, Tally};
@@ -95,7 +95,15 @@ impl Ctx {
         self.nodes.len() / 2 + 1
     }
 
-    fn failure(&self, operation: &'static str, key: &str, t: &Tally, asked: &[usize], succeeded: usize, validity_ran_out: bool) -> Error {
+    fn failure(
+        &self,
+        operation: &'static str,
+        key: &str,
+        t: &Tally,
+        asked: &[usize],
+        succeeded: usize,
+        validity_ran_out: bool,
+    ) -> Error {
         Error::NoQuorum(Box::new(QuorumFailure {
             key: key.into(),
             operation,
@@ -118,7 +126,9 @@ impl Ctx {
                 drift.as_millis()
             )));
         }
-        start.checked_sub(drift).ok_or_else(|| Error::InvalidArgument("the monotonic clock is too close to its origin".into()))
+        start
+            .checked_sub(drift)
+            .ok_or_else(|| Error::InvalidArgument("the monotonic clock is too close to its origin".into()))
     }
 }
 
@@ -167,10 +177,16 @@ async fn attempt(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duration) -> Resul
     // Dropped before the end (an async caller gave up): release everywhere.
     let mut guard = ReleaseGuard { ctx: ctx.clone(), release: Some(LockCmd::release(key, token)?) };
 
-    let grants = round(&ctx.nodes, &ctx.all, timeout, |node| {
-        let cmd = acquire.clone();
-        async move { node.step(&cmd).await }
-    }, |t| t.yes() >= q || t.yes() + t.pending() < q)
+    let grants = round(
+        &ctx.nodes,
+        &ctx.all,
+        timeout,
+        |node| {
+            let cmd = acquire.clone();
+            async move { node.step(&cmd).await }
+        },
+        |t| t.yes() >= q || t.yes() + t.pending() < q,
+    )
     .await;
     let outcome = if grants.yes() < q {
         Err(if grants.no() > n - q {
@@ -194,10 +210,16 @@ async fn attempt(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duration) -> Resul
                 // day behind, leaves the others to). Decided once a
                 // majority took it, or it cannot while a majority holds.
                 let asked: Vec<usize> = ctx.all.iter().copied().filter(|&i| !grants.refused_at(i)).collect();
-                let t = round(&ctx.nodes, &asked, timeout, |node| {
-                    let cmd = renew.clone();
-                    async move { node.renew(&cmd, Some(floor), None).await }
-                }, |t| t.floored() >= q || t.pending() == 0 || (t.yes() >= q && t.floored() + t.pending() < q))
+                let t = round(
+                    &ctx.nodes,
+                    &asked,
+                    timeout,
+                    |node| {
+                        let cmd = renew.clone();
+                        async move { node.renew(&cmd, Some(floor), None).await }
+                    },
+                    |t| t.floored() >= q || t.pending() == 0 || (t.yes() >= q && t.floored() + t.pending() < q),
+                )
                 .await;
                 // A server holds the key if it renewed now, or granted and
                 // was not heard from again.
@@ -236,18 +258,31 @@ async fn attempt(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duration) -> Resul
 /// watchdog expects: when the new validity counts from, and `Ok(true)`
 /// renewed by a majority in time, `Ok(false)` a majority says the key is
 /// not ours, else the error.
-pub(crate) async fn renew(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duration, fence: Option<u64>) -> (Instant, Result<bool>) {
+pub(crate) async fn renew(
+    ctx: &Arc<Ctx>,
+    key: &str,
+    token: &str,
+    ttl: Duration,
+    fence: Option<u64>,
+) -> (Instant, Result<bool>) {
     let start = Instant::now();
-    let (cmds, valid_from) = match (LockCmd::renew(key, token, ttl), LockCmd::acquire(key, token, ttl), ctx.valid_from(start, ttl)) {
-        (Ok(r), Ok(a), Ok(v)) => ((r, a), v),
-        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return (start, Err(e)),
-    };
+    let (cmds, valid_from) =
+        match (LockCmd::renew(key, token, ttl), LockCmd::acquire(key, token, ttl), ctx.valid_from(start, ttl)) {
+            (Ok(r), Ok(a), Ok(v)) => ((r, a), v),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return (start, Err(e)),
+        };
     let q = ctx.quorum();
     let reacquire = ctx.opts.reacquire_on_renew;
-    let t = round(&ctx.nodes, &ctx.all, ctx.opts.node_timeout_for(ttl), |node| {
-        let (renew, acquire) = cmds.clone();
-        async move { node.renew(&renew, fence, reacquire.then_some(&acquire)).await }
-    }, |t| t.yes() >= q || t.yes() + t.pending() < q)
+    let t = round(
+        &ctx.nodes,
+        &ctx.all,
+        ctx.opts.node_timeout_for(ttl),
+        |node| {
+            let (renew, acquire) = cmds.clone();
+            async move { node.renew(&renew, fence, reacquire.then_some(&acquire)).await }
+        },
+        |t| t.yes() >= q || t.yes() + t.pending() < q,
+    )
     .await;
     (valid_from, renew_outcome(ctx, key, &t, valid_from, ttl))
 }
@@ -289,7 +324,14 @@ pub(crate) async fn renew_all(ctx: &Arc<Ctx>, due: &[Due], batch: usize) -> Vec<
     let per_node = futures_util::future::join_all(ctx.nodes.iter().map(|node| async move {
         let n = items.len();
         tokio::time::timeout(timeout, node.renew_batch(items, reacquire, batch)).await.unwrap_or_else(|_| {
-            (0..n).map(|_| Answer::Failed(format!("no answer within {} ms (node timeout: down, unreachable or slow)", timeout.as_millis()))).collect()
+            (0..n)
+                .map(|_| {
+                    Answer::Failed(format!(
+                        "no answer within {} ms (node timeout: down, unreachable or slow)",
+                        timeout.as_millis()
+                    ))
+                })
+                .collect()
         })
     }))
     .await;
@@ -325,10 +367,16 @@ pub(crate) async fn release(ctx: &Arc<Ctx>, key: &str, token: &str, timeout: Dur
 /// A release on all servers, decided by `enough` (or when all answered);
 /// the others finish in the background.
 async fn release_round(ctx: &Arc<Ctx>, cmd: LockCmd, timeout: Duration, enough: impl Fn(&Tally) -> bool) -> Tally {
-    round(&ctx.nodes, &ctx.all, timeout, |node| {
-        let cmd = cmd.clone();
-        async move { node.step(&cmd).await }
-    }, |t| t.pending() == 0 || enough(t))
+    round(
+        &ctx.nodes,
+        &ctx.all,
+        timeout,
+        |node| {
+            let cmd = cmd.clone();
+            async move { node.step(&cmd).await }
+        },
+        |t| t.pending() == 0 || enough(t),
+    )
     .await
 }
 

@@ -89,7 +89,13 @@ impl Tally {
 /// already on its way to a server, such as a release, still happens.
 ///
 /// Must run inside a tokio runtime (the steps are tasks on it).
-pub(crate) async fn round<S, Fut>(nodes: &[Arc<Node>], asked: &[usize], timeout: Duration, step: S, decided: impl Fn(&Tally) -> bool) -> Tally
+pub(crate) async fn round<S, Fut>(
+    nodes: &[Arc<Node>],
+    asked: &[usize],
+    timeout: Duration,
+    step: S,
+    decided: impl Fn(&Tally) -> bool,
+) -> Tally
 where
     S: Fn(Arc<Node>) -> Fut,
     Fut: Future<Output = Answer> + Send + 'static,
@@ -99,9 +105,12 @@ where
     for &i in asked {
         let fut = step(nodes[i].clone());
         tasks.spawn(async move {
-            let answer = tokio::time::timeout(timeout, fut)
-                .await
-                .unwrap_or_else(|_| Answer::Failed(format!("no answer within {} ms (node timeout: down, unreachable or slow)", timeout.as_millis())));
+            let answer = tokio::time::timeout(timeout, fut).await.unwrap_or_else(|_| {
+                Answer::Failed(format!(
+                    "no answer within {} ms (node timeout: down, unreachable or slow)",
+                    timeout.as_millis()
+                ))
+            });
             (i, answer)
         });
     }

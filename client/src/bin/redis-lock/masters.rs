@@ -21,14 +21,19 @@ fn ask(seed: &str) -> RedisResult<Vec<ConnectionInfo>> {
     let mut con = redis::Client::open(info.clone())?.get_connection_with_timeout(crate::list::TIMEOUT)?;
     con.set_read_timeout(Some(crate::list::TIMEOUT))?;
     let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut con)?;
-    Ok(master_addrs(&nodes).into_iter().map(|(host, port)| info.clone().set_addr(moved(info.addr(), host, port))).collect())
+    Ok(master_addrs(&nodes)
+        .into_iter()
+        .map(|(host, port)| info.clone().set_addr(moved(info.addr(), host, port)))
+        .collect())
 }
 
 /// The seed's kind of address (TCP or TLS, with its TLS settings) at
 /// another host and port.
 fn moved(addr: &ConnectionAddr, host: String, port: u16) -> ConnectionAddr {
     match addr {
-        ConnectionAddr::TcpTls { insecure, tls_params, .. } => ConnectionAddr::TcpTls { host, port, insecure: *insecure, tls_params: tls_params.clone() },
+        ConnectionAddr::TcpTls { insecure, tls_params, .. } => {
+            ConnectionAddr::TcpTls { host, port, insecure: *insecure, tls_params: tls_params.clone() }
+        }
         _ => ConnectionAddr::Tcp(host, port),
     }
 }

@@ -33,16 +33,26 @@ fn cells(r: &Row) -> [String; 8] {
     let text = |b: &Option<Vec<u8>>| b.as_deref().map_or_else(|| "-".to_string(), printable);
     let (server, key) = (r.server.clone(), printable(&r.key));
     match &r.state {
-        State::Lock { owner, run_id, format, ttl_ms, fence, waiters } => {
-            [server, key, text(owner), text(run_id), format.to_string(), ttl_ms.to_string(), fence.map_or("-".into(), |f| f.to_string()), waiters.to_string()]
-        }
+        State::Lock { owner, run_id, format, ttl_ms, fence, waiters } => [
+            server,
+            key,
+            text(owner),
+            text(run_id),
+            format.to_string(),
+            ttl_ms.to_string(),
+            fence.map_or("-".into(), |f| f.to_string()),
+            waiters.to_string(),
+        ],
         State::Other => [server, key, "-".into(), "-".into(), "other".into(), "-".into(), "-".into(), "-".into()],
     }
 }
 
 /// UTF-8 with U+FFFD for other bytes, control characters as escapes.
 fn printable(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+    String::from_utf8_lossy(b)
+        .chars()
+        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .collect()
 }
 
 /// One array of objects, in `rows`' order; absent values are `null`, and
@@ -99,7 +109,14 @@ mod tests {
         Row {
             server: "h:1".into(),
             key: key.to_vec(),
-            state: State::Lock { owner: Some(owner.to_vec()), run_id: None, format: "legacy", ttl_ms: -1, fence: Some(3), waiters: 2 },
+            state: State::Lock {
+                owner: Some(owner.to_vec()),
+                run_id: None,
+                format: "legacy",
+                ttl_ms: -1,
+                fence: Some(3),
+                waiters: 2,
+            },
         }
     }
 

@@ -56,7 +56,9 @@ pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
     };
     let lock = match acquired {
         Ok(l) => l,
-        Err(Error::NotAcquired { .. }) => return Err(Fail(a.conflict_exit_code, format!("lock {key:?} is held by someone else"))),
+        Err(Error::NotAcquired { .. }) => {
+            return Err(Fail(a.conflict_exit_code, format!("lock {key:?} is held by someone else")))
+        }
         Err(e @ Error::InvalidArgument(_)) => return Err(usage(e.to_string())),
         Err(e) => return Err(redis_fail(e)),
     };

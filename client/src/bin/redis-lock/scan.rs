@@ -37,7 +37,8 @@ pub fn scan(con: &mut Connection, server: &str, pattern: &str, count: usize) -> 
     let mut module = true;
     let mut cursor: u64 = 0;
     loop {
-        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(count).query(con)?;
+        let (next, keys): (u64, Vec<Vec<u8>>) =
+            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(count).query(con)?;
         for batch in keys.chunks(count) {
             for (key, state) in batch.iter().zip(states(con, batch, &mut module)?) {
                 // None: the key expired or was deleted since SCAN saw it.
