@@ -135,6 +135,8 @@ struct Armed {
 struct Queue {
     waiters: VecDeque<Waiter>,
     check: Option<Armed>,
+    /// The key's expiry (Unix ms) when last seen held: see [`freed_too_early`].
+    expiry_seen: Option<i64>,
 }
 
 #[derive(Default)]
@@ -254,20 +256,13 @@ pub fn block(
     };
     let timeout = deadline.map(|at| start_timer(ctx, at - ctx.now_ms(), on_wait_timeout, WaitTimeout { client, seq }));
     let key = (db(ctx), bytes(name).to_vec());
+    let expiry = LockKey::open(ctx, name).expires_at();
     {
         let mut s = state();
         s.0.by_client.insert(client, key.clone());
-        s.0.queues.entry(key.clone()).or_default().waiters.push_back(Waiter {
-            client,
-            seq,
-            bc,
-            token,
-            ttl,
-            fence,
-            claim,
-            deadline,
-            timeout,
-        });
+        let q = s.0.queues.entry(key.clone()).or_default();
+        q.expiry_seen = expiry;
+        q.waiters.push_back(Waiter { client, seq, bc, token, ttl, fence, claim, deadline, timeout });
     }
     WAITING.fetch_add(1, Ordering::Relaxed);
     stats::WAITS_STARTED.add();
@@ -330,17 +325,24 @@ fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId) -> Step {
         // take a key with a queue): wait for that holder's deadline.
         let holder = k.expires_at();
         drop(k);
+        saw_expiry(key, holder);
         if let Some(at) = holder {
             check_by(ctx, key, at.saturating_add(1));
         }
         return Step::Done;
     }
-    let (w, at, fence) = match take_head(ctx, key, ctx.now_ms(), |now, ttl| now.checked_add(ttl)) {
+    // Read after the key is opened, as in `grant_holder`.
+    let now = ctx.now_ms();
+    if freed_too_early(ctx, key, now) {
+        return Step::Done;
+    }
+    let (w, at, fence) = match take_head(ctx, key, now, |now, ttl| now.checked_add(ttl)) {
         Ok(head) => head,
         Err(step) => return step,
     };
     k.set(NewValue::Arg(w.token), at);
     drop(k);
+    saw_expiry(key, Some(at));
     answer_grant(ctx, w, fence, &stats::GRANTS);
     check_by(ctx, key, at.saturating_add(1));
     Step::Done
@@ -402,12 +404,16 @@ fn grant_holder(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId, want: Wan
         drop(k);
         return answer_head(ctx, key, Some(Answer::Error(errors::WRONGTYPE.into())));
     };
+    if loaded.stored.is_none() && freed_too_early(ctx, key, now) {
+        return Step::Done;
+    }
     let verdict = admit(loaded.live.as_ref(), want, bytes(token));
     let answer = match verdict {
         Admit::Grant => None,
         Admit::Wait => {
             k.prune(&loaded, counters.expired);
             let next = loaded.live.as_ref().and_then(|h| h.first_deadline());
+            saw_expiry(key, loaded.live.as_ref().and_then(|h| h.last_deadline()));
             drop(k);
             if let Some(at) = next {
                 // One ms past the lease end: it has ended by then.
@@ -431,8 +437,36 @@ fn grant_holder(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId, want: Wan
     let after = granted(loaded.live.clone(), want, bytes(w.token), at);
     k.commit(&loaded, &after, counters.expired);
     drop(k);
+    saw_expiry(key, after.last_deadline());
     answer_grant(ctx, w, fence, stats::holder_grants(want));
     Step::Next
+}
+
+/// Remembers `key`'s expiry, as just seen on a held key.
+fn saw_expiry(key: &QueueId, at: Option<i64>) {
+    if let Some(q) = state().0.queues.get_mut(key) {
+        q.expiry_seen = at;
+    }
+}
+
+/// Whether `key`, found gone at `now`, may have been deleted inside the
+/// last millisecond of the lease that held it: then nothing is granted
+/// before the next millisecond, and the check is re-armed for it.
+///
+/// A lease is held through its last millisecond (`now <= deadline`), as
+/// Redis 7 and Valkey keep a key. Redis 8's active expiry deletes a key
+/// already at `now >= deadline` (redis/redis#13591: `activeExpireCycleTryExpire`
+/// tests `now < t`), so a key can vanish in its deadline's millisecond,
+/// and its `expired` event would have the queue grant the next holder a
+/// lease that overlaps the old one by that millisecond. No server deletes
+/// a key before its deadline by expiry, so a key gone in any other
+/// millisecond was deleted (free at once) or had ended.
+fn freed_too_early(ctx: Ctx, key: &QueueId, now: i64) -> bool {
+    if state().0.queues.get(key).and_then(|q| q.expiry_seen) != Some(now) {
+        return false;
+    }
+    check_by(ctx, key, now.saturating_add(1));
+    true
 }
 
 /// The head's token (retained by the queue while it waits).
