@@ -29,4 +29,11 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 if [ "$servers" = 1 ]; then
   "$(dirname "$0")/servers.sh"
+  # redis-py, a client nobody here wrote (tests/redis_py_cluster.rs): pinned,
+  # into the ignored .servers/python, so no system Python is touched.
+  py="$(dirname "$0")/../.servers/python"
+  if ! PYTHONPATH=$py python3 -c 'import sys, redis; sys.exit(redis.__version__ != "8.2.0")' 2>/dev/null; then
+    echo "installing: redis-py 8.2.0 into .servers/python" >&2
+    python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location --upgrade --target "$py" redis==8.2.0
+  fi
 fi

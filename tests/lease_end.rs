@@ -37,8 +37,8 @@ impl Family {
     fn acquire(self, key: &str, token: &str, ttl: i64) -> redis::Cmd {
         let mut c = match self {
             Family::Lock => redis::cmd("LOCK.ACQUIRE"),
-            Family::Semaphore => redis::cmd("LOCK.SEM.ACQUIRE"),
-            Family::Write => redis::cmd("LOCK.RW.ACQUIRE"),
+            Family::Semaphore => redis::cmd("SEM.ACQUIRE"),
+            Family::Write => redis::cmd("RWLOCK.ACQUIRE"),
         };
         c.arg(key).arg(token);
         match self {
