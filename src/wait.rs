@@ -37,12 +37,13 @@
 //! keyspace events). Creating and stopping timers runs none, so it happens
 //! under the lock.
 
-use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use redis_lock_rules::holders::{admit, granted, lease_end, Admit, Want};
+pub use redis_lock_rules::queue::MAX_TIMER_MS;
+use redis_lock_rules::queue::{next_piece, Arm, Left, Queues};
 use redis_lock_rules::Entry;
 use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisModuleString, RedisModuleTimerID};
 
@@ -55,11 +56,6 @@ use crate::holders::HoldersKey;
 use crate::key::{bytes, Ctx, LockKey, NewValue};
 use crate::stats::{self, waiting, WAITING};
 
-/// Redis turns a timer's milliseconds into microseconds in 64 bits
-/// (`ustime() + period * 1000`): a delay beyond ~2^53 ms wraps into the
-/// past, and the timer fires at once, forever, or sorts after every other
-/// module timer. Longer delays are cut into pieces of at most ~24.8 days.
-pub const MAX_TIMER_MS: i64 = 1 << 31;
 /// How often a grant held back by paused writes is retried.
 pub const PAUSE_RETRY_MS: i64 = 10;
 
@@ -78,9 +74,6 @@ pub enum Claim {
 }
 
 struct Waiter {
-    client: u64,
-    /// Tells this wait from the same client's later ones.
-    seq: u64,
     bc: *mut RedisModuleBlockedClient,
     /// The waiter's token, retained until it is stored or the wait ends.
     token: *mut RedisModuleString,
@@ -122,46 +115,12 @@ impl Waiter {
     }
 }
 
-/// A queue's check timer.
-struct Armed {
-    id: RedisModuleTimerID,
-    /// When it fires (Unix ms).
-    at: i64,
-    /// Tells this timer from the queue's earlier ones.
-    gen: u64,
-}
-
-#[derive(Default)]
-struct Queue {
-    waiters: VecDeque<Waiter>,
-    check: Option<Armed>,
-    /// The key's expiry (Unix ms) when last seen held: see [`freed_too_early`].
-    expiry_seen: Option<i64>,
-}
-
+/// The queues (their bookkeeping is pure: `redis_lock_rules::queue`),
+/// holding Redis's handles: blocked clients, tokens, timer ids.
 #[derive(Default)]
 struct State {
-    queues: HashMap<QueueId, Queue>,
-    /// Where each blocked client waits: timeouts and disconnects find it here.
-    by_client: HashMap<u64, QueueId>,
+    queues: Queues<QueueId, Waiter, RedisModuleTimerID>,
     subscribed: bool,
-    next_gen: u64,
-}
-
-impl State {
-    /// Takes `key`'s queue away if it has no waiters left, stopping its timer.
-    fn drop_if_empty(&mut self, ctx: Ctx, key: &QueueId) {
-        if self.queues.get(key).is_some_and(|q| q.waiters.is_empty()) {
-            if let Some(armed) = self.queues.remove(key).and_then(|q| q.check) {
-                stop_timer::<Check>(ctx, armed.id);
-            }
-        }
-    }
-
-    fn waiter_mut(&mut self, client: u64, seq: u64) -> Option<&mut Waiter> {
-        let key = self.by_client.get(&client)?;
-        self.queues.get_mut(key)?.waiters.iter_mut().find(|w| w.client == client && w.seq == seq)
-    }
 }
 
 /// The pointers inside are only touched on Redis's main thread.
@@ -169,7 +128,8 @@ struct Shared(State);
 unsafe impl Send for Shared {}
 
 static STATE: LazyLock<Mutex<Shared>> = LazyLock::new(|| Mutex::new(Shared(State::default())));
-/// Numbers the waits (see [`Waiter::seq`]).
+/// Numbers the waits: their order in a line, and what tells a client's
+/// wait from its later ones (a timeout timer names the wait it ends).
 static NEXT_WAIT: AtomicU64 = AtomicU64::new(0);
 
 fn state() -> MutexGuard<'static, Shared> {
@@ -208,7 +168,7 @@ pub fn waiters_on(ctx: Ctx, key: &[u8]) -> usize {
     if waiting() == 0 {
         return 0;
     }
-    state().0.queues.get(&(db(ctx), key.to_vec())).map_or(0, |q| q.waiters.len())
+    state().0.queues.waiters_on(&(db(ctx), key.to_vec()))
 }
 
 /// Whether a command may block here: not inside MULTI, a script, or any
@@ -257,13 +217,8 @@ pub fn block(
     let timeout = deadline.map(|at| start_timer(ctx, at - ctx.now_ms(), on_wait_timeout, WaitTimeout { client, seq }));
     let key = (db(ctx), bytes(name).to_vec());
     let expiry = LockKey::open(ctx, name).expires_at();
-    {
-        let mut s = state();
-        s.0.by_client.insert(client, key.clone());
-        let q = s.0.queues.entry(key.clone()).or_default();
-        q.expiry_seen = expiry;
-        q.waiters.push_back(Waiter { client, seq, bc, token, ttl, fence, claim, deadline, timeout });
-    }
+    let waiter = Waiter { bc, token, ttl, fence, claim, deadline, timeout };
+    state().0.queues.push(key.clone(), client, seq, waiter, expiry);
     WAITING.fetch_add(1, Ordering::Relaxed);
     stats::WAITS_STARTED.add();
     if let Some(at) = expires_at {
@@ -281,7 +236,7 @@ pub fn grant_next(ctx: Ctx, name: *mut RedisModuleString) {
         return;
     }
     let key = (db(ctx), bytes(name).to_vec());
-    if !state().0.queues.contains_key(&key) {
+    if !state().0.queues.has_queue(&key) {
         return;
     }
     if writes_paused() {
@@ -314,7 +269,7 @@ enum Step {
 
 /// The head's claim, if anyone waits on `key`.
 fn head_claim(key: &QueueId) -> Option<Claim> {
-    state().0.queues.get(key)?.waiters.front().map(|w| w.claim)
+    state().0.queues.head(key).map(|w| w.claim)
 }
 
 /// The exclusive lock's head: granted if the key is absent.
@@ -442,27 +397,19 @@ fn grant_holder(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId, want: Wan
     Step::Next
 }
 
-/// Remembers `key`'s expiry, as just seen on a held key.
+/// Remembers `key`'s expiry, as just seen on a held key or granted.
 fn saw_expiry(key: &QueueId, at: Option<i64>) {
-    if let Some(q) = state().0.queues.get_mut(key) {
-        q.expiry_seen = at;
-    }
+    state().0.queues.saw_expiry(key, at);
 }
 
 /// Whether `key`, found gone at `now`, may have been deleted inside the
-/// last millisecond of the lease that held it: then nothing is granted
-/// before the next millisecond, and the check is re-armed for it.
-///
-/// A lease is held through its last millisecond (`now <= deadline`), as
-/// Redis 7 and Valkey keep a key. Redis 8's active expiry deletes a key
-/// already at `now >= deadline` (redis/redis#13591: `activeExpireCycleTryExpire`
-/// tests `now < t`), so a key can vanish in its deadline's millisecond,
-/// and its `expired` event would have the queue grant the next holder a
-/// lease that overlaps the old one by that millisecond. No server deletes
-/// a key before its deadline by expiry, so a key gone in any other
-/// millisecond was deleted (free at once) or had ended.
+/// last millisecond of the lease that held it (Redis 8's active expiry,
+/// see `Queues::gone_in_last_ms`): then nothing is granted before the next
+/// millisecond, and the check is re-armed for it. Otherwise the key's
+/// `expired` event would have the queue grant the next holder a lease that
+/// overlaps the old one by that millisecond.
 fn freed_too_early(ctx: Ctx, key: &QueueId, now: i64) -> bool {
-    if state().0.queues.get(key).and_then(|q| q.expiry_seen) != Some(now) {
+    if !state().0.queues.gone_in_last_ms(key, now) {
         return false;
     }
     check_by(ctx, key, now.saturating_add(1));
@@ -471,7 +418,7 @@ fn freed_too_early(ctx: Ctx, key: &QueueId, now: i64) -> bool {
 
 /// The head's token (retained by the queue while it waits).
 fn head_token(key: &QueueId) -> Option<*mut RedisModuleString> {
-    state().0.queues.get(key)?.waiters.front().map(|w| w.token)
+    state().0.queues.head(key).map(|w| w.token)
 }
 
 /// Ends the head's wait with `answer` (none: its refusal); it is not granted.
@@ -501,33 +448,34 @@ fn send_away(ctx: Ctx, key: &QueueId, error: &CString) {
 
 /// Removes and returns the head waiter of `key`.
 fn pop_head(ctx: Ctx, key: &QueueId) -> Option<Waiter> {
-    let mut s = state();
-    let w = s.0.queues.get_mut(key)?.waiters.pop_front()?;
-    s.0.drop_if_empty(ctx, key);
-    s.0.by_client.remove(&w.client);
-    WAITING.fetch_sub(1, Ordering::Relaxed);
-    Some(w)
+    let left = state().0.queues.pop_head(key)?;
+    Some(left_line(ctx, key, left))
 }
 
 /// Removes the waiter of `client` wherever it waits; with `seq`, only if
 /// it is still that wait.
 fn remove_client(ctx: Ctx, client: u64, seq: Option<u64>) -> Option<Waiter> {
-    let mut s = state();
-    let key = s.0.by_client.get(&client)?.clone();
-    let q = s.0.queues.get_mut(&key)?;
-    let i = q.waiters.iter().position(|w| w.client == client && seq.is_none_or(|n| w.seq == n))?;
-    let w = q.waiters.remove(i)?;
-    // A head that leaves can unblock those behind it: readers behind a
-    // writer that gave up are admitted beside the readers holding now.
-    let new_head = i == 0 && !q.waiters.is_empty();
-    s.0.drop_if_empty(ctx, &key);
-    s.0.by_client.remove(&client);
+    let (key, left) = {
+        let mut s = state();
+        let key = s.0.queues.key_of(client)?.clone();
+        (key, s.0.queues.remove(client, seq)?)
+    };
+    Some(left_line(ctx, &key, left))
+}
+
+/// What a waiter leaving `key`'s line leaves to do: stop the timer of a
+/// line now gone; and when the head left, check the key again, since it
+/// can unblock those behind it (readers behind a writer that gave up are
+/// admitted beside the readers holding now).
+fn left_line(ctx: Ctx, key: &QueueId, left: Left<Waiter, RedisModuleTimerID>) -> Waiter {
     WAITING.fetch_sub(1, Ordering::Relaxed);
-    drop(s);
-    if new_head {
-        check_by(ctx, &key, ctx.now_ms());
+    if let Some(id) = left.stop {
+        stop_timer::<Check>(ctx, id);
     }
-    Some(w)
+    if left.new_head {
+        check_by(ctx, key, ctx.now_ms());
+    }
+    left.waiter
 }
 
 /// What a wait ended by [`finish`] replies.
@@ -563,11 +511,11 @@ unsafe extern "C" fn on_wait_timeout(ctx: *mut RedisModuleCtx, data: *mut c_void
         let now = ctx.now_ms();
         {
             let mut s = state();
-            let Some(w) = s.0.waiter_mut(client, seq) else { return };
+            let Some(w) = s.0.queues.waiter_mut(client, seq) else { return };
             // This timer is the one firing: Redis frees it itself.
             w.timeout = None;
-            if let Some(at) = w.deadline.filter(|&at| at > now) {
-                w.timeout = Some(start_timer(ctx, at - now, on_wait_timeout, WaitTimeout { client, seq }));
+            if let Some(delay) = next_piece(w.deadline, now) {
+                w.timeout = Some(start_timer(ctx, delay, on_wait_timeout, WaitTimeout { client, seq }));
                 return;
             }
         }
@@ -581,21 +529,13 @@ unsafe extern "C" fn on_wait_timeout(ctx: *mut RedisModuleCtx, data: *mut c_void
 /// Makes `key`'s check timer fire no later than `at_ms` (Unix ms): keeps an
 /// earlier one, replaces a later one.
 fn check_by(ctx: Ctx, key: &QueueId, at_ms: i64) {
-    let now = ctx.now_ms();
-    let delay = at_ms.saturating_sub(now).clamp(0, MAX_TIMER_MS);
-    let fire_at = now + delay;
     let mut s = state();
-    let State { queues, next_gen, .. } = &mut s.0;
-    let Some(q) = queues.get_mut(key) else { return };
-    if q.check.as_ref().is_some_and(|a| a.at <= fire_at) {
-        return;
+    let Some(Arm { delay, gen, stop }) = s.0.queues.check_by(key, at_ms, ctx.now_ms()) else { return };
+    if let Some(old) = stop {
+        stop_timer::<Check>(ctx, old);
     }
-    if let Some(old) = q.check.take() {
-        stop_timer::<Check>(ctx, old.id);
-    }
-    *next_gen += 1;
-    let id = start_timer(ctx, delay, on_check, Check { key: key.clone(), gen: *next_gen });
-    q.check = Some(Armed { id, at: fire_at, gen: *next_gen });
+    let id = start_timer(ctx, delay, on_check, Check { key: key.clone(), gen });
+    s.0.queues.armed(key, gen, id);
 }
 
 /// Which queue a check timer checks.
@@ -610,13 +550,9 @@ unsafe extern "C" fn on_check(ctx: *mut RedisModuleCtx, data: *mut c_void) {
     let Check { key, gen } = *Box::from_raw(data.cast::<Check>());
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let ctx = Ctx(ctx);
-        {
-            let mut s = state();
-            match s.0.queues.get_mut(&key) {
-                // Redis frees the firing timer itself.
-                Some(q) if q.check.as_ref().is_some_and(|a| a.gen == gen) => q.check = None,
-                _ => return,
-            }
+        // A replaced timer is stale; Redis frees the firing one itself.
+        if !state().0.queues.check_fired(&key, gen) {
+            return;
         }
         rm!(RedisModule_SelectDb)(ctx.0, key.0);
         let name = ctx.string(&key.1);

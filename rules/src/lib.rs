@@ -10,6 +10,7 @@
 //! - [`fence`]: fencing token numbering.
 //! - [`guard`]: LOCK.GUARD's ownership rule and the inner commands it refuses.
 //! - [`holders`]: semaphores and read-write locks (several holders per key).
+//! - [`queue`]: the wait queues' bookkeeping (FIFO per key, timers).
 //! - [`scripts`]: the reference Lua scripts.
 
 pub mod args;
@@ -21,6 +22,7 @@ pub mod fence;
 pub mod guard;
 pub mod holders;
 pub mod lock;
+pub mod queue;
 pub mod scripts;
 
 pub use args::ArgError;
