@@ -278,10 +278,17 @@ pub fn spawn(cmd: &mut Command) -> io::Result<Supervised> {
     let child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
-            // SAFETY: kill and waitpid on our own watcher child.
+            // SAFETY: kill and waitpid on our own watcher child; see
+            // `give_tty` (the child may have taken the terminal before its
+            // exec failed).
             unsafe {
                 libc::kill(watcher, libc::SIGKILL);
                 libc::waitpid(watcher, std::ptr::null_mut(), 0);
+                if let Some(fd) = tty {
+                    if libc::tcgetpgrp(fd) != libc::getpgrp() {
+                        give_tty(fd, libc::getpgrp());
+                    }
+                }
             }
             return Err(e);
         }
@@ -351,21 +358,32 @@ impl Supervised {
     /// would keep the lock while the shell cannot get its terminal back
     /// (`run` itself does not stop), so suspending is not supported.
     fn reap(&mut self) {
+        let mut suspended = false;
         loop {
             let mut st: c_int = 0;
             // SAFETY: waitpid on our children in CMD's group, into a local.
             let r = unsafe { libc::waitpid(-self.pid, &mut st, libc::WNOHANG | libc::WUNTRACED) };
             if r <= 0 {
-                return;
+                break;
             }
             if libc::WIFSTOPPED(st) {
-                if libc::WSTOPSIG(st) == libc::SIGTSTP {
-                    eprintln!("redis-lock: a command under a lock cannot be suspended; continuing it");
-                    self.signal(libc::SIGCONT);
-                }
+                suspended |= libc::WSTOPSIG(st) == libc::SIGTSTP;
                 continue;
             }
             if r == self.pid {
+                self.status = Some(st);
+            }
+        }
+        if suspended {
+            eprintln!("redis-lock: a command under a lock cannot be suspended; continuing it");
+            self.signal(libc::SIGCONT);
+        }
+        // CMD itself may have moved to another group (setpgid): reaped by
+        // pid, its group still watched.
+        if self.status.is_none() {
+            let mut st: c_int = 0;
+            // SAFETY: waitpid on our own child, into a local.
+            if unsafe { libc::waitpid(self.pid, &mut st, libc::WNOHANG) } == self.pid {
                 self.status = Some(st);
             }
         }
