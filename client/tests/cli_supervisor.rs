@@ -123,6 +123,17 @@ fn alive(pid: i32) -> bool {
     !matches!(state, Some('Z' | 'X') | None)
 }
 
+/// No `redis-lock` for this server is left: neither `run` nor its watcher
+/// (a fork of `run`, with its command line). A zombie has none.
+fn assert_no_redis_lock_left(s: &Server) {
+    let url = s.url();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        assert!(!(cmdline.contains(BIN) && cmdline.contains(&url)), "left running: {cmdline}");
+    }
+}
+
 fn key_exists(s: &Server, key: &str) -> bool {
     redis::cmd("EXISTS").arg(key).query::<i64>(&mut s.conn()).expect("EXISTS") == 1
 }
@@ -231,6 +242,7 @@ fn kill_9_of_redis_lock_kills_the_group_before_the_lock_expires() {
     assert_eq!(st.code(), None);
     // Not released: the key stays until its TTL runs out.
     assert_gone_when_free(&s, "job", &pids, &scratch);
+    assert_no_redis_lock_left(&s);
 }
 
 #[test]
@@ -271,6 +283,7 @@ fn a_cmd_that_traps_sigterm_exits_with_its_own_status() {
     assert_gone_when_free(&s, "job", &pids, &scratch);
     let st = wait_exit(&mut child, &scratch);
     assert_eq!(st.code(), Some(3), "{}", scratch.stderr());
+    assert_no_redis_lock_left(&s);
 }
 
 #[test]
