@@ -11,14 +11,15 @@
 //!   exit all end with that whole group gone (SIGTERM, SIGKILL after the
 //!   grace), and only then does `run` release the lock.
 //! - If `run` itself dies (`kill -9`, OOM), a watcher process it forked sees
-//!   the end of a pipe only `run` holds open and SIGKILLs the group; the lock
-//!   expires a TTL later at the earliest. On Linux CMD also has
+//!   the end of a pipe only `run` holds open and SIGKILLs the group at once,
+//!   while the key, not released, lasts until its last renewal's TTL runs
+//!   out (renewals come every TTL/3). On Linux CMD also has
 //!   `PR_SET_PDEATHSIG` = SIGKILL, in case the watcher died too.
 //! - On Linux `run` is a child subreaper, so orphaned members of the group
 //!   become its children and it reaps them itself: the group's emptiness
 //!   does not depend on an init that reaps (a container's PID 1 may not).
 //!
-//! Unix only: the CLI has no other supervision.
+//! Unix only (process groups and signals).
 
 #[cfg(not(unix))]
 compile_error!("redis-lock run supervises a Unix process group; other platforms are not supported");
