@@ -300,3 +300,63 @@ fn what_cmd_leaves_running_is_ended_before_the_release() {
     assert_gone_when_free(&s, "job", &pids, &scratch);
     assert_eq!(st.code(), Some(4), "{}", scratch.stderr());
 }
+
+/// A new pseudo-terminal: (master, slave).
+fn pty() -> (std::fs::File, std::fs::File) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: the usual posix_openpt sequence; each fd is owned once.
+    unsafe {
+        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(m >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        let master = std::fs::File::from_raw_fd(m);
+        assert_eq!(libc::grantpt(m), 0);
+        assert_eq!(libc::unlockpt(m), 0);
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(m, name.as_mut_ptr(), name.len()), 0);
+        let s = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY);
+        assert!(s >= 0, "open the slave: {}", std::io::Error::last_os_error());
+        (master, std::fs::File::from_raw_fd(s))
+    }
+}
+
+#[test]
+fn an_interactive_cmd_gets_the_terminal_and_its_ctrl_c() {
+    use std::io::Write;
+    let s = Server::start();
+    let scratch = Scratch::new("tty");
+    let (mut master, slave) = pty();
+    let got = scratch.0.join("got");
+    // A CMD in a background group would be stopped by SIGTTIN at `read`.
+    let script = scratch.script(&format!("read x; echo \"got:$x\" > {};", got.display()), "wait");
+    let url = s.url();
+    let err = std::fs::File::create(scratch.0.join("stderr")).expect("stderr file");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "--url", &url, "--ttl", "2000", "job", "--", "sh", "-c", &script])
+        .stdin(slave)
+        .stdout(Stdio::null())
+        .stderr(err);
+    // redis-lock leads a session whose controlling terminal is the pty, so
+    // its group has the terminal's foreground, as in an interactive shell.
+    // SAFETY: setsid, ioctl and signal are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("spawn");
+    // Typed ahead: the terminal keeps the line until CMD reads it.
+    master.write_all(b"hello\n").expect("type");
+    let pids = scratch.wait_pids(&mut child).unwrap_or_else(|| panic!("redis-lock exited: {}", scratch.stderr()));
+    assert_eq!(std::fs::read_to_string(&got).expect("CMD read the terminal"), "got:hello\n");
+    // Ctrl-C: the terminal signals its foreground group, CMD's.
+    master.write_all(b"\x03").expect("type");
+    assert_gone_when_free(&s, "job", &pids, &scratch);
+    let st = wait_exit(&mut child, &scratch);
+    assert_eq!(st.code(), Some(130), "{}", scratch.stderr());
+}
