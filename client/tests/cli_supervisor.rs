@@ -1,13 +1,18 @@
 //! `redis-lock run` never leaves work running unlocked (issue 21): whatever
 //! ends a run — a signal to `redis-lock`, `timeout`, `kill -9`, a lost lock,
 //! CMD's own exit — no process CMD started (its shell and that shell's
-//! background children) is still running once the key is free.
+//! background children) is still running once the key is free (after a
+//! lost lock, whose key is free at once: once redis-lock has exited).
 //!
 //! Each CMD is `sh -c` that starts a grandchild (`sleep 300 &`) and records
 //! both pids. A pid counts as gone when `/proc/PID` is absent or a zombie
 //! (an orphan's zombie waits for its new parent's reap). Only orders are
 //! asserted ("gone no later than the key is free"), never durations, except
 //! the lower bound of `--grace`.
+//!
+//! Linux: pids are read in /proc.
+
+#![cfg(target_os = "linux")]
 
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
