@@ -33,8 +33,11 @@ pub enum Cmd {
     /// Run CMD while holding the lock KEY; exit with CMD's status.
     ///
     /// Acquires KEY, keeps it renewed (every TTL/3) while CMD runs and
-    /// releases it when CMD exits. If the lock is lost, CMD gets SIGTERM, then SIGKILL after the grace
-    /// period. With several --url options the lock is a quorum lock: held on
+    /// releases it once CMD's process group is gone (what CMD leaves in it
+    /// gets SIGTERM, then SIGKILL after the grace period). If the lock is
+    /// lost, the group gets SIGTERM, then SIGKILL after the grace period;
+    /// SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to redis-lock go to the group
+    /// the same way, while the lock stays renewed. With several --url options the lock is a quorum lock: held on
     /// a majority of those independent servers. CMD finds its lock in
     /// REDIS_LOCK_KEY, REDIS_LOCK_TOKEN and, when the grant carries one
     /// (the module's fencing token), REDIS_LOCK_FENCE.
@@ -125,7 +128,9 @@ pub struct RunArgs {
     /// Exit status when the lock is held by someone else (as flock -E).
     #[arg(short = 'E', long, value_name = "CODE", default_value_t = EXIT_HELD)]
     pub conflict_exit_code: u8,
-    /// SIGTERM-to-SIGKILL grace after a loss, in milliseconds.
+    /// SIGTERM-to-SIGKILL grace for CMD's process group (after a loss, a
+    /// forwarded signal, or CMD's exit with others of its group left), in
+    /// milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     pub grace: u64,
     /// Stop renewing after this long, in milliseconds (default: none).

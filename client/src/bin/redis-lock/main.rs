@@ -23,6 +23,7 @@ mod release;
 mod render;
 mod run;
 mod scan;
+mod supervise;
 mod target;
 
 use std::process::ExitCode;

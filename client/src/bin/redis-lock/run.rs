@@ -1,13 +1,14 @@
 //! `redis-lock run`: a command under a lock kept alive by the watchdog.
 
-use std::process::{Child, Command, ExitCode, ExitStatus};
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitCode};
+use std::time::Duration;
 
-use redis_lock_client::{ClientOptions, Error, Lock, LockOptions, LossReason, LostSignal, QuorumLock, WatchdogOptions};
+use redis_lock_client::{ClientOptions, Error, Lock, LockOptions, LostSignal, QuorumLock, WatchdogOptions};
 
 use crate::args::{Mode, RunArgs};
+use crate::supervise;
 use crate::target::{open_quorum, Servers};
-use crate::{redis_fail, usage, Fail, EXIT_LOST, EXIT_REDIS};
+use crate::{redis_fail, usage, Fail, EXIT_LOST};
 
 /// `redis-lock run [--url URL]... [--cluster] [--ttl MS] [--wait MS | -w SECONDS | -n] [-E CODE]
 /// [--grace MS] [--max-lifetime MS] [--token TOKEN] [--run-id RUN_ID | --permits N | -s | -x] KEY -- CMD [ARGS...]`
@@ -70,25 +71,25 @@ pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
         Some(f) => cmd.env("REDIS_LOCK_FENCE", f.to_string()),
         None => cmd.env_remove("REDIS_LOCK_FENCE"),
     };
-    let mut child = match cmd.spawn() {
+    // From the main thread: see `supervise::spawn`.
+    let child = match supervise::spawn(&mut cmd) {
         Ok(c) => c,
         Err(e) => {
             let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
             return Err(Fail(code, format!("cannot run {program:?}: {e}")));
         }
     };
-    let signal = lock.lost_signal();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) => {}
-            Err(e) => return Err(Fail(EXIT_REDIS, format!("waiting for {program:?}: {e}"))),
-        }
-        // Doubles as the poll interval of the child.
-        if let Some(reason) = signal.wait_timeout(Duration::from_millis(20)) {
-            return Err(lost(&mut child, program, key, reason, grace));
-        }
-    };
+    let pid = child.pid();
+    // The lock is released only once CMD's whole process group is gone, so
+    // nothing `run` started outlives it (see supervise.rs).
+    let outcome = child.wait(&lock.lost_signal(), grace, |reason| {
+        eprintln!(
+            "redis-lock: lost lock {key:?} ({reason}); terminating {program:?} (pid {pid}) and its process group"
+        );
+    });
+    if outcome.lost.is_some() {
+        return Err(Fail(EXIT_LOST, format!("{program:?} was terminated because lock {key:?} was lost")));
+    }
     if let Err(e) = lock.release() {
         // CMD finished; say if the lock did not last until then.
         eprintln!("redis-lock: releasing {key:?} after {program:?} exited: {e}");
@@ -96,7 +97,7 @@ pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
             return Err(Fail(EXIT_LOST, String::new()));
         }
     }
-    Ok(ExitCode::from(exit_code(status)))
+    Ok(ExitCode::from(outcome.code))
 }
 
 /// The lock `run` holds: on one server (or cluster), or on a majority of
@@ -134,46 +135,4 @@ impl Held {
             Held::Quorum(l) => l.release(),
         }
     }
-}
-
-fn lost(child: &mut Child, program: &str, key: &str, reason: LossReason, grace: Duration) -> Fail {
-    eprintln!("redis-lock: lost lock {key:?} ({reason}); terminating {program:?} (pid {})", child.id());
-    terminate(child, grace);
-    Fail(EXIT_LOST, format!("{program:?} was terminated because lock {key:?} was lost"))
-}
-
-/// SIGTERM, then SIGKILL once `grace` has passed.
-fn terminate(child: &mut Child, grace: Duration) {
-    #[cfg(unix)]
-    {
-        if let Ok(pid) = libc::pid_t::try_from(child.id()) {
-            // SAFETY: kill(2) on our own not-yet-reaped child's pid.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
-        }
-        let end = Instant::now() + grace;
-        while Instant::now() < end {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = grace;
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-fn exit_code(status: ExitStatus) -> u8 {
-    if let Some(c) = status.code() {
-        return u8::try_from(c & 0xff).unwrap_or(1);
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        if let Some(sig) = status.signal() {
-            return u8::try_from(128 + (sig & 0x7f)).unwrap_or(1);
-        }
-    }
-    1
 }
