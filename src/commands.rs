@@ -7,72 +7,16 @@ use redis_lock_rules::args::{
     wait_deadline, Grammar, GrantOptions,
 };
 use redis_lock_rules::encode::structured_value;
-use std::ffi::CStr;
 
 use redis_lock_rules::lock::{self, Takeover};
-use redis_lock_rules::{ArgError, Entry, Remaining, WrongType};
+use redis_lock_rules::{Entry, Remaining};
 use redis_module::raw::RedisModuleString;
 
 use crate::fence;
 use crate::key::{bytes, Ctx, LockKey, NewValue};
+use crate::reply::{Argv, Failure, Reply, Value};
 use crate::stats::{self, Counter};
 use crate::wait;
-
-/// A command's arguments, the command name first.
-pub type Argv<'a> = &'a [*mut RedisModuleString];
-
-/// Why a command did not produce its integer reply.
-#[derive(Debug)]
-pub enum Failure {
-    /// Missing or extra arguments.
-    Arity,
-    Arg(ArgError),
-    WrongType,
-    /// The 63-bit fence space is used up (only a replayed log or a master gets there).
-    FencesExhausted,
-    /// A WAIT that would block beyond `lock.max-waiters`.
-    TooManyWaiters,
-    /// An error reply composed elsewhere (LOCK.GUARD's NOTHELD and refusals).
-    Error(&'static CStr),
-    /// A semaphore acquired with another limit than its stored one (this).
-    LimitDiffers(u64),
-}
-
-impl From<ArgError> for Failure {
-    fn from(e: ArgError) -> Self {
-        Failure::Arg(e)
-    }
-}
-
-impl From<WrongType> for Failure {
-    fn from(_: WrongType) -> Self {
-        Failure::WrongType
-    }
-}
-
-/// A command's successful reply.
-#[derive(Debug)]
-pub enum Reply {
-    /// 1 when the command took effect, 0 when it was refused.
-    Int(i64),
-    Nil,
-    Ok,
-    /// No reply now: the client waits (LOCK.ACQUIRE ... WAIT).
-    Blocked,
-    /// Field/value pairs (LOCK.INFO).
-    Fields(Vec<(&'static CStr, Value)>),
-    /// What an inner command replied, forwarded as it is (LOCK.GUARD).
-    Call(crate::guard::CallReply),
-}
-
-#[derive(Debug)]
-pub enum Value {
-    Int(i64),
-    Bytes(Vec<u8>),
-    Nil,
-    /// Holders and their remaining lease in ms (SEM.INFO, RWLOCK.INFO).
-    Holders(Vec<(Vec<u8>, i64)>),
-}
 
 type Outcome = Result<Reply, Failure>;
 
@@ -96,10 +40,8 @@ fn grant_reply(ctx: Ctx, granted: bool, opts: GrantOptions) -> Outcome {
         stats::REFUSALS.add();
         return Ok(Reply::Nil);
     }
-    stats::GRANTS.add();
     let fence = fence::issue(ctx, ctx.now_ms()).ok_or(Failure::FencesExhausted)?;
-    ctx.replicate_fence_floor(fence);
-    Ok(Reply::Int(fence as i64))
+    Ok(Reply::Int(fence::grant_reply(ctx, Some(fence), &stats::GRANTS)))
 }
 
 /// Whether a grant can go ahead: with FENCE, only while fences remain, so

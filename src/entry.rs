@@ -11,9 +11,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 
 use crate::api::rm;
-use crate::commands::{Argv, Failure, Reply, Value};
 use crate::errors::{limit_differs, EXHAUSTED, INTERNAL, TOO_MANY_WAITERS, WRONGTYPE};
 use crate::key::Ctx;
+use crate::reply::{Argv, Failure, Reply, Value};
 
 /// Runs `handler` on the command's arguments and sends its reply.
 pub fn run(

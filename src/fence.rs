@@ -11,6 +11,7 @@ use redis_module::raw::{self, RedisModuleIO};
 
 use crate::cluster_fence;
 use crate::key::Ctx;
+use crate::stats::Counter;
 
 /// The largest fence handed out or learnt (from the master, the RDB or AOF).
 static HIGH_WATER: AtomicU64 = AtomicU64::new(0);
@@ -25,6 +26,20 @@ pub fn issue(ctx: Ctx, now_ms: i64) -> Option<u64> {
     };
     HIGH_WATER.store(next, Ordering::Relaxed);
     Some(next)
+}
+
+/// The reply of a grant, counted in `grants`: its fence, whose new floor
+/// goes to replicas and the AOF with the grant's effects, or 1 without
+/// FENCE. Every grant replies through here: a command's, a waiter's.
+pub fn grant_reply(ctx: Ctx, fence: Option<u64>, grants: &Counter) -> i64 {
+    grants.add();
+    match fence {
+        Some(f) => {
+            ctx.replicate_fence_floor(f);
+            f as i64
+        }
+        None => 1,
+    }
 }
 
 /// Learns that fences up to `floor` exist; returns the mark.

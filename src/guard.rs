@@ -28,18 +28,17 @@
 //! asks (cluster routing, ACL key patterns, `COMMAND GETKEYS`) this module
 //! reports the lock key and every key of the inner command.
 
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use redis_lock_rules::args::check_key_and_token;
-use redis_lock_rules::guard::{self, check_command, held, legacy_acl_error};
-use redis_module::raw::{self, RedisModuleCallReply, RedisModuleCtx, RedisModuleString};
+use redis_lock_rules::guard::{self, check_command, held};
+use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 
 use crate::api::rm;
-use crate::commands::{Argv, Failure, Reply};
 use crate::entry;
-use crate::errors::INTERNAL;
 use crate::key::{bytes, Ctx, LockKey};
+use crate::reply::{Argv, CallReply, Failure, Reply};
 use crate::stats;
 
 /// The registered command function: answers Redis's key-position requests
@@ -70,44 +69,6 @@ pub fn guard(ctx: Ctx, argv: Argv) -> Result<Reply, Failure> {
     }
     stats::GUARDED.add();
     Ok(Reply::Call(call(ctx, bytes(name), args)))
-}
-
-/// A reply of `RedisModule_Call`, freed on drop.
-#[derive(Debug)]
-pub struct CallReply(*mut RedisModuleCallReply);
-
-impl CallReply {
-    /// Sends the reply to the caller as it is, except Redis 7.0's `ERR` for
-    /// an ACL refusal, which becomes the `NOPERM` every later server sends.
-    pub fn send(&self, ctx: *mut RedisModuleCtx) -> c_int {
-        unsafe {
-            if self.0.is_null() {
-                // Only a malformed format string gets here (EBADF).
-                return rm!(RedisModule_ReplyWithError)(ctx, INTERNAL.as_ptr());
-            }
-            if rm!(RedisModule_CallReplyType)(self.0) == raw::REDISMODULE_REPLY_ERROR as c_int {
-                let mut len = 0usize;
-                let p = rm!(RedisModule_CallReplyStringPtr)(self.0, &mut len);
-                let text = if p.is_null() { &[][..] } else { std::slice::from_raw_parts(p.cast::<u8>(), len) };
-                if let Some(noperm) = legacy_acl_error(text) {
-                    return rm!(RedisModule_ReplyWithError)(ctx, noperm.as_ptr().cast::<c_char>());
-                }
-            }
-            if rm!(RedisModule_ReplyWithCallReply)(ctx, self.0) != raw::REDISMODULE_OK as c_int {
-                // A RESP3 reply for a RESP2 caller: `0` rules it out.
-                return rm!(RedisModule_ReplyWithError)(ctx, INTERNAL.as_ptr());
-            }
-            raw::REDISMODULE_OK as c_int
-        }
-    }
-}
-
-impl Drop for CallReply {
-    fn drop(&mut self) {
-        if !self.0.is_null() {
-            unsafe { rm!(RedisModule_FreeCallReply)(self.0) };
-        }
-    }
 }
 
 /// Runs `name args...` as the caller would (see the module doc for the flags).

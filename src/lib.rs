@@ -17,6 +17,7 @@ mod guard;
 mod holders;
 mod key;
 mod registration;
+mod reply;
 mod rwlock;
 mod semaphore;
 mod stats;

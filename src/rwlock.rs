@@ -6,8 +6,8 @@
 use redis_lock_rules::args::{check_key_and_token, parse_grant_options, parse_ttl, Grammar};
 use redis_lock_rules::holders::{parse_mode, Family};
 
-use crate::commands::{Argv, Failure, Reply};
 use crate::key::{bytes, Ctx};
+use crate::reply::{Argv, Failure, Reply};
 use crate::semaphore::{acquire, info, release, renew};
 
 type Outcome = Result<Reply, Failure>;

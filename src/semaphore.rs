@@ -14,10 +14,11 @@ use redis_lock_rules::args::{
 use redis_lock_rules::holders::{admit, granted, lease_end, parse_limit, Admit, Family, Holders, Kind, Want};
 use redis_module::raw::RedisModuleString;
 
-use crate::commands::{check_fence_space, Argv, Failure, Reply, Value};
+use crate::commands::check_fence_space;
 use crate::fence;
 use crate::holders::HoldersKey;
 use crate::key::{bytes, Ctx};
+use crate::reply::{Argv, Failure, Reply, Value};
 use crate::stats::{holder_counters, holder_grants};
 use crate::wait::{self, Claim};
 
@@ -78,14 +79,7 @@ pub fn acquire(
             let fence = opts.fence.then(|| fence::issue(ctx, now).ok_or(Failure::FencesExhausted)).transpose()?;
             let after = granted(loaded.live.clone(), want, bytes(token), at);
             k.commit(&loaded, &after, counters.expired);
-            holder_grants(want).add();
-            return Ok(match fence {
-                Some(f) => {
-                    ctx.replicate_fence_floor(f);
-                    Reply::Int(f as i64)
-                }
-                None => Reply::Int(1),
-            });
+            return Ok(Reply::Int(fence::grant_reply(ctx, fence, holder_grants(want))));
         }
         Admit::AlreadyHolds => {}
         Admit::Grant | Admit::Wait => {

@@ -42,9 +42,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use redis_lock_rules::holders::{admit, granted, lease_end, Admit, Want};
+use redis_lock_rules::lock;
 pub use redis_lock_rules::queue::MAX_TIMER_MS;
 use redis_lock_rules::queue::{next_piece, Arm, Left, Queues};
-use redis_lock_rules::Entry;
 use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisModuleString, RedisModuleTimerID};
 
 use crate::api::rm;
@@ -275,7 +275,7 @@ fn head_claim(key: &QueueId) -> Option<Claim> {
 /// The exclusive lock's head: granted if the key is absent.
 fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId) -> Step {
     let mut k = LockKey::open(ctx, name);
-    if !matches!(k.entry(), Entry::Absent) {
+    if !lock::may_acquire(k.entry()) {
         // Someone holds it (only a script or a non-module writer can
         // take a key with a queue): wait for that holder's deadline.
         let holder = k.expires_at();
@@ -330,14 +330,7 @@ fn take_head(
 
 /// Answers a granted waiter: 1, or its fence (told to replicas and the AOF).
 fn answer_grant(ctx: Ctx, w: Waiter, fence: Option<u64>, grants: &stats::Counter) {
-    let reply = match fence {
-        Some(f) => {
-            ctx.replicate_fence_floor(f);
-            Answer::Int(f as i64)
-        }
-        None => Answer::Int(1),
-    };
-    grants.add();
+    let reply = Answer::Int(fence::grant_reply(ctx, fence, grants));
     finish(ctx, reply, w, &stats::WAITS_GRANTED);
 }
 
