@@ -83,7 +83,13 @@ fn acquire_with(
         }
         let holder = k.expires_at();
         drop(k);
-        wait::block(ctx, key, token, wait::Claim::Lock, ttl, opts.fence, deadline, holder);
+        wait::block(
+            ctx,
+            key,
+            token,
+            wait::Request { claim: wait::Claim::Lock, ttl, fence: opts.fence, deadline },
+            holder,
+        );
         return Ok(Reply::Blocked);
     }
     grant_reply(ctx, granted, opts)

@@ -90,7 +90,8 @@ pub fn acquire(
                 k.prune(&loaded, counters.expired);
                 let next = loaded.live.as_ref().and_then(Holders::first_deadline);
                 drop(k);
-                wait::block(ctx, key, token, Claim::Holder(want), ttl, opts.fence, deadline, next);
+                let request = wait::Request { claim: Claim::Holder(want), ttl, fence: opts.fence, deadline };
+                wait::block(ctx, key, token, request, next);
                 return Ok(Reply::Blocked);
             }
         }

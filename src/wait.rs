@@ -73,6 +73,17 @@ pub enum Claim {
     Holder(Want),
 }
 
+/// What a waiter asks for, as its command said.
+pub struct Request {
+    pub claim: Claim,
+    /// The lease it wants (ms).
+    pub ttl: i64,
+    /// Whether it wants a fence (its refusal is then nil, not 0).
+    pub fence: bool,
+    /// When the wait gives up (Unix ms; none: never).
+    pub deadline: Option<i64>,
+}
+
 struct Waiter {
     bc: *mut RedisModuleBlockedClient,
     /// The waiter's token, retained until it is stored or the wait ends.
@@ -193,10 +204,7 @@ pub fn block(
     ctx: Ctx,
     name: *mut RedisModuleString,
     token: *mut RedisModuleString,
-    claim: Claim,
-    ttl: i64,
-    fence: bool,
-    deadline: Option<i64>,
+    Request { claim, ttl, fence, deadline }: Request,
     expires_at: Option<i64>,
 ) {
     ensure_subscribed(ctx);
