@@ -113,14 +113,25 @@ type SlotMap = Vec<(u16, u16, Addr)>;
 /// How long a slot map is trusted without a redirect proving it wrong.
 const SLOT_MAP_MAX_AGE: Duration = Duration::from_secs(5);
 
-/// True for `redis+cluster://` and `rediss+cluster://` URLs.
-pub(crate) fn is_cluster_url(url: &str) -> bool {
+/// True for `redis+cluster://` and `rediss+cluster://` URLs, which
+/// [`LockClient::open`](crate::LockClient::open) opens as a cluster.
+pub fn is_cluster_url(url: &str) -> bool {
     url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://")
 }
 
 /// `redis+cluster://h1:p1,h2:p2/` (or one URL per seed) as plain
-/// `redis://` seed URLs, the form redis-rs understands.
-fn seed_urls<S: AsRef<str>>(urls: &[S]) -> Vec<String> {
+/// `redis://` seed URLs, the form redis-rs connects to, for a tool that
+/// talks to the nodes itself (the `redis-lock` CLI's `list`): the
+/// credentials before the first host and the path after the last apply to
+/// every seed.
+///
+/// ```
+/// assert_eq!(
+///     redis_lock_client::cluster_seed_urls(&["redis+cluster://:pw@a:1,b:2/0"]),
+///     ["redis://:pw@a:1/0", "redis://:pw@b:2/0"]
+/// );
+/// ```
+pub fn cluster_seed_urls<S: AsRef<str>>(urls: &[S]) -> Vec<String> {
     let mut out = Vec::new();
     for u in urls {
         let u = u.as_ref();
@@ -162,7 +173,7 @@ impl Cluster {
     /// The cluster of these seed nodes (see `LockClient::open_cluster`).
     /// Does not connect yet.
     pub(crate) fn open<S: AsRef<str>>(urls: &[S], opts: ClientOptions) -> Result<Cluster> {
-        let urls = seed_urls(urls);
+        let urls = cluster_seed_urls(urls);
         let infos = urls.iter().map(|u| u.as_str().into_connection_info()).collect::<RedisResult<Vec<_>>>()?;
         let Some(template) = infos.first().cloned() else {
             return Err(Error::InvalidArgument("a cluster client needs at least one seed node".into()));
@@ -987,6 +998,8 @@ impl Transport for Cluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use cluster_seed_urls as seed_urls;
 
     #[test]
     fn cluster_urls_become_seed_urls() {

@@ -177,7 +177,7 @@ mod wait;
 mod watchdog;
 
 pub use client::LockClient;
-pub use cluster::SCRIPTS_RECHECK;
+pub use cluster::{cluster_seed_urls, is_cluster_url, SCRIPTS_RECHECK};
 pub use cmd::{Backend, LockKind};
 pub use error::{Error, Result};
 pub use info::{Holder, HoldersInfo, LockFormat, LockInfo};
