@@ -46,12 +46,13 @@ use redis::{
     ServerErrorKind, Value,
 };
 
-use crate::cmd::{is_wait_unsupported, Backend, BackendCell, Grant, LockCmd, LockKind};
+use crate::cmd::{is_wait_unsupported, Backend, Grant, LockCmd, LockKind};
 use crate::error::{Error, Result};
 use crate::info::{self, HoldersInfo, LockInfo};
 use crate::options::ClientOptions;
 use crate::retry::{self, Failure};
 use crate::runtime;
+use crate::send::{self, BackendCell};
 use crate::transport::{self, bounded, Api, Transport};
 use crate::wait::{self, ReleaseOnCancel, Waited};
 
@@ -377,7 +378,7 @@ impl Cluster {
         let cell = self.slot_cell(slot);
         let fut = async {
             let mut con = self.conn().await?;
-            Ok::<_, Error>(cmd.query_async(&mut con, &cell).await?)
+            Ok::<_, Error>(send::drive_async(send::Lock::new(cmd, &cell), &mut con).await?)
         };
         let r = bounded(&self.opts, fut).await;
         self.learn(slot, &cell);
@@ -391,7 +392,7 @@ impl Cluster {
         let fut = async {
             let mut con = self.conn().await?;
             let cell = BackendCell::default();
-            if !renew.query_async(&mut con, &cell).await?.took_effect() {
+            if !send::drive_async(send::Lock::new(renew, &cell), &mut con).await?.took_effect() {
                 return Ok(None);
             }
             // To the master of the key's slot, where the renewal went, so
@@ -413,7 +414,7 @@ impl Cluster {
         let cell = self.slot_cell(slot);
         let fut = async {
             let mut con = self.conn().await?;
-            Ok::<_, Error>(info::query_async(key, &mut con, &cell).await?)
+            Ok::<_, Error>(send::drive_async(send::Info::new(key, &cell), &mut con).await?)
         };
         let r = bounded(&self.opts, fut).await;
         self.learn(slot, &cell);
@@ -844,7 +845,10 @@ impl Cluster {
             let asked = if route.asking { redis::cmd("ASKING").query_async::<()>(&mut con).await } else { Ok(()) };
             let sent = Instant::now();
             let r = match asked {
-                Ok(()) => cmd.with_wait(wait::wait_ms(left)).query_async(&mut con, &cell).await,
+                Ok(()) => {
+                    let waiting = cmd.with_wait(wait::wait_ms(left));
+                    send::drive_async(send::Lock::new(&waiting, &cell), &mut con).await
+                }
                 Err(e) => Err(e),
             };
             match r {

@@ -170,6 +170,7 @@ mod quorum;
 mod replicas;
 mod retry;
 mod runtime;
+mod send;
 mod single;
 mod state;
 mod transport;

@@ -12,11 +12,12 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
-use crate::cmd::{BackendCell, Grant, LockCmd, LockKind};
+use crate::cmd::{Grant, LockCmd, LockKind};
 use crate::engine::{Due, Engine, EngineSlot, Renewed, Renewer};
 use crate::error::{Error, Result};
 use crate::info::{HoldersInfo, LockInfo};
 use crate::options::ClientOptions;
+use crate::send::BackendCell;
 use crate::state::Shared;
 use crate::wait::Waited;
 

@@ -24,7 +24,8 @@ use futures_util::future::BoxFuture;
 use redis::aio::MultiplexedConnection;
 use redis::RedisError;
 
-use crate::cmd::{Backend, BackendCell};
+use crate::cmd::Backend;
+use crate::send::BackendCell;
 
 /// Idle wait connections kept per node; more concurrent waits open more
 /// connections, which are closed when they finish.
