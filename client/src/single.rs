@@ -317,29 +317,17 @@ impl Single {
             }
         };
         backend.set_wait(true);
-        if !wait::needs_confirming(sent, ttl, Instant::now()) {
-            guard.disarm();
-            self.waits.put(&(), con);
-            return Ok(Waited::Granted { fence, sent });
-        }
         con.set_response_timeout(self.opts.response_timeout);
-        let renew = cmd.renewal(ttl)?;
-        let sent = Instant::now();
-        match send::drive_async(send::Lock::new(&renew, backend), &mut con).await {
-            Ok(Grant::Granted(_)) => {
-                guard.disarm();
-                self.waits.put(&(), con);
-                Ok(Waited::Granted { fence, sent })
-            }
-            // Gone again before we could confirm it (deleted, or a tiny TTL).
-            Ok(Grant::Refused) => {
-                guard.disarm();
-                self.waits.put(&(), con);
-                Ok(Waited::Refused)
-            }
-            // The guard releases.
-            Err(e) => Err(e.into()),
+        let on = &mut con;
+        let r = wait::confirm(cmd, ttl, fence, sent, guard, |renew| async move {
+            Ok(send::drive_async(send::Lock::new(&renew, backend), on).await?)
+        })
+        .await;
+        // After an error the connection's state is unknown: closed.
+        if r.is_ok() {
+            self.waits.put(&(), con);
         }
+        r
     }
 }
 
