@@ -1,6 +1,7 @@
 //! The transport layer's one seam: [`Transport`], what a lock client
 //! sends its commands through. Two implement it: one server
-//! (`single.rs`) and a Redis Cluster (`cluster.rs`); a quorum is N
+//! (`single.rs`) and a Redis Cluster (`cluster/`), both sending through
+//! `send.rs`'s exchanges; a quorum is N
 //! single-server [`Core`]s (`quorum/`). Above it, [`Core`] adds what every
 //! kind shares: the options and the renewal engine.
 //!

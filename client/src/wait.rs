@@ -2,7 +2,7 @@
 //! queues the caller (FIFO per key) and answers once the lock is granted or
 //! the wait is over, so a waiter gets a released lock at once, without
 //! polling. This file holds what a wait means, for both transports (one
-//! server: `single.rs`; a cluster: `cluster.rs`).
+//! server: `single.rs`; a cluster: `cluster/`).
 //!
 //! A waiting client is blocked inside the server, and a blocked connection
 //! runs nothing else until it is answered. So a wait never uses the client's
