@@ -165,7 +165,7 @@ const COMMANDS: &[Command] = &[
     // LOCK.RELEASE are not: a server at its memory limit still lets holders
     // renew and leave.
     Command {
-        name: c"lock.sem.acquire",
+        name: c"sem.acquire",
         handler: sem_acquire_cmd,
         flags: c"write deny-oom blocking",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT),
@@ -182,7 +182,7 @@ const COMMANDS: &[Command] = &[
         ],
     },
     Command {
-        name: c"lock.sem.renew",
+        name: c"sem.renew",
         handler: sem_renew_cmd,
         flags: c"write",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE),
@@ -192,7 +192,7 @@ const COMMANDS: &[Command] = &[
         args: &[Arg::Key(c"key"), Arg::Str(c"token"), Arg::Int(c"ttl-ms")],
     },
     Command {
-        name: c"lock.sem.release",
+        name: c"sem.release",
         handler: sem_release_cmd,
         flags: c"write",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_DELETE),
@@ -202,7 +202,7 @@ const COMMANDS: &[Command] = &[
         args: &[Arg::Key(c"key"), Arg::Str(c"token")],
     },
     Command {
-        name: c"lock.sem.info",
+        name: c"sem.info",
         handler: sem_info_cmd,
         flags: c"readonly",
         key: Some(raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS),
@@ -212,7 +212,7 @@ const COMMANDS: &[Command] = &[
         args: &[Arg::Key(c"key")],
     },
     Command {
-        name: c"lock.rw.acquire",
+        name: c"rwlock.acquire",
         handler: rw_acquire_cmd,
         flags: c"write deny-oom blocking",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT),
@@ -229,7 +229,7 @@ const COMMANDS: &[Command] = &[
         ],
     },
     Command {
-        name: c"lock.rw.renew",
+        name: c"rwlock.renew",
         handler: rw_renew_cmd,
         flags: c"write",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE),
@@ -239,7 +239,7 @@ const COMMANDS: &[Command] = &[
         args: &[Arg::Key(c"key"), Arg::Str(c"token"), Arg::Int(c"ttl-ms")],
     },
     Command {
-        name: c"lock.rw.release",
+        name: c"rwlock.release",
         handler: rw_release_cmd,
         flags: c"write",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_DELETE),
@@ -249,7 +249,7 @@ const COMMANDS: &[Command] = &[
         args: &[Arg::Key(c"key"), Arg::Str(c"token")],
     },
     Command {
-        name: c"lock.rw.info",
+        name: c"rwlock.info",
         handler: rw_info_cmd,
         flags: c"readonly",
         key: Some(raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS),

@@ -32,8 +32,8 @@
 //!   never go backwards whatever the servers' clocks.
 //!   [`Lock`] and [`QuorumLock`] both implement [`HeldLock`], for code
 //!   that holds either (`Box<dyn HeldLock>`).
-//! - Semaphores and read-write locks (module only, `LOCK.SEM.*`,
-//!   `LOCK.RW.*`): [`LockClient::semaphore`] and [`LockClient::rw_lock`]
+//! - Semaphores and read-write locks (module only, `SEM.*`,
+//!   `RWLOCK.*`): [`LockClient::semaphore`] and [`LockClient::rw_lock`]
 //!   name one ([`NamedLock`], [`RwLock`]), whose `try_acquire`/`acquire`
 //!   (with `_with` and `_async` variants) hand out the same [`Lock`], of
 //!   another [`LockKind`]: renewals, release on drop, the watchdog through

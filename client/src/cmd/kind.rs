@@ -16,17 +16,17 @@ pub enum LockKind {
     /// The key alone: `LOCK.ACQUIRE` (a string key), with the scripts as
     /// fallback.
     Exclusive,
-    /// One of `limit` permits of a counting semaphore: `LOCK.SEM.*`.
+    /// One of `limit` permits of a counting semaphore: `SEM.*`.
     Permit {
         /// The most holders at a time; every acquirer of the key names the
         /// same one (the server refuses another while permits are held).
         limit: u64,
     },
     /// A read-write lock's shared side: beside other readers, never a
-    /// writer (`LOCK.RW.ACQUIRE … READ`).
+    /// writer (`RWLOCK.ACQUIRE … READ`).
     Read,
     /// A read-write lock's exclusive side: no other reader or writer
-    /// (`LOCK.RW.ACQUIRE … WRITE`).
+    /// (`RWLOCK.ACQUIRE … WRITE`).
     Write,
 }
 
@@ -35,8 +35,8 @@ impl LockKind {
     pub(crate) fn commands(self) -> [&'static str; 4] {
         match self {
             LockKind::Exclusive => ["LOCK.ACQUIRE", "LOCK.RENEW", "LOCK.RELEASE", "LOCK.INFO"],
-            LockKind::Permit { .. } => ["LOCK.SEM.ACQUIRE", "LOCK.SEM.RENEW", "LOCK.SEM.RELEASE", "LOCK.SEM.INFO"],
-            LockKind::Read | LockKind::Write => ["LOCK.RW.ACQUIRE", "LOCK.RW.RENEW", "LOCK.RW.RELEASE", "LOCK.RW.INFO"],
+            LockKind::Permit { .. } => ["SEM.ACQUIRE", "SEM.RENEW", "SEM.RELEASE", "SEM.INFO"],
+            LockKind::Read | LockKind::Write => ["RWLOCK.ACQUIRE", "RWLOCK.RENEW", "RWLOCK.RELEASE", "RWLOCK.INFO"],
         }
     }
 
