@@ -322,7 +322,7 @@ fn randomized_against_a_model() {
 fn mixed_workload(server: &Server) {
     let mut c = server.conn();
     let (tx, rx) = mpsc::channel();
-    assert_eq!(acq(&mut c, "m:sem", "a", 2, 60_000, &["FENCE"]).clone() != R::Nil, true);
+    assert_ne!(acq(&mut c, "m:sem", "a", 2, 60_000, &["FENCE"]), R::Nil);
     assert_eq!(acq(&mut c, "m:sem", "b", 2, 200, &[]), R::Int(1));
     assert_eq!(acq(&mut c, "m:sem", "c", 2, 60_000, &[]), R::Int(0));
     let h1 =
@@ -340,7 +340,7 @@ fn mixed_workload(server: &Server) {
     h2.join().unwrap();
     // A read-write lock: readers, a writer that waits, a reader that times out behind it.
     assert_eq!(call(&mut c, &["RWLOCK.ACQUIRE", "m:rw", "r1", "READ", "60000"]), R::Int(1));
-    assert_eq!(call(&mut c, &["RWLOCK.ACQUIRE", "m:rw", "r2", "READ", "60000", "FENCE"]) != R::Nil, true);
+    assert_ne!(call(&mut c, &["RWLOCK.ACQUIRE", "m:rw", "r2", "READ", "60000", "FENCE"]), R::Nil);
     let hw = spawn_call(
         server,
         "w",

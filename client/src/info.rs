@@ -1,18 +1,17 @@
-//! [`LockInfo`]: what a key holds, as the lock commands see it. `LOCK.INFO`
-//! with the module; without it, the same computed from `GET` and `PTTL` (in
-//! one script, so both describe the same moment) by the rules crate's
+//! [`LockInfo`]: what a key holds, as the lock commands see it, read from
+//! `LOCK.INFO`'s reply; without the module, the same computed from `GET`
+//! and `PTTL` (read together by `send::Info`) by the rules crate's
 //! `describe`, which is what the module itself uses.
 //!
 //! [`HoldersInfo`]: the same for a semaphore or read-write lock
 //! (`SEM.INFO`, `RWLOCK.INFO`), module only.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{RedisResult, Script, Value};
+use redis::{RedisResult, Value};
 use redis_lock_rules::lock::describe;
 
-use crate::cmd::{is_unknown_command, unexpected, Backend, BackendCell, LockKind};
+use crate::cmd::{unexpected, LockKind};
 
 /// How the lock value is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,62 +92,9 @@ pub(crate) fn holders_cmd(kind: LockKind, key: &str) -> redis::Cmd {
     c
 }
 
-/// `LOCK.INFO key`, falling back on servers without the module.
-pub(crate) fn query(
-    key: &str,
-    con: &mut dyn redis::ConnectionLike,
-    backend: &BackendCell,
-) -> RedisResult<Option<LockInfo>> {
-    if backend.get() != Backend::Scripts {
-        match redis::cmd("LOCK.INFO").arg(key).query::<Value>(con) {
-            Ok(v) => {
-                backend.set(Backend::Module);
-                return parse(v);
-            }
-            Err(e) if is_unknown_command(&e) => forget_module(backend),
-            Err(e) => return Err(e),
-        }
-    }
-    let (value, pttl) = GET_PTTL.key(key).invoke::<(Option<Vec<u8>>, i64)>(con)?;
-    computed(value, pttl)
-}
-
-/// The async twin of [`query`].
-pub(crate) async fn query_async<C>(key: &str, con: &mut C, backend: &BackendCell) -> RedisResult<Option<LockInfo>>
-where
-    C: redis::aio::ConnectionLike + Send,
-{
-    if backend.get() != Backend::Scripts {
-        match redis::cmd("LOCK.INFO").arg(key).query_async::<Value>(con).await {
-            Ok(v) => {
-                backend.set(Backend::Module);
-                return parse(v);
-            }
-            Err(e) if is_unknown_command(&e) => forget_module(backend),
-            Err(e) => return Err(e),
-        }
-    }
-    let (value, pttl) = GET_PTTL.key(key).invoke_async::<(Option<Vec<u8>>, i64)>(con).await?;
-    computed(value, pttl)
-}
-
-/// No `LOCK.INFO`: on an undetected connection that means no module. A
-/// module already seen answering `LOCK.*` but lacking `LOCK.INFO` is an
-/// older one; it keeps serving the lock commands (and their fences).
-fn forget_module(backend: &BackendCell) {
-    if backend.get() == Backend::Unknown {
-        backend.set(Backend::Scripts);
-    }
-}
-
-/// Both reads at one moment. `GET` fails with `WRONGTYPE` on other types,
-/// as `LOCK.INFO` does, and a script passes that code on (a `MULTI` would
-/// wrap it in a pipeline error). A missing key reads as `false`, which
-/// keeps the table's length and arrives as nil.
-static GET_PTTL: LazyLock<Script> =
-    LazyLock::new(|| Script::new("return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}"));
-
-fn computed(value: Option<Vec<u8>>, pttl: i64) -> RedisResult<Option<LockInfo>> {
+/// A `LOCK.INFO` reply computed from a value and its PTTL, as the module
+/// computes it (the fallback of a server without the module).
+pub(crate) fn computed(value: Option<Vec<u8>>, pttl: i64) -> RedisResult<Option<LockInfo>> {
     let Some(value) = value else { return Ok(None) };
     let d = describe(&value);
     Ok(Some(LockInfo {
@@ -199,7 +145,7 @@ fn waiters(v: Value) -> RedisResult<u64> {
 
 /// A `LOCK.INFO` reply. Fields this client does not know are skipped, so a
 /// newer module can add some.
-fn parse(v: Value) -> RedisResult<Option<LockInfo>> {
+pub(crate) fn parse(v: Value) -> RedisResult<Option<LockInfo>> {
     let Some(pairs) = fields(v)? else { return Ok(None) };
     let (mut owner, mut run_id, mut format, mut ttl_ms, mut fence, mut waiters) = (None, None, None, None, None, None);
     for (name, value) in pairs {

@@ -30,6 +30,8 @@
 //!   ([`QuorumLock`], the same methods as [`Lock`] but `guard`: no one
 //!   server's copy of the lock is the majority's verdict), with fences that
 //!   never go backwards whatever the servers' clocks.
+//!   [`Lock`] and [`QuorumLock`] both implement [`HeldLock`], for code
+//!   that holds either (`Box<dyn HeldLock>`).
 //! - Semaphores and read-write locks (module only, `SEM.*`,
 //!   `RWLOCK.*`): [`LockClient::semaphore`] and [`LockClient::rw_lock`]
 //!   name one ([`NamedLock`], [`RwLock`]), whose `try_acquire`/`acquire`
@@ -133,15 +135,17 @@
 //!
 //! From the bottom: errors and options (`error`, `failure`, `options`);
 //! pure decisions taking `now` (`cmd` builds commands and reads replies,
-//! `watchdog` the renewal schedule, `retry` backoff and failure kinds,
-//! `state` the lock state, `quorum::round`'s tally, `info` parsing); the
-//! background `runtime` and the renewal `engine`; the transport seam
-//! (`transport`: one server in `single`, a cluster in `cluster`, waits'
-//! shared rules in `wait`); the modes over it (`lock`, `replicas`,
+//! `watchdog` the renewal schedule, `retry` backoff, failure kinds and
+//! retries, `state` the lock state, `quorum::round`'s tally, `info`
+//! parsing); the background `runtime` and the renewal `engine`; the
+//! transport (`send`: each operation's steps, driven on a sync or an async
+//! connection; `transport`: the seam, with one server in `single`, a
+//! cluster in `cluster`, waits' shared rules in `wait`); the modes over it
+//! (`holding`, the lifecycle every held lock shares, `lock`, `replicas`,
 //! `quorum`); the facade (`client`, the named semaphore and read-write
-//! lock handles in `named`, this file). No module imports one
-//! above it (`tests/layers.rs` checks there is no cycle). Every operation
-//! is implemented once, async; the sync API drives the same future to
+//! lock handles in `named`, this file). No module imports one above it
+//! (`tests/layers.rs` checks there is no cycle). Every operation is
+//! implemented once, async; the sync API drives the same future to
 //! completion on the calling thread.
 //!
 //! # Timing
@@ -162,6 +166,7 @@ mod cmd;
 mod engine;
 mod error;
 mod failure;
+mod holding;
 mod info;
 mod lock;
 mod named;
@@ -170,6 +175,7 @@ mod quorum;
 mod replicas;
 mod retry;
 mod runtime;
+mod send;
 mod single;
 mod state;
 mod transport;
@@ -177,9 +183,10 @@ mod wait;
 mod watchdog;
 
 pub use client::LockClient;
-pub use cluster::SCRIPTS_RECHECK;
+pub use cluster::{cluster_seed_urls, is_cluster_url, SCRIPTS_RECHECK};
 pub use cmd::{Backend, LockKind};
 pub use error::{Error, Result};
+pub use holding::HeldLock;
 pub use info::{Holder, HoldersInfo, LockFormat, LockInfo};
 pub use lock::Lock;
 pub use named::{NamedLock, RwLock};

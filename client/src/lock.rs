@@ -4,24 +4,16 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
+
 use crate::cmd::{self, GuardRefusal, LockCmd, LockKind};
-use crate::engine::Renewer;
+use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::holding::{held_lock, Flavor, Holder, Holding};
 use crate::options::LockOptions;
 use crate::runtime;
-use crate::state::{LossReason, LostSignal, Shared, Status};
+use crate::state::{LossReason, LostSignal, Shared};
 use crate::transport::{Api, Core};
-
-/// How the lock was taken, which decides how drop releases it.
-#[derive(Debug)]
-pub(crate) enum Flavor {
-    /// Sync API: drop releases on the dropping thread (bounded by the
-    /// response timeout).
-    Sync,
-    /// Async API: drop queues the release with the client's engine (or
-    /// spawns it on this runtime) and returns at once.
-    Async(tokio::runtime::Handle),
-}
 
 /// A held lock, exclusive lock or semaphore permit or read or write lease
 /// ([`Lock::kind`]). Released when dropped (best effort).
@@ -39,20 +31,50 @@ pub(crate) enum Flavor {
 /// Once lost, a lock stays lost: `renew` then fails with
 /// [`Error::NotHeld`] without asking the server.
 pub struct Lock {
-    shared: Arc<Shared>,
-    core: Arc<Core>,
-    flavor: Flavor,
-    fence: Option<u64>,
+    held: Holding<Core>,
 }
 
 impl std::fmt::Debug for Lock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lock")
-            .field("key", &self.shared.key)
-            .field("kind", &self.shared.kind)
-            .field("fence", &self.fence)
-            .field("flavor", &self.flavor)
+            .field("key", &self.held.shared.key)
+            .field("kind", &self.held.shared.kind)
+            .field("fence", &self.held.fence)
+            .field("flavor", &self.held.flavor)
             .finish_non_exhaustive()
+    }
+}
+
+held_lock!(Lock);
+
+/// A client's locks are renewed and released by its transport.
+impl Holder for Core {
+    fn serves(&self, api: Api) -> Result<()> {
+        self.transport.serves(api)
+    }
+
+    fn engine(self: &Arc<Self>) -> Option<&Arc<Engine>> {
+        Core::engine(self)
+    }
+
+    fn renew(
+        self: Arc<Self>,
+        lock: Arc<Shared>,
+        ttl: Duration,
+        _fence: Option<u64>,
+    ) -> BoxFuture<'static, (Instant, Result<bool>)> {
+        Box::pin(async move {
+            // Validity counts from before the command is sent.
+            let sent = Instant::now();
+            match LockCmd::renew_of(lock.kind, &lock.key, &lock.token, ttl) {
+                Ok(cmd) => (sent, self.run_ok(&cmd).await),
+                Err(e) => (sent, Err(e)),
+            }
+        })
+    }
+
+    fn release(self: Arc<Self>, lock: Arc<Shared>) -> BoxFuture<'static, Result<bool>> {
+        Box::pin(async move { self.run_ok(&LockCmd::release_of(lock.kind, &lock.key, &lock.token)?).await })
     }
 }
 
@@ -66,42 +88,29 @@ impl Lock {
         flavor: Flavor,
         fence: Option<u64>,
     ) -> Lock {
-        let shared = Arc::new(Shared::new(cmd.key().into(), cmd.token().into(), cmd.kind(), sent, ttl));
-        if let (Some(w), Some(engine)) = (&opts.watchdog, opts.watchdog.as_ref().and_then(|_| core.engine())) {
-            engine.add(shared.clone(), w, fence);
-        }
-        // Without an engine there are no renewals; the state still turns
-        // Lost(Expired) at the end of the TTL, so the loss is not silent.
-        Lock { shared, core, flavor, fence }
+        let shared = Shared::new(cmd.key().into(), cmd.token().into(), cmd.kind(), sent, ttl);
+        Lock { held: Holding::new(core, shared, opts, flavor, fence) }
     }
 
     /// The TTL it was granted (and is renewed) for.
     pub(crate) fn ttl(&self) -> Duration {
-        self.shared.ttl()
+        self.held.shared.ttl()
     }
 
     /// The locked key.
     pub fn key(&self) -> &str {
-        &self.shared.key
+        &self.held.shared.key
     }
 
     /// The token that owns the key (the random one, or the caller's).
     pub fn token(&self) -> &str {
-        &self.shared.token
+        &self.held.shared.token
     }
 
     /// What it holds: the key alone, a semaphore's permit, a read or a
     /// write lease.
     pub fn kind(&self) -> LockKind {
-        self.shared.kind
-    }
-
-    fn renewal(&self, ttl: Duration) -> Result<LockCmd> {
-        LockCmd::renew_of(self.kind(), self.key(), self.token(), ttl)
-    }
-
-    fn releasing(&self) -> Result<LockCmd> {
-        LockCmd::release_of(self.kind(), self.key(), self.token())
+        self.held.shared.kind
     }
 
     /// The fencing token of this grant: a positive number, strictly larger
@@ -114,25 +123,25 @@ impl Lock {
     /// `None` on servers without the module: the Lua fallback issues no
     /// fences. Renewals keep the fence; a takeover gets a new one.
     pub fn fence(&self) -> Option<u64> {
-        self.fence
+        self.held.fence
     }
 
     /// True while the lock is held as far as this process can tell: not
     /// released, no renewal answered "not owner", and its TTL (counted from
     /// when the last successful acquire/renew was sent) has not run out.
     pub fn is_held(&self) -> bool {
-        self.shared.status() == Status::Held
+        self.held.is_held()
     }
 
     /// Why the lock was lost, if it was.
     pub fn loss_reason(&self) -> Option<LossReason> {
-        self.shared.loss_reason()
+        self.held.shared.loss_reason()
     }
 
     /// A signal that fires when this lock is lost (or ends when released),
     /// usable from another thread or task.
     pub fn lost_signal(&self) -> LostSignal {
-        LostSignal { shared: self.shared.clone() }
+        self.held.lost_signal()
     }
 
     /// Resolves when the lock is lost (`Some(reason)`) or released (`None`).
@@ -143,21 +152,12 @@ impl Lock {
     /// Resets the TTL to `ttl` (the watchdog, if any, uses it from then on).
     /// [`Error::NotHeld`] if the key is no longer ours; then the lock is lost.
     pub fn renew(&self, ttl: Duration) -> Result<()> {
-        self.shared.check_renewable()?;
-        self.core.transport.serves(Api::Sync)?;
-        let (core, cmd) = (self.core.clone(), self.renewal(ttl)?);
-        let sent = Instant::now();
-        self.shared.after_renew(sent, ttl, runtime::block(async move { core.run_ok(&cmd).await }))
+        self.held.renew(ttl)
     }
 
     /// The async twin of [`Lock::renew`].
     pub async fn renew_async(&self, ttl: Duration) -> Result<()> {
-        self.shared.check_renewable()?;
-        self.core.transport.serves(Api::Async)?;
-        let cmd = self.renewal(ttl)?;
-        let sent = Instant::now();
-        let r = self.core.run_ok(&cmd).await;
-        self.shared.after_renew(sent, ttl, r)
+        self.held.renew_async(ttl).await
     }
 
     /// Runs `cmd` only if this lock is still held, decided by the server in
@@ -211,10 +211,10 @@ impl Lock {
                 "guard runs under an exclusive lock only, not a semaphore permit or a read-write lease".into(),
             ));
         }
-        self.shared.check_renewable()?;
-        self.core.transport.serves(api)?;
+        self.held.shared.check_renewable()?;
+        self.held.holder.transport.serves(api)?;
         let guard = cmd::guard_cmd(self.key(), self.token(), inner)?;
-        let (core, shared) = (self.core.clone(), self.shared.clone());
+        let (core, shared) = (self.held.holder.clone(), self.held.shared.clone());
         Ok(async move {
             let r = core.transport.call(&shared.key, &guard).await;
             match r {
@@ -231,87 +231,17 @@ impl Lock {
         })
     }
 
-    /// The engine drops the lock from its schedule when it next comes due.
-    fn stop_watchdog(&self) {
-        self.shared.stop_watchdog();
-    }
-
-    fn after_release(&self, r: Result<bool>) -> Result<()> {
-        if r? {
-            self.shared.mark_released();
-            Ok(())
-        } else {
-            self.shared.mark_lost(LossReason::NotOwner);
-            Err(Error::NotHeld { key: self.key().into() })
-        }
-    }
-
     /// Deletes the key if this token still owns it and stops the watchdog.
     /// Idempotent: after a successful release, further calls return `Ok`
     /// without a round trip. [`Error::NotHeld`] if the lock had been lost
     /// (the key is left alone). On [`Error::Redis`] the lock may still be
     /// held until its TTL runs out; calling again retries.
     pub fn release(&self) -> Result<()> {
-        self.stop_watchdog();
-        if self.shared.status() == Status::Released {
-            return Ok(());
-        }
-        self.core.transport.serves(Api::Sync)?;
-        let (core, cmd) = (self.core.clone(), self.releasing()?);
-        self.after_release(runtime::block(async move { core.run_ok(&cmd).await }))
+        self.held.release()
     }
 
     /// The async twin of [`Lock::release`].
     pub async fn release_async(&self) -> Result<()> {
-        self.stop_watchdog();
-        if self.shared.status() == Status::Released {
-            return Ok(());
-        }
-        self.core.transport.serves(Api::Async)?;
-        let cmd = self.releasing()?;
-        let r = self.core.run_ok(&cmd).await;
-        self.after_release(r)
-    }
-}
-
-impl Drop for Lock {
-    /// Best-effort release. Sync locks release on the dropping thread
-    /// (bounded by the response timeout); async locks queue the release
-    /// with the client's renewal engine, which pipelines the releases of
-    /// many dropped locks (or, its bounded queue full, spawn it on their
-    /// runtime), and return at once, so dropping never blocks a runtime
-    /// thread. If the release fails, the key simply expires after its TTL.
-    fn drop(&mut self) {
-        self.stop_watchdog();
-        let status = self.shared.status();
-        if status == Status::Released {
-            return;
-        }
-        if status == Status::Held {
-            // Observers learn of a normal end now, not after the round trip.
-            self.shared.mark_released();
-        }
-        // Also for a lost lock: the script deletes only our own value, and
-        // "lost" may have been a connection scare while the key is still ours.
-        let Ok(cmd) = self.releasing() else { return };
-        match &self.flavor {
-            Flavor::Sync => {
-                let core = self.core.clone();
-                let _ = runtime::block(async move { core.run_ok(&cmd).await });
-            }
-            Flavor::Async(rt) => {
-                // Queued for the engine, which pipelines the releases of
-                // many dropped locks; a full queue (or no engine) spawns it.
-                let owner: Arc<dyn Renewer> = self.core.clone();
-                if self.core.engine().is_some_and(|e| e.queue_release(owner, self.shared.clone())) {
-                    return;
-                }
-                let core = self.core.clone();
-                let rt = tokio::runtime::Handle::try_current().unwrap_or_else(|_| rt.clone());
-                rt.spawn(async move {
-                    let _ = core.run_ok(&cmd).await;
-                });
-            }
-        }
+        self.held.release_async().await
     }
 }

@@ -1,11 +1,15 @@
 //! Which failures of a cluster command are a topology change passing by
-//! (a failover, a slot move, a node restarting) rather than an answer, and
-//! how long to pause before trying again; and the backoff of a polling
+//! (a failover, a slot move, a node restarting) rather than an answer, how
+//! long to pause before trying again, and what to do about an attempt that
+//! may have taken effect ([`Retrying`]); and the backoff of a polling
 //! acquire. Pure decisions taking `now`, no I/O.
 
 use std::time::{Duration, Instant};
 
 use redis::{ErrorKind, RedisError};
+
+use crate::cmd::{Grant, LockCmd};
+use crate::error::{Error, Result};
 
 /// Attempts a cluster `try_acquire`, `renew`, `release` or `info` makes
 /// when a topology change fails it (on top of redis-rs's own retries),
@@ -95,6 +99,69 @@ impl Backoff {
         };
         self.cap = (self.cap * 2).min(self.max);
         Some(d.min(left))
+    }
+}
+
+/// One cluster command's attempts through a topology change: a failure
+/// that did not apply it (a redirect that escaped redis-rs, `TRYAGAIN`,
+/// `CLUSTERDOWN`, a refused connection) or may have (a connection reset)
+/// is tried again after a growing pause, [`TOPOLOGY_ATTEMPTS`]
+/// times in all, or until the deadline of an acquire's wait. An acquire
+/// or takeover that may have been applied is released before it is sent
+/// again, and once more if it finally fails, so its grant is never left
+/// behind; a release refused after a possibly applied attempt had most
+/// likely been done by it, and counts as done.
+pub(crate) struct Retrying<'a> {
+    cmd: &'a LockCmd,
+    deadline: Option<Instant>,
+    failed: usize,
+    doubt: bool,
+}
+
+/// What [`Retrying::after`] says to do.
+pub(crate) enum Step {
+    /// Pause, then try again.
+    Again(Duration),
+    /// Give the caller this outcome.
+    Done,
+    /// Give the caller this failure, after sending this release.
+    Doubt(LockCmd),
+}
+
+impl<'a> Retrying<'a> {
+    pub(crate) fn new(cmd: &'a LockCmd, deadline: Option<Instant>) -> Self {
+        Retrying { cmd, deadline, failed: 0, doubt: false }
+    }
+
+    /// The release of a grant an earlier attempt may have made, to send
+    /// before the next attempt.
+    pub(crate) fn release_first(&self) -> Option<LockCmd> {
+        (self.doubt && self.cmd.grants()).then(|| self.cmd.releasing().ok()).flatten()
+    }
+
+    /// What to do after an attempt ended with `r` at `now` (`jitter`
+    /// uniform in [0, 1), for the pause).
+    pub(crate) fn after(&mut self, r: &Result<Grant>, now: Instant, jitter: f64) -> Step {
+        let Err(Error::Redis(e)) = r else { return Step::Done };
+        let failure = classify(e);
+        if failure == Failure::Unknown {
+            self.doubt = true;
+        }
+        let pause = pause(self.failed, jitter);
+        self.failed += 1;
+        let more = self.failed < TOPOLOGY_ATTEMPTS || self.deadline.is_some_and(|d| now + pause < d);
+        match (failure, more, self.release_first()) {
+            (Failure::Final, _, Some(release)) | (_, false, Some(release)) => Step::Doubt(release),
+            (Failure::Final, _, None) | (_, false, None) => Step::Done,
+            _ => Step::Again(pause),
+        }
+    }
+
+    pub(crate) fn settle(&self, r: Result<Grant>) -> Result<Grant> {
+        match r {
+            Ok(Grant::Refused) if self.doubt && matches!(self.cmd, LockCmd::Release { .. }) => Ok(Grant::Granted(None)),
+            r => r,
+        }
     }
 }
 

@@ -17,12 +17,13 @@ use futures_util::future::BoxFuture;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, ConnectionLike as _, RedisFuture, RedisResult, Value};
 
-use crate::cmd::{is_wait_unsupported, query_batch, BackendCell, Grant, LockCmd, LockKind};
+use crate::cmd::{is_wait_unsupported, Grant, LockCmd, LockKind};
 use crate::engine;
 use crate::error::{Error, Result};
 use crate::info::{self, HoldersInfo, LockInfo};
 use crate::options::ClientOptions;
 use crate::runtime;
+use crate::send::{self, BackendCell, Exchange};
 use crate::transport::{self, bounded, Api, Transport};
 use crate::wait::{self, ReleaseOnCancel, Waited};
 
@@ -117,7 +118,7 @@ impl Single {
     }
 
     /// Runs `f` on the given sync connection.
-    fn with_sync<T>(&self, f: impl FnOnce(&mut redis::Connection, &BackendCell) -> RedisResult<T>) -> Result<T> {
+    fn with_sync<T>(&self, f: impl FnOnce(&mut redis::Connection) -> RedisResult<T>) -> Result<T> {
         let Conns::Sync(m) = &self.conns else { return Err(Error::InvalidArgument("no sync connection".into())) };
         // Poisoning only means another thread panicked mid-command; the
         // connection is dropped below on any doubt, so carry on.
@@ -127,7 +128,7 @@ impl Single {
                 "the connection this client was built from failed; build a new client".into(),
             ));
         };
-        let r = f(con, &self.backend);
+        let r = f(con);
         // A connection that timed out may still deliver the late reply,
         // which the next command would take for its own.
         if let Err(e) = &r {
@@ -178,13 +179,22 @@ impl Single {
         bounded(&self.opts, fut).await
     }
 
+    /// Runs `e` on the given sync connection (blocking), else on the
+    /// shared async one: the one place that tells the two apart.
+    async fn exchange<E>(&self, e: E) -> Result<E::Output>
+    where
+        E: Exchange + Send,
+        E::Output: Send,
+    {
+        if self.blocking() {
+            return self.with_sync(|con| send::drive(e, con));
+        }
+        self.with_async(|mut con| async move { send::drive_async(e, &mut con).await }).await
+    }
+
     /// Runs one lock command.
     pub(crate) async fn run(&self, cmd: &LockCmd) -> Result<Grant> {
-        if self.blocking() {
-            return self.with_sync(|con, backend| cmd.query(con, backend));
-        }
-        let backend = &self.backend;
-        self.with_async(|mut con| async move { cmd.query_async(&mut con, backend).await }).await
+        self.exchange(send::Lock::new(cmd, &self.backend)).await
     }
 
     /// Runs many renew or release commands, in pipelines of at most
@@ -197,7 +207,10 @@ impl Single {
                 // Blocking calls, off the runtime.
                 let me = self.clone();
                 tokio::task::spawn_blocking(move || {
-                    chunk.iter().map(|c| me.with_sync(|con, b| c.query(con, b))).collect::<Vec<_>>()
+                    chunk
+                        .iter()
+                        .map(|c| me.with_sync(|con| send::drive(send::Lock::new(c, &me.backend), con)))
+                        .collect::<Vec<_>>()
                 })
                 .await
                 .map_err(|e| Error::Redis(std::io::Error::other(e.to_string()).into()))
@@ -205,7 +218,7 @@ impl Single {
                 let backend = &self.backend;
                 let chunk = &chunk;
                 self.with_async(|mut con| async move {
-                    query_batch(chunk, &mut con, backend)
+                    send::pipeline(chunk, &mut con, backend)
                         .await
                         .map(|v| v.into_iter().map(|r| r.map_err(Error::from)).collect::<Vec<_>>())
                 })
@@ -217,20 +230,11 @@ impl Single {
     }
 
     pub(crate) async fn info(&self, key: &str) -> Result<Option<LockInfo>> {
-        if self.blocking() {
-            return self.with_sync(|con, backend| info::query(key, con, backend));
-        }
-        let backend = &self.backend;
-        self.with_async(|mut con| async move { info::query_async(key, &mut con, backend).await }).await
+        self.exchange(send::Info::new(key, &self.backend)).await
     }
 
     pub(crate) async fn holders_info(&self, kind: LockKind, key: &str) -> Result<Option<HoldersInfo>> {
-        let cmd = &info::holders_cmd(kind, key);
-        let v: Value = if self.blocking() {
-            self.with_sync(|con, _| cmd.query(con))?
-        } else {
-            self.with_async(|mut con| async move { cmd.query_async(&mut con).await }).await?
-        };
+        let v = self.exchange(send::Plain(Some(info::holders_cmd(kind, key)))).await?;
         Ok(info::parse_holders(v)?)
     }
 
@@ -238,32 +242,14 @@ impl Single {
     /// the replicas that acknowledged, `None` when the renewal found the
     /// lock gone.
     pub(crate) async fn renew_then_wait(&self, renew: &LockCmd, wait: redis::Cmd) -> Result<Option<i64>> {
-        if self.blocking() {
-            return self.with_sync(|con, backend| {
-                if !renew.query(con, backend)?.took_effect() {
-                    return Ok(None);
-                }
-                wait.query(con).map(Some)
-            });
-        }
-        let backend = &self.backend;
-        self.with_async(|mut con| async move {
-            if !renew.query_async(&mut con, backend).await?.took_effect() {
-                return Ok(None);
-            }
-            wait.query_async(&mut con).await.map(Some)
-        })
-        .await
+        self.exchange(send::RenewThenWait::new(renew, &self.backend, wait)).await
     }
 
     /// A caller's command (see [`Transport::call`]). Sent once: neither a
     /// given connection nor a [`ConnectionManager`] resends a command (the
     /// manager reconnects for the next one).
     pub(crate) async fn call(&self, cmd: &redis::Cmd) -> Result<Value> {
-        if self.blocking() {
-            return self.with_sync(|con, _| cmd.query(con));
-        }
-        self.with_async(|mut con| async move { cmd.query_async(&mut con).await }).await
+        self.exchange(send::Plain(Some(cmd.clone()))).await
     }
 
     /// `Some(left)` when the rest of a wait can be spent blocked in the
@@ -300,7 +286,8 @@ impl Single {
             con.set_response_timeout(left.saturating_add(self.opts.response_timeout));
             let guard = ReleaseOnCancel::new(transport::release_later(self.clone(), cmd));
             let sent = Instant::now();
-            match cmd.with_wait(wait::wait_ms(left)).query_async(&mut con, backend).await {
+            let waiting = cmd.with_wait(wait::wait_ms(left));
+            match send::drive_async(send::Lock::new(&waiting, backend), &mut con).await {
                 Ok(Grant::Granted(fence)) => break (con, sent, fence, guard),
                 Ok(Grant::Refused) => {
                     guard.disarm();
@@ -330,29 +317,17 @@ impl Single {
             }
         };
         backend.set_wait(true);
-        if !wait::needs_confirming(sent, ttl, Instant::now()) {
-            guard.disarm();
-            self.waits.put(&(), con);
-            return Ok(Waited::Granted { fence, sent });
-        }
         con.set_response_timeout(self.opts.response_timeout);
-        let renew = cmd.renewal(ttl)?;
-        let sent = Instant::now();
-        match renew.query_async(&mut con, backend).await {
-            Ok(Grant::Granted(_)) => {
-                guard.disarm();
-                self.waits.put(&(), con);
-                Ok(Waited::Granted { fence, sent })
-            }
-            // Gone again before we could confirm it (deleted, or a tiny TTL).
-            Ok(Grant::Refused) => {
-                guard.disarm();
-                self.waits.put(&(), con);
-                Ok(Waited::Refused)
-            }
-            // The guard releases.
-            Err(e) => Err(e.into()),
+        let on = &mut con;
+        let r = wait::confirm(cmd, ttl, fence, sent, guard, |renew| async move {
+            Ok(send::drive_async(send::Lock::new(&renew, backend), on).await?)
+        })
+        .await;
+        // After an error the connection's state is unknown: closed.
+        if r.is_ok() {
+            self.waits.put(&(), con);
         }
+        r
     }
 }
 

@@ -1,6 +1,7 @@
 //! The transport layer's one seam: [`Transport`], what a lock client
 //! sends its commands through. Two implement it: one server
-//! (`single.rs`) and a Redis Cluster (`cluster.rs`); a quorum is N
+//! (`single.rs`) and a Redis Cluster (`cluster/`), both sending through
+//! `send.rs`'s exchanges; a quorum is N
 //! single-server [`Core`]s (`quorum/`). Above it, [`Core`] adds what every
 //! kind shares: the options and the renewal engine.
 //!
@@ -12,11 +13,12 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
-use crate::cmd::{BackendCell, Grant, LockCmd, LockKind};
+use crate::cmd::{Grant, LockCmd, LockKind};
 use crate::engine::{Due, Engine, EngineSlot, Renewed, Renewer};
 use crate::error::{Error, Result};
 use crate::info::{HoldersInfo, LockInfo};
 use crate::options::ClientOptions;
+use crate::send::BackendCell;
 use crate::state::Shared;
 use crate::wait::Waited;
 

@@ -2,7 +2,7 @@
 //! queues the caller (FIFO per key) and answers once the lock is granted or
 //! the wait is over, so a waiter gets a released lock at once, without
 //! polling. This file holds what a wait means, for both transports (one
-//! server: `single.rs`; a cluster: `cluster.rs`).
+//! server: `single.rs`; a cluster: `cluster/`).
 //!
 //! A waiting client is blocked inside the server, and a blocked connection
 //! runs nothing else until it is answered. So a wait never uses the client's
@@ -24,7 +24,9 @@ use futures_util::future::BoxFuture;
 use redis::aio::MultiplexedConnection;
 use redis::RedisError;
 
-use crate::cmd::{Backend, BackendCell};
+use crate::cmd::{Backend, Grant, LockCmd};
+use crate::error::Result;
+use crate::send::BackendCell;
 
 /// Idle wait connections kept per node; more concurrent waits open more
 /// connections, which are closed when they finish.
@@ -90,6 +92,38 @@ pub(crate) fn wait_ms(left: Duration) -> u64 {
 /// start again.
 pub(crate) fn needs_confirming(sent: Instant, ttl: Duration, now: Instant) -> bool {
     now.saturating_duration_since(sent) > ttl / 10
+}
+
+/// A grant that came at `sent` after waiting, confirmed by a renewal
+/// (sent by `renew`, on whatever connection the transport chooses) when the
+/// wait was long (see [`needs_confirming`]), so that the lock's validity
+/// counts from a safe start. `guard` is disarmed once the outcome is known;
+/// on an error it is left to release the token.
+pub(crate) async fn confirm<F, Fut>(
+    cmd: &LockCmd,
+    ttl: Duration,
+    fence: Option<u64>,
+    sent: Instant,
+    guard: ReleaseOnCancel,
+    renew: F,
+) -> Result<Waited>
+where
+    F: FnOnce(LockCmd) -> Fut,
+    Fut: std::future::Future<Output = Result<Grant>>,
+{
+    if !needs_confirming(sent, ttl, Instant::now()) {
+        guard.disarm();
+        return Ok(Waited::Granted { fence, sent });
+    }
+    let renewal = cmd.renewal(ttl)?;
+    let sent = Instant::now();
+    let waited = match renew(renewal).await? {
+        Grant::Granted(_) => Waited::Granted { fence, sent },
+        // Gone again before we could confirm it (deleted, or a tiny TTL).
+        Grant::Refused => Waited::Refused,
+    };
+    guard.disarm();
+    Ok(waited)
 }
 
 /// A refused WAIT ends the wait, unless the server turned out to have no

@@ -1,23 +1,16 @@
 //! The `redis-lock` binary end to end against a private server.
 
+mod cli_support;
+
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use cli_support::{stderr, stdout, BIN};
 use redis::Commands;
 use redis_lock_harness::Server;
 
-const BIN: &str = env!("CARGO_BIN_EXE_redis-lock");
-
 fn cli(s: &Server, args: &[&str]) -> Output {
     Command::new(BIN).args(args).env("REDIS_URL", s.url()).stdin(Stdio::null()).output().expect("run redis-lock")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 #[test]

@@ -1,12 +1,15 @@
 //! `redis-lock run` / `release` with several `--url`s: a quorum lock.
 
-use std::process::{Command, Output, Stdio};
+mod cli_support;
+mod support;
+
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use cli_support::{stderr, BIN};
 use redis::Commands;
 use redis_lock_harness::Server;
-
-const BIN: &str = env!("CARGO_BIN_EXE_redis-lock");
+use support::get;
 
 fn cli(servers: &[&Server], args: &[&str]) -> Command {
     let mut c = Command::new(BIN);
@@ -16,14 +19,6 @@ fn cli(servers: &[&Server], args: &[&str]) -> Command {
     }
     c.args(&args[1..]).env_remove("REDIS_URL").stdin(Stdio::null());
     c
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn get(s: &Server, key: &str) -> Option<String> {
-    s.conn().get(key).expect("GET")
 }
 
 #[test]

@@ -5,34 +5,16 @@
 //! whole file, in one test: a cluster takes seconds to start.
 //! A second, smaller cluster has the module on some nodes only.
 
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod cli_support;
+mod support;
 
+use std::time::Instant;
+
+use cli_support::cli;
 use redis_lock_client::{Backend, Error, LockClient, LockOptions, WatchdogOptions};
 use redis_lock_harness::{Cluster, Server};
-
-const BIN: &str = env!("CARGO_BIN_EXE_redis-lock");
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// What `key` holds on node `i`, read there directly.
-fn get(c: &Cluster, i: usize, key: &str) -> Option<String> {
-    redis::cmd("GET").arg(key).query(&mut c.node(i).conn()).expect("GET on the owner")
-}
-
-fn pttl(c: &Cluster, i: usize, key: &str) -> i64 {
-    redis::cmd("PTTL").arg(key).query(&mut c.node(i).conn()).expect("PTTL on the owner")
-}
-
-fn cli(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).env_remove("REDIS_URL").stdin(Stdio::null()).output().expect("run redis-lock")
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
-}
+use support::cluster::{get, pttl};
+use support::{ms, rt};
 
 #[test]
 fn locks_on_every_master_from_any_seed() {

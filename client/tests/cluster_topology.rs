@@ -5,25 +5,17 @@
 //! One cluster, one test: each step changes the topology the next one
 //! starts from.
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod cli_support;
+mod support;
 
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use cli_support::BIN;
 use redis_lock_client::{Error, Lock, LockClient, LockOptions, WatchdogOptions};
 use redis_lock_harness::Cluster;
-
-const BIN: &str = env!("CARGO_BIN_EXE_redis-lock");
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn get(c: &Cluster, i: usize, key: &str) -> Option<String> {
-    redis::cmd("GET").arg(key).query(&mut c.node(i).conn()).expect("GET on the owner")
-}
-
-fn pttl(c: &Cluster, i: usize, key: &str) -> i64 {
-    redis::cmd("PTTL").arg(key).query(&mut c.node(i).conn()).expect("PTTL on the owner")
-}
+use support::cluster::{get, pttl};
+use support::ms;
 
 /// The lock is held, and its owner (wherever the slot is now) has its token.
 fn assert_held(c: &Cluster, lock: &Lock, what: &str) {

@@ -1,21 +1,13 @@
 //! Fences and `info`, each scenario run against a server with the module
 //! (`module::*`) and one without it (`scripts::*`).
 
-use std::time::Duration;
+mod support;
 
 use redis::Commands;
-use redis_lock_client::{ClientOptions, Error, LockClient, LockFormat, LockInfo};
+use redis_lock_client::{Error, LockClient, LockFormat, LockInfo};
 use redis_lock_harness::Server;
 use redis_lock_rules::lock::describe;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn client(s: &Server) -> LockClient {
-    LockClient::open_with(&s.url(), ClientOptions::new().response_timeout(ms(2000)).connect_timeout(ms(2000)))
-        .expect("client")
-}
+use support::{client, ms};
 
 fn info(c: &LockClient, key: &str) -> LockInfo {
     c.info(key).expect("info").unwrap_or_else(|| panic!("{key} absent"))

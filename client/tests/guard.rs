@@ -7,18 +7,17 @@
 //! `CROSSSLOT`, and a slot that moved (`MOVED`) or is moving (`ASK`,
 //! `TRYAGAIN`) under a client that knew the old owner.
 
+mod support;
+
 use std::time::Duration;
 
 use redis::Value;
 use redis_lock_client::{ClientOptions, Error, Lock, LockClient, LossReason};
 use redis_lock_harness::{Cluster, Server};
+use support::{eventually, ms, rt};
 
 /// Long enough that no lock expires during a test on a loaded machine.
 const TTL: Duration = Duration::from_secs(60);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 fn opts() -> ClientOptions {
     ClientOptions::new().response_timeout(ms(5000)).connect_timeout(ms(5000))
@@ -59,18 +58,6 @@ fn redis_code(r: Result<Value, Error>) -> String {
         Err(Error::Redis(e)) => e.code().unwrap_or("(none)").to_string(),
         other => panic!("expected Error::Redis, got {other:?}"),
     }
-}
-
-/// Polls `f` until true or `within` passes; returns whether it became true.
-fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = std::time::Instant::now() + within;
-    while std::time::Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(ms(10));
-    }
-    f()
 }
 
 /// A client whose replies time out quickly (connecting may take longer).
@@ -246,10 +233,6 @@ fn a_server_without_the_module_is_unsupported() {
     assert!(lock.is_held(), "the lock itself is fine");
     lock.renew(TTL).unwrap();
     lock.release().unwrap();
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
 }
 
 #[test]

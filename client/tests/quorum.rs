@@ -1,6 +1,8 @@
 //! Quorum locks against five (or three) real redis-servers with the module:
 //! servers down, killed, paused and restarted, clocks skewed, contenders.
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -9,10 +11,7 @@ use rand::{Rng, SeedableRng};
 use redis::Commands;
 use redis_lock_client::{Error, LockOptions, QuorumClient, QuorumOptions, WatchdogOptions};
 use redis_lock_harness::Server;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use support::{eventually, get, ms};
 
 fn servers(n: usize) -> Vec<Server> {
     (0..n).map(|_| Server::start()).collect()
@@ -38,25 +37,9 @@ const PATIENCE: Duration = Duration::from_secs(10);
 /// late by most of it and still keep the lock.
 const LEASE: u64 = 1_500;
 
-fn get(s: &Server, key: &str) -> Option<String> {
-    s.conn().get(key).expect("GET")
-}
-
 /// How many servers hold `key` for `token`.
 fn holders(servers: &[&Server], key: &str, token: &str) -> usize {
     servers.iter().filter(|s| get(s, key).as_deref() == Some(token)).count()
-}
-
-/// Polls `f` until true or `within` passes.
-fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + within;
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        thread::sleep(ms(5));
-    }
-    f()
 }
 
 #[test]

@@ -2,14 +2,13 @@
 //! grant reached that many replicas; otherwise it is released and the
 //! acquisition fails with `Error::NotReplicated`.
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use redis_lock_client::{Error, LockClient, LockOptions};
 use redis_lock_harness::{Cluster, Server};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use support::{get, ms};
 
 fn replica_of(master: &Server) -> Server {
     let replica = Server::builder().arg("replicaof", &format!("127.0.0.1 {}", master.port())).start();
@@ -24,10 +23,6 @@ fn replica_of(master: &Server) -> Server {
         std::thread::sleep(ms(20));
     }
     replica
-}
-
-fn get(server: &Server, key: &str) -> Option<String> {
-    redis::cmd("GET").arg(key).query(&mut server.conn()).unwrap()
 }
 
 #[test]

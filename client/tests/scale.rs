@@ -1,15 +1,14 @@
 //! Many watchdog locks in one process: the client's renewal engine keeps
 //! them all held, with no thread (or task, or connection) per lock.
 
+mod support;
+
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use redis_lock_client::{Lock, LockClient, LockOptions, WatchdogOptions};
 use redis_lock_harness::Server;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use support::ms;
 
 /// Threads of this process, from the kernel.
 fn threads() -> usize {

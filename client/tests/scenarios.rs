@@ -1,41 +1,15 @@
 //! Every scenario is written once and run against a server with the module
 //! (`module::*`) and one without it (`scripts::*`, the Lua fallback).
 
+mod support;
+
 use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock_client::{Backend, ClientOptions, Error, LockClient, LockOptions, LossReason, WatchdogOptions};
+use redis_lock_client::{Backend, Error, LockOptions, LossReason, WatchdogOptions};
 use redis_lock_harness::Server;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn client(s: &Server) -> LockClient {
-    LockClient::open_with(&s.url(), ClientOptions::new().response_timeout(ms(2000)).connect_timeout(ms(2000)))
-        .expect("client")
-}
-
-fn get(s: &Server, key: &str) -> Option<String> {
-    s.conn().get(key).expect("GET")
-}
-
-fn pttl(s: &Server, key: &str) -> i64 {
-    s.conn().pttl(key).expect("PTTL")
-}
-
-/// Polls `f` until true or `within` passes; returns whether it became true.
-fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + within;
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        thread::sleep(ms(5));
-    }
-    f()
-}
+use support::{client, eventually, get, ms, pttl, rt};
 
 /// The lease of the watchdog scenarios: its renewals (every third of it)
 /// may be late by most of it on a loaded machine and still keep the lock.
@@ -311,10 +285,6 @@ mod s {
     }
 
     // ---- async ----
-
-    fn rt() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
-    }
 
     pub fn async_contend_renew_release(s: Server, want: Backend) {
         rt().block_on(async {

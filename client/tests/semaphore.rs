@@ -5,6 +5,8 @@
 //! point, and every wait for something that must happen is generous: only
 //! a failure waits that long.
 
+mod support;
+
 use std::collections::BTreeSet;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -13,10 +15,7 @@ use redis_lock_client::{
     ClientOptions, Error, HoldersInfo, Lock, LockClient, LockKind, LockOptions, LossReason, WatchdogOptions,
 };
 use redis_lock_harness::{Cluster, Server};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use support::{ms, rt};
 
 /// Far beyond any test: a lease that must not end by itself.
 const LONG: Duration = Duration::from_secs(60);
@@ -29,19 +28,8 @@ fn client(s: &Server) -> LockClient {
         .expect("client")
 }
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
-}
-
-fn eventually(mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + PATIENCE;
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        thread::sleep(ms(10));
-    }
-    f()
+fn eventually(f: impl FnMut() -> bool) -> bool {
+    support::eventually(PATIENCE, f)
 }
 
 fn tokens(info: &Option<HoldersInfo>) -> BTreeSet<String> {

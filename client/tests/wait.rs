@@ -5,6 +5,8 @@
 //! need it print a SKIPPED note on stderr (visible with `--nocapture`, and
 //! in the test output of a failing run) and return.
 
+mod support;
+
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -12,10 +14,7 @@ use std::time::{Duration, Instant};
 use redis::Commands;
 use redis_lock_client::{Backend, ClientOptions, LockClient, LockOptions, WatchdogOptions};
 use redis_lock_harness::Server;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use support::{client, eventually, get, ms, rt};
 
 /// The response timeout is far below the waits used here: a blocking wait
 /// must not be cut off by it.
@@ -24,18 +23,6 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a test waits for what must happen: only a failure waits this
 /// long, so it can be generous on a loaded machine.
 const PATIENCE: Duration = Duration::from_secs(10);
-
-fn client(s: &Server) -> LockClient {
-    LockClient::open_with(
-        &s.url(),
-        ClientOptions::new().response_timeout(RESPONSE_TIMEOUT).connect_timeout(RESPONSE_TIMEOUT),
-    )
-    .expect("client")
-}
-
-fn get(s: &Server, key: &str) -> Option<String> {
-    s.conn().get(key).expect("GET")
-}
 
 fn waiters(c: &LockClient, key: &str) -> u64 {
     c.info(key).expect("info").map_or(0, |i| i.waiters)
@@ -46,17 +33,6 @@ fn lock_stat(s: &Server, field: &str) -> u64 {
     info.lines()
         .find_map(|l| l.strip_prefix(&format!("{field}:"))?.trim().parse().ok())
         .unwrap_or_else(|| panic!("{field} not in {info}"))
-}
-
-fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + within;
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        thread::sleep(ms(5));
-    }
-    f()
 }
 
 /// Whether this module blocks on WAIT; prints a loud note when it does not.
@@ -91,10 +67,6 @@ fn kill_idle_wait_connections(s: &Server, clients: &[&LockClient]) -> usize {
         let _: () = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(*id).query(&mut s.conn()).expect("CLIENT KILL");
     }
     ids.len()
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
 }
 
 mod module {

@@ -180,7 +180,7 @@ impl Gen {
             '\r' if escape => out.extend_from_slice(b"\\r"),
             '\u{8}' if escape => out.extend_from_slice(b"\\b"),
             '\u{c}' if escape => out.extend_from_slice(b"\\f"),
-            '\u{0}' => out.extend_from_slice(if escape { b"\\u0000" } else { b"\\u0000" }),
+            '\u{0}' => out.extend_from_slice(b"\\u0000"),
             _ if escape => {
                 let mut units = [0u16; 2];
                 for u in c.encode_utf16(&mut units) {
@@ -355,14 +355,14 @@ impl Gen {
         v.extend(self.json_string(owner));
         v.extend_from_slice(br#","deep":"#);
         if self.rng.gen_bool(0.5) {
-            v.extend(std::iter::repeat(b'[').take(arrays));
-            v.extend(std::iter::repeat(b']').take(arrays));
+            v.extend(std::iter::repeat_n(b'[', arrays));
+            v.extend(std::iter::repeat_n(b']', arrays));
         } else {
             for _ in 0..objects {
                 v.extend_from_slice(br#"{"a":"#);
             }
             v.push(b'1');
-            v.extend(std::iter::repeat(b'}').take(objects));
+            v.extend(std::iter::repeat_n(b'}', objects));
         }
         v.push(b'}');
         v

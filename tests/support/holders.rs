@@ -256,7 +256,7 @@ impl Model {
     /// events' windows are too close to order.
     fn advance(&mut self, t: i64, out: &mut Vec<Outcome>) -> Result<(), ()> {
         loop {
-            let lease = self.holders.iter().filter(|h| h.deadline + 1 <= t).map(|h| (h.deadline + 1, h.known)).min();
+            let lease = self.holders.iter().filter(|h| h.deadline < t).map(|h| (h.deadline + 1, h.known)).min();
             let timeout = self
                 .queue
                 .iter()

@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use clap_complete::Shell;
 
-use crate::EXIT_HELD;
+use crate::fail::EXIT_HELD;
 
 /// Exit statuses, shown at the end of `--help`.
 const EXIT_STATUS: &str = "\

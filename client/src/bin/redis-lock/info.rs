@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use redis_lock_client::{Backend, ClientOptions, Error, HoldersInfo, LockClient, LockKind};
 
 use crate::args::Target;
-use crate::{redis_fail, usage, Fail};
+use crate::fail::{redis_fail, usage, Fail};
 
 /// `redis-lock info [--url URL] [--cluster] KEY`
 pub fn cmd_info(target: &Target, key: &str) -> Result<ExitCode, Fail> {

@@ -1,26 +1,23 @@
 //! `redis-lock list`: every lock matching a pattern, on each server.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use redis::{ConnectionInfo, IntoConnectionInfo, RedisResult};
+use redis_lock_client::cluster_seed_urls;
 
 use crate::args::ListArgs;
+use crate::fail::{usage, Fail, EXIT_REDIS};
 use crate::masters::masters;
-use crate::scan::{scan, Row};
-use crate::target::{seed_urls, Servers};
-use crate::{render, usage, Fail, EXIT_REDIS};
-
-/// Connect and reply timeout of each server: a dead one is reported,
-/// not waited for.
-pub const TIMEOUT: Duration = Duration::from_secs(5);
+use crate::render;
+use crate::scan::{connect, scan, Row};
+use crate::target::Servers;
 
 /// `redis-lock list [--url URL]... [--cluster] [--json] [--count N] [PATTERN]`
 pub fn cmd_list(a: ListArgs) -> Result<ExitCode, Fail> {
     let servers: Vec<ConnectionInfo> = match a.target.servers() {
         Servers::One(url) => vec![parse(&url)?],
         Servers::Quorum(urls) => urls.iter().map(|u| parse(u)).collect::<Result<_, _>>()?,
-        Servers::Cluster(seeds) => masters(&seed_urls(&seeds)).map_err(|e| Fail(EXIT_REDIS, e))?,
+        Servers::Cluster(seeds) => masters(&cluster_seed_urls(&seeds)).map_err(|e| Fail(EXIT_REDIS, e))?,
     };
     let count = usize::try_from(a.count).unwrap_or(100);
     let mut rows: Vec<Row> = Vec::new();
@@ -48,8 +45,5 @@ fn parse(url: &str) -> Result<ConnectionInfo, Fail> {
 }
 
 fn list_one(info: ConnectionInfo, name: &str, pattern: &str, count: usize) -> RedisResult<Vec<Row>> {
-    let mut con = redis::Client::open(info)?.get_connection_with_timeout(TIMEOUT)?;
-    con.set_read_timeout(Some(TIMEOUT))?;
-    con.set_write_timeout(Some(TIMEOUT))?;
-    scan(&mut con, name, pattern, count)
+    scan(&mut connect(info)?, name, pattern, count)
 }

@@ -16,6 +16,7 @@
 //! Exit statuses are in `args.rs` (`--help` shows them).
 
 mod args;
+mod fail;
 mod info;
 mod list;
 mod masters;
@@ -31,11 +32,8 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser};
 
 use args::{Cli, Cmd};
-
-const EXIT_USAGE: u8 = 2;
-const EXIT_REDIS: u8 = 69;
-const EXIT_HELD: u8 = 75;
-const EXIT_LOST: u8 = 79;
+// The modules import these from `fail`; `run.rs` still by the crate root.
+use fail::{redis_fail, usage, Fail, EXIT_LOST, EXIT_REDIS};
 
 fn main() -> ExitCode {
     // Usage errors exit 2, --help and --version 0, as clap decides.
@@ -62,16 +60,4 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode, Fail> {
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-/// An exit code and what to tell the user on stderr.
-struct Fail(u8, String);
-
-/// A usage error found after parsing (a combination clap cannot check).
-fn usage(msg: impl Into<String>) -> Fail {
-    Fail(EXIT_USAGE, format!("{}\n\nFor more information, try '--help'.", msg.into()))
-}
-
-fn redis_fail(e: impl std::fmt::Display) -> Fail {
-    Fail(EXIT_REDIS, e.to_string())
 }

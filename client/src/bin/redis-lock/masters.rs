@@ -3,6 +3,8 @@
 
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult};
 
+use crate::scan::connect;
+
 /// Each master's connection info: the first seed that answers, with its
 /// address swapped for each master's (credentials and TLS kept).
 pub fn masters(seeds: &[String]) -> Result<Vec<ConnectionInfo>, String> {
@@ -18,8 +20,7 @@ pub fn masters(seeds: &[String]) -> Result<Vec<ConnectionInfo>, String> {
 
 fn ask(seed: &str) -> RedisResult<Vec<ConnectionInfo>> {
     let info = seed.into_connection_info()?;
-    let mut con = redis::Client::open(info.clone())?.get_connection_with_timeout(crate::list::TIMEOUT)?;
-    con.set_read_timeout(Some(crate::list::TIMEOUT))?;
+    let mut con = connect(info.clone())?;
     let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut con)?;
     Ok(master_addrs(&nodes)
         .into_iter()

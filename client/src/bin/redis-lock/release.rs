@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use redis_lock_client::{ClientOptions, Error};
 
 use crate::args::Target;
+use crate::fail::{redis_fail, usage, Fail};
 use crate::target::{open_quorum, Servers};
-use crate::{redis_fail, usage, Fail};
 
 /// `redis-lock release [--url URL]... [--cluster] KEY TOKEN`
 pub fn cmd_release(target: &Target, key: &str, token: &str) -> Result<ExitCode, Fail> {

@@ -1,6 +1,9 @@
 //! `list`'s output: an aligned table, or one JSON array.
 
+use std::borrow::Cow;
 use std::fmt::Write;
+
+use serde::Serialize;
 
 use crate::scan::{Row, State};
 
@@ -55,50 +58,69 @@ fn printable(b: &[u8]) -> String {
         .collect()
 }
 
-/// One array of objects, in `rows`' order; absent values are `null`, and
-/// a key of another type has format `"other"` and nulls elsewhere.
+/// One array of objects, in `rows`' order, one object a line (a reader
+/// can `grep` or diff it as it can the table); absent values are `null`,
+/// and a key of another type has format `"other"` and nulls elsewhere.
 pub fn json(rows: &[Row]) -> String {
-    let mut out = String::from("[");
-    for (i, r) in rows.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        let text = |b: &Option<Vec<u8>>| b.as_deref().map_or_else(|| "null".to_string(), json_string);
-        let _ = write!(out, "\n  {{\"server\":{},\"key\":{},", json_string(r.server.as_bytes()), json_string(&r.key));
-        let _ = match &r.state {
-            State::Lock { owner, run_id, format, ttl_ms, fence, waiters } => write!(
-                out,
-                "\"owner\":{},\"run_id\":{},\"format\":\"{format}\",\"ttl_ms\":{ttl_ms},\"fence\":{},\"waiters\":{waiters}}}",
-                text(owner),
-                text(run_id),
-                fence.map_or("null".into(), |f| f.to_string()),
-            ),
-            State::Other => write!(out, "\"owner\":null,\"run_id\":null,\"format\":\"other\",\"ttl_ms\":null,\"fence\":null,\"waiters\":null}}"),
-        };
+    let objects: Vec<String> = rows.iter().map(|r| to_json(&JsonRow::of(r))).collect();
+    if objects.is_empty() {
+        return "[]\n".into();
     }
-    out.push_str(if rows.is_empty() { "]\n" } else { "\n]\n" });
-    out
+    format!("[\n  {}\n]\n", objects.join(",\n  "))
 }
 
-/// A JSON string literal: `"` and `\` escaped, control characters as
-/// `\uXXXX` (or their short forms), bytes that are not UTF-8 as U+FFFD.
-fn json_string(b: &[u8]) -> String {
-    let mut out = String::from("\"");
-    for c in String::from_utf8_lossy(b).chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
+/// A row as `list --json` names its fields, in this order.
+#[derive(Serialize)]
+struct JsonRow<'a> {
+    server: &'a str,
+    key: Cow<'a, str>,
+    owner: Option<Cow<'a, str>>,
+    run_id: Option<Cow<'a, str>>,
+    format: &'static str,
+    ttl_ms: Option<i64>,
+    fence: Option<u64>,
+    waiters: Option<u64>,
+}
+
+impl<'a> JsonRow<'a> {
+    fn of(r: &'a Row) -> Self {
+        let text = |b: &'a Option<Vec<u8>>| b.as_deref().map(String::from_utf8_lossy);
+        let (server, key) = (r.server.as_str(), String::from_utf8_lossy(&r.key));
+        match &r.state {
+            State::Lock { owner, run_id, format, ttl_ms, fence, waiters } => JsonRow {
+                server,
+                key,
+                owner: text(owner),
+                run_id: text(run_id),
+                format,
+                ttl_ms: Some(*ttl_ms),
+                fence: *fence,
+                waiters: Some(*waiters),
+            },
+            State::Other => JsonRow {
+                server,
+                key,
+                owner: None,
+                run_id: None,
+                format: "other",
+                ttl_ms: None,
+                fence: None,
+                waiters: None,
+            },
         }
     }
-    out.push('"');
-    out
+}
+
+/// Serialising a struct of strings and numbers into a `String` cannot fail.
+fn to_json(v: &impl Serialize) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+/// A JSON string literal of bytes, those that are not UTF-8 as U+FFFD:
+/// how every text field is written (the escaping the tests pin).
+#[cfg(test)]
+fn json_string(b: &[u8]) -> String {
+    to_json(&String::from_utf8_lossy(b))
 }
 
 #[cfg(test)]

@@ -2,8 +2,23 @@
 //! of `LOCK.INFO` per batch of keys (a script reading `TYPE`, `GET` and
 //! `PTTL` together on a server without the module).
 
-use redis::{Connection, RedisError, RedisResult, Value};
+use std::time::Duration;
+
+use redis::{Connection, ConnectionInfo, RedisError, RedisResult, Value};
 use redis_lock_rules::lock::describe;
+
+/// Connect and reply timeout of each server: a dead one is reported,
+/// not waited for.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection to one server (a listed one, or a cluster seed), every
+/// wait on it bounded by [`TIMEOUT`].
+pub fn connect(info: ConnectionInfo) -> RedisResult<Connection> {
+    let con = redis::Client::open(info)?.get_connection_with_timeout(TIMEOUT)?;
+    con.set_read_timeout(Some(TIMEOUT))?;
+    con.set_write_timeout(Some(TIMEOUT))?;
+    Ok(con)
+}
 
 /// What one key holds, as `LOCK.INFO` reports it.
 pub struct Row {

@@ -1,10 +1,10 @@
 //! Which servers a command talks to: `--url` (repeatable), `--cluster`,
 //! `$REDIS_URL`, and the clients opened on them.
 
-use redis_lock_client::{ClientOptions, Error, LockClient, QuorumClient};
+use redis_lock_client::{is_cluster_url, ClientOptions, Error, LockClient, QuorumClient};
 
 use crate::args::Target;
-use crate::{redis_fail, usage, Fail};
+use crate::fail::{redis_fail, usage, Fail};
 
 /// What the `--url`s (else `$REDIS_URL`) name.
 pub enum Servers {
@@ -57,35 +57,9 @@ fn default_url() -> String {
     std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| "redis://127.0.0.1:6379/".into())
 }
 
-fn is_cluster_url(url: &str) -> bool {
-    url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://")
-}
-
-/// `redis+cluster://h1:p1,h2:p2/` (or plain URLs, one per seed) as plain
-/// `redis://` seed URLs, the form redis-rs connects to; the credentials
-/// before the first host and the path after the last apply to every seed.
-pub fn seed_urls(urls: &[String]) -> Vec<String> {
-    let mut out = Vec::new();
-    for u in urls {
-        let (scheme, rest) = match u.split_once("://") {
-            Some((s, r)) => (s.trim_end_matches("+cluster"), r),
-            None => ("redis", u.as_str()),
-        };
-        let (auth, hosts) = match rest.rsplit_once('@') {
-            Some((a, h)) => (format!("{a}@"), h),
-            None => (String::new(), rest),
-        };
-        let (hosts, path) = hosts.find(['/', '?']).map_or((hosts, ""), |i| hosts.split_at(i));
-        for h in hosts.split(',').filter(|h| !h.is_empty()) {
-            out.push(format!("{scheme}://{auth}{h}{path}"));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use redis_lock_client::cluster_seed_urls as seed_urls;
 
     #[test]
     fn cluster_urls_become_seeds() {
