@@ -32,8 +32,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser};
 
 use args::{Cli, Cmd};
-// The modules import these from `fail`; `run.rs` still by the crate root.
-use fail::{redis_fail, usage, Fail, EXIT_LOST, EXIT_REDIS};
+use fail::Fail;
 
 fn main() -> ExitCode {
     // Usage errors exit 2, --help and --version 0, as clap decides.

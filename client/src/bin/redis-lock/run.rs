@@ -3,12 +3,12 @@
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use redis_lock_client::{ClientOptions, Error, Lock, LockOptions, LostSignal, QuorumLock, WatchdogOptions};
+use redis_lock_client::{ClientOptions, Error, HeldLock, LockOptions, WatchdogOptions};
 
 use crate::args::{Mode, RunArgs};
+use crate::fail::{redis_fail, usage, Fail, EXIT_LOST};
 use crate::supervise;
 use crate::target::{open_quorum, Servers};
-use crate::{redis_fail, usage, Fail, EXIT_LOST};
 
 /// `redis-lock run [--url URL]... [--cluster] [--ttl MS] [--wait MS | -w SECONDS | -n] [-E CODE]
 /// [--grace MS] [--max-lifetime MS] [--token TOKEN] [--run-id RUN_ID | --permits N | -s | -x] KEY -- CMD [ARGS...]`
@@ -40,7 +40,7 @@ pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
         }
         // Node timeout, drift allowance and retry pauses: the quorum
         // client's defaults (5 % of the TTL; 1 % + 2 ms; 50-250 ms).
-        open_quorum(&urls)?.acquire_with(key, ttl, wait, &lopts).map(Held::Quorum)
+        open_quorum(&urls)?.acquire_with(key, ttl, wait, &lopts).map(|l| Box::new(l) as Box<dyn HeldLock>)
     } else {
         // A reply slower than a third of the TTL would make the watchdog
         // miss its cadence anyway; fail such a call and retry instead.
@@ -53,7 +53,7 @@ pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
             (None, Mode::Shared) => client.rw_lock(key).read().acquire_with(ttl, wait, &lopts),
             (None, Mode::Exclusive) => client.rw_lock(key).write().acquire_with(ttl, wait, &lopts),
         }
-        .map(Held::One)
+        .map(|l| Box::new(l) as Box<dyn HeldLock>)
     };
     let lock = match acquired {
         Ok(l) => l,
@@ -98,41 +98,4 @@ pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
         }
     }
     Ok(ExitCode::from(outcome.code))
-}
-
-/// The lock `run` holds: on one server (or cluster), or on a majority of
-/// several servers.
-enum Held {
-    One(Lock),
-    Quorum(QuorumLock),
-}
-
-impl Held {
-    fn token(&self) -> &str {
-        match self {
-            Held::One(l) => l.token(),
-            Held::Quorum(l) => l.token(),
-        }
-    }
-
-    fn fence(&self) -> Option<u64> {
-        match self {
-            Held::One(l) => l.fence(),
-            Held::Quorum(l) => l.fence(),
-        }
-    }
-
-    fn lost_signal(&self) -> LostSignal {
-        match self {
-            Held::One(l) => l.lost_signal(),
-            Held::Quorum(l) => l.lost_signal(),
-        }
-    }
-
-    fn release(&self) -> Result<(), Error> {
-        match self {
-            Held::One(l) => l.release(),
-            Held::Quorum(l) => l.release(),
-        }
-    }
 }
