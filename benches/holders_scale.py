@@ -80,14 +80,18 @@ def fill(conn: sc.Conn, keys: list, n: int, tag, with_tag: bool = True) -> None:
     sc.fill(conn, cmds, batch=200)
 
 
-def measured(srv: sc.Server, conn: sc.Conn, requests: list, want) -> float:
+KEEP = None  # --cg-keep: a directory for each cell's profile
+
+
+def measured(srv: sc.Server, conn: sc.Conn, requests: list, want, name: str = "") -> float:
     """Instructions per request, each request sent alone and its reply checked."""
     srv.cg_start()
     for r in requests:
-        got = conn.read() if r is None else conn.call(*r)
+        got = conn.call(*r)
         if got != want:
             raise RuntimeError(f"{r}: reply {got!r}, expected {want!r}")
-    return srv.cg_stop() / len(requests)
+    keep = os.path.join(KEEP, name.replace(" ", "-") + ".out") if KEEP and name else None
+    return srv.cg_stop(keep_as=keep) / len(requests)
 
 
 def until_waiting(conn: sc.Conn, n: int) -> None:
@@ -130,7 +134,9 @@ def family_rows(srv: sc.Server, n: int, requests: int, sem: bool) -> dict:
     rows["acquire"] = measured(srv, c, [acq(i, mine[i]) for i in range(requests)], 1)
     rows["renew"] = measured(srv, c, [[pre + "RENEW", key(i), mine[i], TTL] for i in range(requests)], 1)
     rows["refusal"] = measured(srv, c, [refused(i) for i in range(requests)], 0)
-    rows["release"] = measured(srv, c, [[pre + "RELEASE", key(i), mine[i]] for i in range(requests)], 1)
+    rows["release"] = measured(
+        srv, c, [[pre + "RELEASE", key(i), mine[i]] for i in range(requests)], 1, f"{pre}release-{n}"
+    )
     # The queued grant: full again, then waiters.
     sc.fill(conn, [acq(i, mine[i]) for i in range(requests)])
     waiters = []
@@ -138,7 +144,9 @@ def family_rows(srv: sc.Server, n: int, requests: int, sem: bool) -> dict:
         for i in range(requests):
             waiters.append(waiter(srv.port, ["LOCK.SEM.ACQUIRE", key(i), "q-%06d" % i, limit, TTL, "WAIT", 0]))
         until_waiting(conn, requests)
-        rows["queued grant"] = measured(srv, c, [[pre + "RELEASE", key(i), mine[i]] for i in range(requests)], 1)
+        rows["queued grant"] = measured(
+            srv, c, [[pre + "RELEASE", key(i), mine[i]] for i in range(requests)], 1, f"sem-queued-grant-{n}"
+        )
         for w, _ in waiters:
             if w.read() != 1:
                 raise RuntimeError("a waiter was not granted")
@@ -151,7 +159,9 @@ def family_rows(srv: sc.Server, n: int, requests: int, sem: bool) -> dict:
             until_waiting(conn, 2 * i + 1)
             waiters.append(waiter(srv.port, ["LOCK.RW.ACQUIRE", key(i), "q-%06d" % i, "READ", TTL, "WAIT", 0]))
             until_waiting(conn, 2 * i + 2)
-        rows["queued grant"] = measured(srv, c, [["CLIENT", "UNBLOCK", cid] for _, cid in writers], 1)
+        rows["queued grant"] = measured(
+            srv, c, [["CLIENT", "UNBLOCK", cid] for _, cid in writers], 1, f"rw-queued-grant-{n}"
+        )
         for w, _ in writers:
             if w.read() != 0:
                 raise RuntimeError("an unblocked writer was not refused")
@@ -194,7 +204,12 @@ def main() -> int:
     ap.add_argument("--redis-server", default=os.environ.get("REDIS_SERVER", "redis-server"))
     ap.add_argument("--module", default=os.environ.get("REDIS_LOCK_MODULE"))
     ap.add_argument("--no-build", action="store_true")
+    ap.add_argument("--cg-keep", metavar="DIR", help="keep the release and queued-grant profiles in DIR (for callgrind_annotate)")
     args = ap.parse_args()
+    global KEEP
+    KEEP = args.cg_keep
+    if KEEP:
+        os.makedirs(KEEP, exist_ok=True)
     sizes = [int(s) for s in args.sizes.split(",")]
     module = sc.build_module(args)
     results = {}
