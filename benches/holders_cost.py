@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Server-side cost of semaphores and read-write locks (issue 17): the
-LOCK.SEM.* and LOCK.RW.* commands next to a Lua semaphore of Redisson's kind
+SEM.* and RWLOCK.* commands next to a Lua semaphore of Redisson's kind
 and next to our exclusive lock (LOCK.ACQUIRE / LOCK.RELEASE).
 
 Instructions per operation, whole server, under valgrind --tool=callgrind
@@ -98,18 +98,18 @@ def impls(sha_acq: str, sha_rel: str) -> list:
     now = now_ms()
     deadline = now + TTL
     return [
-        Impl("semaphore (LOCK.SEM.*)",
-             lambda i: [["LOCK.SEM.ACQUIRE", key(i), o, 5, TTL] for o in others],
-             lambda i: ["LOCK.SEM.ACQUIRE", key(i), TOKEN, 5, TTL],
-             lambda i: ["LOCK.SEM.RELEASE", key(i), TOKEN], 1, 1),
-        Impl("read-write lock, READ (LOCK.RW.*)",
-             lambda i: [["LOCK.RW.ACQUIRE", key(i), o, "READ", TTL] for o in others],
-             lambda i: ["LOCK.RW.ACQUIRE", key(i), TOKEN, "READ", TTL],
-             lambda i: ["LOCK.RW.RELEASE", key(i), TOKEN], 1, 1),
+        Impl("semaphore (SEM.*)",
+             lambda i: [["SEM.ACQUIRE", key(i), o, 5, TTL] for o in others],
+             lambda i: ["SEM.ACQUIRE", key(i), TOKEN, 5, TTL],
+             lambda i: ["SEM.RELEASE", key(i), TOKEN], 1, 1),
+        Impl("read-write lock, READ (RWLOCK.*)",
+             lambda i: [["RWLOCK.ACQUIRE", key(i), o, "READ", TTL] for o in others],
+             lambda i: ["RWLOCK.ACQUIRE", key(i), TOKEN, "READ", TTL],
+             lambda i: ["RWLOCK.RELEASE", key(i), TOKEN], 1, 1),
         Impl("read-write lock, WRITE, free key",
              lambda i: [],
-             lambda i: ["LOCK.RW.ACQUIRE", key(i), TOKEN, "WRITE", TTL],
-             lambda i: ["LOCK.RW.RELEASE", key(i), TOKEN], 1, 1),
+             lambda i: ["RWLOCK.ACQUIRE", key(i), TOKEN, "WRITE", TTL],
+             lambda i: ["RWLOCK.RELEASE", key(i), TOKEN], 1, 1),
         Impl("Lua semaphore, Redisson's algorithm",
              lambda i: [["SET", key(i), 3], ["ZADD", key(i) + ":timeout", deadline, others[0], deadline, others[1]]],
              lambda i: ["EVALSHA", sha_acq, 3, key(i), key(i) + ":timeout", key(i) + ":channel", TOKEN, now_ms(), deadline],
@@ -159,8 +159,8 @@ def memory(args, module: str) -> list:
     n = args.memory_keys
     out = []
     cases = [
-        ("semaphore", lambda i, h: [["LOCK.SEM.ACQUIRE", key(i), "%s-%02d" % (TOKEN, j), 100, TTL] for j in range(h)]),
-        ("read-write lock (readers)", lambda i, h: [["LOCK.RW.ACQUIRE", key(i), "%s-%02d" % (TOKEN, j), "READ", TTL] for j in range(h)]),
+        ("semaphore", lambda i, h: [["SEM.ACQUIRE", key(i), "%s-%02d" % (TOKEN, j), 100, TTL] for j in range(h)]),
+        ("read-write lock (readers)", lambda i, h: [["RWLOCK.ACQUIRE", key(i), "%s-%02d" % (TOKEN, j), "READ", TTL] for j in range(h)]),
         ("Lua semaphore (Redisson's)", lambda i, h: [["SET", key(i), 100 - h]] + [["ZADD", key(i) + ":timeout", now_ms() + TTL, "%s-%02d" % (TOKEN, j)] for j in range(h)]
          + [["PEXPIRE", key(i) + ":timeout", TTL]]),
         ("exclusive lock", lambda i, h: [["LOCK.ACQUIRE", key(i), "%s-%02d" % (TOKEN, 0), TTL]] if h == 1 else None),

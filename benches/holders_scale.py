@@ -7,7 +7,7 @@ to ZADD, ZREM and ZSCORE on a plain sorted set of the same N.
 
 Rows, each the mean over --requests requests whose every reply is checked:
 
-  acquire        a granted LOCK.SEM.ACQUIRE / LOCK.RW.ACQUIRE … READ
+  acquire        a granted SEM.ACQUIRE / RWLOCK.ACQUIRE … READ
   renew          RENEW of a live holder
   refusal        an acquire refused (a full semaphore; WRITE beside readers)
   release        RELEASE of a live holder, nobody waiting
@@ -118,13 +118,13 @@ def family_rows(srv: sc.Server, n: int, requests: int, sem: bool) -> dict:
     key = lambda i: keys[i % len(keys)]
     limit = n + per_key
     if sem:
-        acq = lambda i, t: ["LOCK.SEM.ACQUIRE", key(i), t, limit, TTL]
-        refused = lambda i: ["LOCK.SEM.ACQUIRE", key(i), "x-%06d" % i, limit, TTL]
-        pre, tag = "LOCK.SEM.", limit
+        acq = lambda i, t: ["SEM.ACQUIRE", key(i), t, limit, TTL]
+        refused = lambda i: ["SEM.ACQUIRE", key(i), "x-%06d" % i, limit, TTL]
+        pre, tag = "SEM.", limit
     else:
-        acq = lambda i, t: ["LOCK.RW.ACQUIRE", key(i), t, "READ", TTL]
-        refused = lambda i: ["LOCK.RW.ACQUIRE", key(i), "x-%06d" % i, "WRITE", TTL]
-        pre, tag = "LOCK.RW.", 0
+        acq = lambda i, t: ["RWLOCK.ACQUIRE", key(i), t, "READ", TTL]
+        refused = lambda i: ["RWLOCK.ACQUIRE", key(i), "x-%06d" % i, "WRITE", TTL]
+        pre, tag = "RWLOCK.", 0
     conn.call("FLUSHALL")
     fill(conn, keys, n, tag)
     c = sc.Conn(srv.port)
@@ -142,7 +142,7 @@ def family_rows(srv: sc.Server, n: int, requests: int, sem: bool) -> dict:
     waiters = []
     if sem:
         for i in range(requests):
-            waiters.append(waiter(srv.port, ["LOCK.SEM.ACQUIRE", key(i), "q-%06d" % i, limit, TTL, "WAIT", 0]))
+            waiters.append(waiter(srv.port, ["SEM.ACQUIRE", key(i), "q-%06d" % i, limit, TTL, "WAIT", 0]))
         until_waiting(conn, requests)
         rows["queued grant"] = measured(
             srv, c, [[pre + "RELEASE", key(i), mine[i]] for i in range(requests)], 1, f"sem-queued-grant-{n}"
@@ -154,10 +154,10 @@ def family_rows(srv: sc.Server, n: int, requests: int, sem: bool) -> dict:
         # Per key: a writer, then a reader behind it, and so on.
         writers = []
         for i in range(requests):
-            w = waiter(srv.port, ["LOCK.RW.ACQUIRE", key(i), "w-%06d" % i, "WRITE", TTL, "WAIT", 0])
+            w = waiter(srv.port, ["RWLOCK.ACQUIRE", key(i), "w-%06d" % i, "WRITE", TTL, "WAIT", 0])
             writers.append(w)
             until_waiting(conn, 2 * i + 1)
-            waiters.append(waiter(srv.port, ["LOCK.RW.ACQUIRE", key(i), "q-%06d" % i, "READ", TTL, "WAIT", 0]))
+            waiters.append(waiter(srv.port, ["RWLOCK.ACQUIRE", key(i), "q-%06d" % i, "READ", TTL, "WAIT", 0]))
             until_waiting(conn, 2 * i + 2)
         rows["queued grant"] = measured(
             srv, c, [["CLIENT", "UNBLOCK", cid] for _, cid in writers], 1, f"rw-queued-grant-{n}"

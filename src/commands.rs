@@ -70,7 +70,7 @@ pub enum Value {
     Int(i64),
     Bytes(Vec<u8>),
     Nil,
-    /// Holders and their remaining lease in ms (LOCK.SEM.INFO, LOCK.RW.INFO).
+    /// Holders and their remaining lease in ms (SEM.INFO, RWLOCK.INFO).
     Holders(Vec<(Vec<u8>, i64)>),
 }
 

@@ -167,7 +167,7 @@ const COMMANDS: &[Command] = &[
     // LOCK.RELEASE are not: a server at its memory limit still lets holders
     // renew and leave.
     Command {
-        name: c"lock.sem.acquire",
+        name: c"sem.acquire",
         handler: sem_acquire_cmd,
         flags: c"write deny-oom blocking",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT),
@@ -184,7 +184,7 @@ const COMMANDS: &[Command] = &[
         ],
     },
     Command {
-        name: c"lock.sem.renew",
+        name: c"sem.renew",
         handler: sem_renew_cmd,
         flags: c"write",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE),
@@ -194,7 +194,7 @@ const COMMANDS: &[Command] = &[
         args: &[Arg::Key(c"key"), Arg::Str(c"token"), Arg::Int(c"ttl-ms")],
     },
     Command {
-        name: c"lock.sem.release",
+        name: c"sem.release",
         handler: sem_release_cmd,
         flags: c"write",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_DELETE),
@@ -204,7 +204,7 @@ const COMMANDS: &[Command] = &[
         args: &[Arg::Key(c"key"), Arg::Str(c"token")],
     },
     Command {
-        name: c"lock.sem.info",
+        name: c"sem.info",
         handler: sem_info_cmd,
         flags: c"readonly",
         key: Some(raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS),
@@ -214,7 +214,7 @@ const COMMANDS: &[Command] = &[
         args: &[Arg::Key(c"key"), Arg::Option(c"count", c"COUNT")],
     },
     Command {
-        name: c"lock.rw.acquire",
+        name: c"rwlock.acquire",
         handler: rw_acquire_cmd,
         flags: c"write deny-oom blocking",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT),
@@ -231,7 +231,7 @@ const COMMANDS: &[Command] = &[
         ],
     },
     Command {
-        name: c"lock.rw.renew",
+        name: c"rwlock.renew",
         handler: rw_renew_cmd,
         flags: c"write",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE),
@@ -241,7 +241,7 @@ const COMMANDS: &[Command] = &[
         args: &[Arg::Key(c"key"), Arg::Str(c"token"), Arg::Int(c"ttl-ms")],
     },
     Command {
-        name: c"lock.rw.release",
+        name: c"rwlock.release",
         handler: rw_release_cmd,
         flags: c"write",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_DELETE),
@@ -251,7 +251,7 @@ const COMMANDS: &[Command] = &[
         args: &[Arg::Key(c"key"), Arg::Str(c"token")],
     },
     Command {
-        name: c"lock.rw.info",
+        name: c"rwlock.info",
         handler: rw_info_cmd,
         flags: c"readonly",
         key: Some(raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS),

@@ -1,4 +1,4 @@
-//! The LOCK.RW.* handlers: a read-write lock is a key of several holders
+//! The RWLOCK.* handlers: a read-write lock is a key of several holders
 //! (`crate::semaphore` has the shared flow) that admits any number of
 //! readers or one writer. In the queue a waiting writer holds back the
 //! readers behind it, so writers are not starved.
@@ -12,7 +12,7 @@ use crate::semaphore::{acquire, info, release, renew};
 
 type Outcome = Result<Reply, Failure>;
 
-/// LOCK.RW.ACQUIRE key token READ|WRITE ttl-ms [FENCE] [WAIT timeout-ms]
+/// RWLOCK.ACQUIRE key token READ|WRITE ttl-ms [FENCE] [WAIT timeout-ms]
 pub fn rw_acquire(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, mode, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
@@ -21,17 +21,17 @@ pub fn rw_acquire(ctx: Ctx, argv: Argv) -> Outcome {
     acquire(ctx, key, token, want, ttl, parse_grant_options(Grammar::Acquire, options.iter().map(|&o| bytes(o)))?)
 }
 
-/// LOCK.RW.RENEW key token ttl-ms
+/// RWLOCK.RENEW key token ttl-ms
 pub fn rw_renew(ctx: Ctx, argv: Argv) -> Outcome {
     renew(ctx, Family::ReadWrite, argv)
 }
 
-/// LOCK.RW.RELEASE key token
+/// RWLOCK.RELEASE key token
 pub fn rw_release(ctx: Ctx, argv: Argv) -> Outcome {
     release(ctx, Family::ReadWrite, argv)
 }
 
-/// LOCK.RW.INFO key [COUNT n]
+/// RWLOCK.INFO key [COUNT n]
 pub fn rw_info(ctx: Ctx, argv: Argv) -> Outcome {
     info(ctx, Family::ReadWrite, argv)
 }

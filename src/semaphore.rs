@@ -1,4 +1,4 @@
-//! The LOCK.SEM.* handlers, and the flow they share with LOCK.RW.*
+//! The SEM.* handlers, and the flow they share with RWLOCK.*
 //! (`crate::rwlock`): a key with several holders, each with its own token
 //! and lease. The rules (`redis_lock_rules::holders`) decide on the live
 //! holders; `crate::holders` stores the result; `crate::wait` queues and
@@ -27,7 +27,7 @@ use crate::wait::{self, Claim};
 
 type Outcome = Result<Reply, Failure>;
 
-/// LOCK.SEM.ACQUIRE key token limit ttl-ms [FENCE] [WAIT timeout-ms]
+/// SEM.ACQUIRE key token limit ttl-ms [FENCE] [WAIT timeout-ms]
 pub fn sem_acquire(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, limit, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
@@ -36,17 +36,17 @@ pub fn sem_acquire(ctx: Ctx, argv: Argv) -> Outcome {
     acquire(ctx, key, token, want, ttl, parse_grant_options(Grammar::Acquire, options.iter().map(|&o| bytes(o)))?)
 }
 
-/// LOCK.SEM.RENEW key token ttl-ms
+/// SEM.RENEW key token ttl-ms
 pub fn sem_renew(ctx: Ctx, argv: Argv) -> Outcome {
     renew(ctx, Family::Semaphore, argv)
 }
 
-/// LOCK.SEM.RELEASE key token
+/// SEM.RELEASE key token
 pub fn sem_release(ctx: Ctx, argv: Argv) -> Outcome {
     release(ctx, Family::Semaphore, argv)
 }
 
-/// LOCK.SEM.INFO key [COUNT n]
+/// SEM.INFO key [COUNT n]
 pub fn sem_info(ctx: Ctx, argv: Argv) -> Outcome {
     info(ctx, Family::Semaphore, argv)
 }

@@ -52,7 +52,7 @@ pub static GUARDED: Counter = Counter::new();
 /// LOCK.GUARD replies of NOTHELD: nothing ran.
 pub static GUARD_REFUSALS: Counter = Counter::new();
 
-/// Semaphores (LOCK.SEM.*): permits granted (also to waiters), replies of
+/// Semaphores (SEM.*): permits granted (also to waiters), replies of
 /// 0 or nil, renewals and releases that took effect, and holders removed at
 /// the end of their lease (pruned by a command or the queue's timer).
 pub static SEM_GRANTS: Counter = Counter::new();
@@ -60,7 +60,7 @@ pub static SEM_REFUSALS: Counter = Counter::new();
 pub static SEM_RENEWALS: Counter = Counter::new();
 pub static SEM_RELEASES: Counter = Counter::new();
 pub static SEM_EXPIRED: Counter = Counter::new();
-/// Read-write locks (LOCK.RW.*), as the semaphore's.
+/// Read-write locks (RWLOCK.*), as the semaphore's.
 pub static RW_READ_GRANTS: Counter = Counter::new();
 pub static RW_WRITE_GRANTS: Counter = Counter::new();
 pub static RW_REFUSALS: Counter = Counter::new();

@@ -105,14 +105,14 @@ fn commands_carry_their_native_twins_acl_categories() {
         ]
         .to_vec();
         all.extend([
-            "lock.rw.acquire",
-            "lock.rw.info",
-            "lock.rw.release",
-            "lock.rw.renew",
-            "lock.sem.acquire",
-            "lock.sem.info",
-            "lock.sem.release",
-            "lock.sem.renew",
+            "rwlock.acquire",
+            "rwlock.info",
+            "rwlock.release",
+            "rwlock.renew",
+            "sem.acquire",
+            "sem.info",
+            "sem.release",
+            "sem.renew",
         ]);
         all.sort();
         assert_eq!(listed, all);

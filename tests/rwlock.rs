@@ -1,4 +1,4 @@
-//! LOCK.RW.*: many readers or one writer, each holder with its own lease;
+//! RWLOCK.*: many readers or one writer, each holder with its own lease;
 //! a waiting writer holds back the readers that come after it; FIFO
 //! otherwise; and a randomized run against a model.
 
@@ -13,7 +13,7 @@ use support::*;
 
 fn rw(c: &mut redis::Connection, key: &str, token: &str, mode: &str, ttl: i64, opts: &[&str]) -> R {
     let ttl = ttl.to_string();
-    let mut args = vec!["LOCK.RW.ACQUIRE", key, token, mode, &ttl];
+    let mut args = vec!["RWLOCK.ACQUIRE", key, token, mode, &ttl];
     args.extend_from_slice(opts);
     call(c, &args)
 }
@@ -33,23 +33,23 @@ fn readers_share_a_writer_is_alone_and_the_tag_says_which() {
         R::Int(0),
         "no upgrade: it would wait for itself"
     );
-    assert_eq!(call(&mut c, &["LOCK.RW.RELEASE", "k", "r1"]), R::Int(1));
-    assert_eq!(call(&mut c, &["LOCK.RW.RELEASE", "k", "r2"]), R::Int(1));
+    assert_eq!(call(&mut c, &["RWLOCK.RELEASE", "k", "r1"]), R::Int(1));
+    assert_eq!(call(&mut c, &["RWLOCK.RELEASE", "k", "r2"]), R::Int(1));
     assert_eq!(call(&mut c, &["EXISTS", "k"]), R::Int(0));
     assert_eq!(rw(&mut c, "k", "w", "WRITE", 60_000, &[]), R::Int(1));
     assert_eq!(stored(&mut c, "k").0, Some(-1), "a writer: tag -1");
     assert_eq!(rw(&mut c, "k", "r", "READ", 60_000, &[]), R::Int(0));
     assert_eq!(rw(&mut c, "k", "w2", "WRITE", 60_000, &[]), R::Int(0));
-    assert_eq!(call(&mut c, &["LOCK.RW.RENEW", "k", "w", "90000"]), R::Int(1));
-    let info: redis::Value = redis::cmd("LOCK.RW.INFO").arg("k").query(&mut c).unwrap();
+    assert_eq!(call(&mut c, &["RWLOCK.RENEW", "k", "w", "90000"]), R::Int(1));
+    let info: redis::Value = redis::cmd("RWLOCK.INFO").arg("k").query(&mut c).unwrap();
     let redis::Value::Array(f) = info else { panic!() };
     assert_eq!(f[0..2], [redis::Value::BulkString(b"mode".to_vec()), redis::Value::BulkString(b"write".to_vec())]);
     assert_eq!(
-        call(&mut c, &["LOCK.RW.ACQUIRE", "k", "x", "BOTH", "1000"]),
+        call(&mut c, &["RWLOCK.ACQUIRE", "k", "x", "BOTH", "1000"]),
         R::Err("ERR mode must be READ or WRITE".into())
     );
     assert_eq!(
-        call(&mut c, &["LOCK.SEM.ACQUIRE", "k", "x", "1", "1000"]),
+        call(&mut c, &["SEM.ACQUIRE", "k", "x", "1", "1000"]),
         R::Err("WRONGTYPE Operation against a key holding the wrong kind of value".into())
     );
     assert_eq!(info_field(&mut c, "rw_read_grants"), 2);
@@ -66,7 +66,7 @@ fn a_waiting_writer_holds_back_later_readers_and_the_queue_stays_fifo() {
     let order = [("w1", "WRITE"), ("r1", "READ"), ("r2", "READ"), ("w2", "WRITE"), ("r3", "READ")];
     let mut hs = Vec::new();
     for (i, (t, m)) in order.iter().enumerate() {
-        hs.push(spawn_call(&server, t, &["LOCK.RW.ACQUIRE", "k", t, m, "60000", "FENCE", "WAIT", "20000"], tx.clone()));
+        hs.push(spawn_call(&server, t, &["RWLOCK.ACQUIRE", "k", t, m, "60000", "FENCE", "WAIT", "20000"], tx.clone()));
         until_waiting(&mut c, i as u64 + 1);
     }
     // A reader arriving now waits too: a writer is queued ahead of it.
@@ -83,15 +83,15 @@ fn a_waiting_writer_holds_back_later_readers_and_the_queue_stays_fifo() {
         got.sort_by_key(|(_, f)| *f);
         got.into_iter().map(|(t, _)| t).collect::<Vec<_>>()
     };
-    assert_eq!(call(&mut c, &["LOCK.RW.RELEASE", "k", "r0"]), R::Int(1));
+    assert_eq!(call(&mut c, &["RWLOCK.RELEASE", "k", "r0"]), R::Int(1));
     assert_eq!(recv(1), ["w1"]);
-    assert_eq!(call(&mut c, &["LOCK.RW.RELEASE", "k", "w1"]), R::Int(1));
+    assert_eq!(call(&mut c, &["RWLOCK.RELEASE", "k", "w1"]), R::Int(1));
     assert_eq!(recv(2), ["r1", "r2"], "readers up to the next writer, in order (fences)");
-    assert_eq!(call(&mut c, &["LOCK.RW.RELEASE", "k", "r1"]), R::Int(1));
+    assert_eq!(call(&mut c, &["RWLOCK.RELEASE", "k", "r1"]), R::Int(1));
     assert!(rx.recv_timeout(Duration::from_millis(50)).is_err(), "w2 waits for r2");
-    assert_eq!(call(&mut c, &["LOCK.RW.RELEASE", "k", "r2"]), R::Int(1));
+    assert_eq!(call(&mut c, &["RWLOCK.RELEASE", "k", "r2"]), R::Int(1));
     assert_eq!(recv(1), ["w2"]);
-    assert_eq!(call(&mut c, &["LOCK.RW.RELEASE", "k", "w2"]), R::Int(1));
+    assert_eq!(call(&mut c, &["RWLOCK.RELEASE", "k", "w2"]), R::Int(1));
     assert_eq!(recv(1), ["r3"]);
     for h in hs {
         h.join().unwrap();
@@ -100,7 +100,7 @@ fn a_waiting_writer_holds_back_later_readers_and_the_queue_stays_fifo() {
     assert_eq!((tag, hs.len()), (Some(0), 1));
 }
 
-/// `LOCK.RW.ACQUIRE` on a semaphore's key whose one lease just ended and
+/// `RWLOCK.ACQUIRE` on a semaphore's key whose one lease just ended and
 /// whose queue has a due head: `WRONGTYPE`, judged before anything is
 /// written, so the head is not granted by it (the queue's timer grants it
 /// afterwards) and nothing is pruned.
@@ -113,11 +113,11 @@ fn wrongtype_does_not_serve_a_due_waiter_first() {
     for attempt in 0..6 {
         let key = format!("k{attempt}");
         let ttl_arg = ttl.to_string();
-        assert_eq!(call(&mut c, &["LOCK.SEM.ACQUIRE", &key, "h", "1", &ttl_arg]), R::Int(1));
-        let w = spawn_call(&server, "w", &["LOCK.SEM.ACQUIRE", &key, "w", "1", "60000", "WAIT", "30000"], tx.clone());
+        assert_eq!(call(&mut c, &["SEM.ACQUIRE", &key, "h", "1", &ttl_arg]), R::Int(1));
+        let w = spawn_call(&server, "w", &["SEM.ACQUIRE", &key, "w", "1", "60000", "WAIT", "30000"], tx.clone());
         until_waiting(&mut c, 1);
         let got =
-            holders::just_after_the_lease_ends(&mut c, &key, ttl, &["LOCK.RW.ACQUIRE", &key, "x", "WRITE", "1000"]);
+            holders::just_after_the_lease_ends(&mut c, &key, ttl, &["RWLOCK.ACQUIRE", &key, "x", "WRITE", "1000"]);
         let (token, reply, _) = rx.recv_timeout(Duration::from_secs(30)).expect("the waiter is answered");
         assert_eq!((token.as_str(), reply), ("w", R::Int(1)), "the waiter is granted, by the queue");
         w.join().unwrap();

@@ -1,4 +1,4 @@
-//! LOCK.SEM.*: a counting semaphore of `limit` permits, each holder with its
+//! SEM.*: a counting semaphore of `limit` permits, each holder with its
 //! own token and lease, stored as a plain sorted set; waits in the server's
 //! FIFO queue; and a randomized run against a model.
 
@@ -16,7 +16,7 @@ const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kin
 
 fn acq(c: &mut redis::Connection, key: &str, token: &str, limit: u64, ttl: i64, opts: &[&str]) -> R {
     let (limit, ttl) = (limit.to_string(), ttl.to_string());
-    let mut args = vec!["LOCK.SEM.ACQUIRE", key, token, &limit, &ttl];
+    let mut args = vec!["SEM.ACQUIRE", key, token, &limit, &ttl];
     args.extend_from_slice(opts);
     call(c, &args)
 }
@@ -46,13 +46,13 @@ fn permits_up_to_the_limit_each_with_its_own_lease_in_a_plain_sorted_set() {
     assert!(hs[1].1 >= t0 + 60_000 && hs[1].1 <= t1 + 60_000, "{hs:?}");
     assert_eq!(pexpiretime(&mut c, "s"), hs[1].1, "the key ends with its last lease");
     // Renew moves one lease (and the key's end with the last one).
-    assert_eq!(call(&mut c, &["LOCK.SEM.RENEW", "s", "a", "90000"]), R::Int(1));
-    assert_eq!(call(&mut c, &["LOCK.SEM.RENEW", "s", "zz", "90000"]), R::Int(0));
+    assert_eq!(call(&mut c, &["SEM.RENEW", "s", "a", "90000"]), R::Int(1));
+    assert_eq!(call(&mut c, &["SEM.RENEW", "s", "zz", "90000"]), R::Int(0));
     let (_, hs) = stored(&mut c, "s");
     assert_eq!(hs[1].0, "a");
     assert_eq!(pexpiretime(&mut c, "s"), hs[1].1);
     // INFO: limit, holders (earliest lease end first) with ttl, waiters.
-    let info: redis::Value = redis::cmd("LOCK.SEM.INFO").arg("s").query(&mut c).unwrap();
+    let info: redis::Value = redis::cmd("SEM.INFO").arg("s").query(&mut c).unwrap();
     let redis::Value::Array(f) = info else { panic!("{info:?}") };
     assert_eq!(f[0], redis::Value::BulkString(b"limit".to_vec()));
     assert_eq!(f[1], redis::Value::Int(2));
@@ -64,12 +64,12 @@ fn permits_up_to_the_limit_each_with_its_own_lease_in_a_plain_sorted_set() {
     assert_eq!(f[4], redis::Value::BulkString(b"waiters".to_vec()));
     assert_eq!(f[5], redis::Value::Int(0));
     // Release: one permit back; the last one deletes the key.
-    assert_eq!(call(&mut c, &["LOCK.SEM.RELEASE", "s", "a"]), R::Int(1));
-    assert_eq!(call(&mut c, &["LOCK.SEM.RELEASE", "s", "a"]), R::Int(0));
+    assert_eq!(call(&mut c, &["SEM.RELEASE", "s", "a"]), R::Int(1));
+    assert_eq!(call(&mut c, &["SEM.RELEASE", "s", "a"]), R::Int(0));
     assert_eq!(pexpiretime(&mut c, "s"), stored(&mut c, "s").1[0].1, "the key's end follows its last lease down");
-    assert_eq!(call(&mut c, &["LOCK.SEM.RELEASE", "s", "b"]), R::Int(1));
+    assert_eq!(call(&mut c, &["SEM.RELEASE", "s", "b"]), R::Int(1));
     assert_eq!(call(&mut c, &["EXISTS", "s"]), R::Int(0));
-    assert_eq!(call(&mut c, &["LOCK.SEM.INFO", "s"]), R::Nil);
+    assert_eq!(call(&mut c, &["SEM.INFO", "s"]), R::Nil);
     // Free again: any limit may start it anew.
     assert_eq!(acq(&mut c, "s", "c", 5, 1000, &[]), R::Int(1));
     assert_eq!(stored(&mut c, "s").0, Some(5));
@@ -95,10 +95,10 @@ fn a_dead_holders_permit_frees_at_its_own_lease_end() {
     assert!(hs.iter().all(|(t, _)| t != "short"), "pruned: {hs:?}");
     assert_eq!(info_field(&mut c, "sem_expired"), 1);
     // With a waiter, the queue's timer grants it right after the lease end.
-    assert_eq!(call(&mut c, &["LOCK.SEM.RENEW", "s", "x", "300"]), R::Int(1));
+    assert_eq!(call(&mut c, &["SEM.RENEW", "s", "x", "300"]), R::Int(1));
     let x_end = stored(&mut c, "s").1[0].1;
     let (tx, rx) = mpsc::channel();
-    let h = spawn_call(&server, "w", &["LOCK.SEM.ACQUIRE", "s", "w", "2", "60000", "FENCE", "WAIT", "10000"], tx);
+    let h = spawn_call(&server, "w", &["SEM.ACQUIRE", "s", "w", "2", "60000", "FENCE", "WAIT", "10000"], tx);
     until_waiting(&mut c, 1);
     let (_, reply, _) = rx.recv_timeout(Duration::from_secs(10)).expect("granted");
     assert!(matches!(reply, R::Int(f) if f > 1), "{reply:?}");
@@ -124,7 +124,7 @@ fn waiters_get_one_permit_each_in_arrival_order_and_newcomers_queue_behind_them(
         hs.push(spawn_call(
             &server,
             &token,
-            &["LOCK.SEM.ACQUIRE", "s", &token, "2", "60000", "FENCE", "WAIT", "20000"],
+            &["SEM.ACQUIRE", "s", &token, "2", "60000", "FENCE", "WAIT", "20000"],
             tx.clone(),
         ));
         until_waiting(&mut c, i + 1);
@@ -133,7 +133,7 @@ fn waiters_get_one_permit_each_in_arrival_order_and_newcomers_queue_behind_them(
     let mut last = 0;
     for i in 0..6 {
         let leaving = holder[i % 2].clone();
-        assert_eq!(call(&mut c, &["LOCK.SEM.RELEASE", "s", &leaving]), R::Int(1));
+        assert_eq!(call(&mut c, &["SEM.RELEASE", "s", &leaving]), R::Int(1));
         let (token, reply, _) = rx.recv_timeout(Duration::from_secs(5)).expect("a waiter is granted");
         assert_eq!(token, format!("w{i}"), "FIFO");
         let R::Int(f) = reply else { panic!("{reply:?}") };
@@ -148,14 +148,14 @@ fn waiters_get_one_permit_each_in_arrival_order_and_newcomers_queue_behind_them(
     }
     // A newcomer never passes a waiter: with one waiting for a full
     // semaphore, a permit that frees while writes are paused goes to it.
-    assert_eq!(call(&mut c, &["LOCK.SEM.RELEASE", "s", &holder[0]]), R::Int(1));
-    assert_eq!(call(&mut c, &["LOCK.SEM.RENEW", "s", &holder[1], "200"]), R::Int(1));
+    assert_eq!(call(&mut c, &["SEM.RELEASE", "s", &holder[0]]), R::Int(1));
+    assert_eq!(call(&mut c, &["SEM.RENEW", "s", &holder[1], "200"]), R::Int(1));
     assert_eq!(acq(&mut c, "s", "x", 2, 60_000, &[]), R::Int(1));
     let h =
-        spawn_call(&server, "first", &["LOCK.SEM.ACQUIRE", "s", "first", "2", "60000", "WAIT", "20000"], tx.clone());
+        spawn_call(&server, "first", &["SEM.ACQUIRE", "s", "first", "2", "60000", "WAIT", "20000"], tx.clone());
     until_waiting(&mut c, 1);
     let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(500).arg("WRITE").query(&mut c).unwrap();
-    let newcomer = spawn_call(&server, "newcomer", &["LOCK.SEM.ACQUIRE", "s", "newcomer", "2", "60000"], tx);
+    let newcomer = spawn_call(&server, "newcomer", &["SEM.ACQUIRE", "s", "newcomer", "2", "60000"], tx);
     let (token, reply, _) = rx.recv_timeout(Duration::from_secs(5)).expect("first answered");
     let (token2, reply2, _) = rx.recv_timeout(Duration::from_secs(5)).expect("newcomer answered");
     let mut got = [(token, reply), (token2, reply2)];
@@ -165,7 +165,7 @@ fn waiters_get_one_permit_each_in_arrival_order_and_newcomers_queue_behind_them(
     newcomer.join().unwrap();
 }
 
-/// `LOCK.SEM.ACQUIRE` with another limit on a key whose one lease just
+/// `SEM.ACQUIRE` with another limit on a key whose one lease just
 /// ended and whose queue has a due head: the error is judged before
 /// anything is written, so the head is not granted by it (the queue's timer
 /// grants it afterwards) and nothing is pruned.
@@ -178,9 +178,9 @@ fn an_error_does_not_serve_a_due_waiter_first() {
     for attempt in 0..6 {
         let key = format!("s{attempt}");
         assert_eq!(acq(&mut c, &key, "h", 1, ttl, &[]), R::Int(1));
-        let w = spawn_call(&server, "w", &["LOCK.SEM.ACQUIRE", &key, "w", "1", "60000", "WAIT", "30000"], tx.clone());
+        let w = spawn_call(&server, "w", &["SEM.ACQUIRE", &key, "w", "1", "60000", "WAIT", "30000"], tx.clone());
         until_waiting(&mut c, 1);
-        let got = holders::just_after_the_lease_ends(&mut c, &key, ttl, &["LOCK.SEM.ACQUIRE", &key, "x", "2", "1000"]);
+        let got = holders::just_after_the_lease_ends(&mut c, &key, ttl, &["SEM.ACQUIRE", &key, "x", "2", "1000"]);
         let (token, reply, _) = rx.recv_timeout(Duration::from_secs(30)).expect("the waiter is answered");
         assert_eq!((token.as_str(), reply), ("w", R::Int(1)), "the waiter is granted, by the queue");
         w.join().unwrap();
@@ -204,7 +204,7 @@ fn info_count_lists_the_earliest_lease_ends_first() {
     for (token, ttl) in [("a", 30_000), ("b", 10_000), ("c", 20_000)] {
         assert_eq!(acq(&mut c, "s", token, 5, ttl, &[]), R::Int(1));
     }
-    assert_eq!(call(&mut c, &["LOCK.RW.ACQUIRE", "k", "r", "READ", "30000"]), R::Int(1));
+    assert_eq!(call(&mut c, &["RWLOCK.ACQUIRE", "k", "r", "READ", "30000"]), R::Int(1));
     let listed = |c: &mut redis::Connection, args: &[&str]| -> Vec<String> {
         let mut cmd = redis::cmd(args[0]);
         for a in &args[1..] {
@@ -220,25 +220,25 @@ fn info_count_lists_the_earliest_lease_ends_first() {
             })
             .collect()
     };
-    assert_eq!(listed(&mut c, &["LOCK.SEM.INFO", "s"]), ["b", "c", "a"]);
-    assert_eq!(listed(&mut c, &["LOCK.SEM.INFO", "s", "COUNT", "2"]), ["b", "c"]);
-    assert_eq!(listed(&mut c, &["LOCK.SEM.INFO", "s", "count", "1"]), ["b"]);
-    assert_eq!(listed(&mut c, &["LOCK.SEM.INFO", "s", "COUNT", "100"]), ["b", "c", "a"]);
-    assert_eq!(listed(&mut c, &["LOCK.RW.INFO", "k", "COUNT", "1"]), ["r"]);
-    assert_eq!(call(&mut c, &["LOCK.SEM.INFO", "absent", "COUNT", "1"]), R::Nil);
-    assert_eq!(call(&mut c, &["LOCK.RW.INFO", "s", "COUNT", "1"]), R::Err(WRONGTYPE.into()));
+    assert_eq!(listed(&mut c, &["SEM.INFO", "s"]), ["b", "c", "a"]);
+    assert_eq!(listed(&mut c, &["SEM.INFO", "s", "COUNT", "2"]), ["b", "c"]);
+    assert_eq!(listed(&mut c, &["SEM.INFO", "s", "count", "1"]), ["b"]);
+    assert_eq!(listed(&mut c, &["SEM.INFO", "s", "COUNT", "100"]), ["b", "c", "a"]);
+    assert_eq!(listed(&mut c, &["RWLOCK.INFO", "k", "COUNT", "1"]), ["r"]);
+    assert_eq!(call(&mut c, &["SEM.INFO", "absent", "COUNT", "1"]), R::Nil);
+    assert_eq!(call(&mut c, &["RWLOCK.INFO", "s", "COUNT", "1"]), R::Err(WRONGTYPE.into()));
     let before = (stored(&mut c, "s"), pexpiretime(&mut c, "s"));
     let count = R::Err("ERR COUNT must be a positive integer".into());
     let syntax = R::Err("ERR syntax error".into());
     for (args, err) in [
-        (&["LOCK.SEM.INFO", "s", "COUNT", "0"][..], &count),
-        (&["LOCK.SEM.INFO", "s", "COUNT", "-1"], &count),
-        (&["LOCK.SEM.INFO", "s", "COUNT", "x"], &count),
-        (&["LOCK.SEM.INFO", "s", "COUNT", "99999999999999999999"], &count),
-        (&["LOCK.RW.INFO", "k", "COUNT", "0"], &count),
-        (&["LOCK.SEM.INFO", "s", "COUNT"], &syntax),
-        (&["LOCK.SEM.INFO", "s", "LIMIT", "2"], &syntax),
-        (&["LOCK.SEM.INFO", "s", "x"], &syntax),
+        (&["SEM.INFO", "s", "COUNT", "0"][..], &count),
+        (&["SEM.INFO", "s", "COUNT", "-1"], &count),
+        (&["SEM.INFO", "s", "COUNT", "x"], &count),
+        (&["SEM.INFO", "s", "COUNT", "99999999999999999999"], &count),
+        (&["RWLOCK.INFO", "k", "COUNT", "0"], &count),
+        (&["SEM.INFO", "s", "COUNT"], &syntax),
+        (&["SEM.INFO", "s", "LIMIT", "2"], &syntax),
+        (&["SEM.INFO", "s", "x"], &syntax),
     ] {
         assert_eq!(&call(&mut c, args), err, "{args:?}");
     }
@@ -272,17 +272,17 @@ fn mass_expiry_is_pruned_a_bounded_batch_at_a_time_and_never_counted_as_holders(
     }
     assert_eq!(acq(&mut c, "s", "d", 5, 600_000, &[]), R::Int(0), "full: 5 live holders");
     assert_eq!(card(&mut c), 1 + 5 + 500);
-    let redis::Value::Array(f) = redis::cmd("LOCK.SEM.INFO").arg("s").query::<redis::Value>(&mut c).unwrap() else {
+    let redis::Value::Array(f) = redis::cmd("SEM.INFO").arg("s").query::<redis::Value>(&mut c).unwrap() else {
         panic!()
     };
     let redis::Value::Array(h) = &f[3] else { panic!("{f:?}") };
     assert_eq!(h.len(), 10, "only the live holders are listed");
     // The rest goes with the next command; the last holder's release deletes the key.
-    assert_eq!(call(&mut c, &["LOCK.SEM.RENEW", "s", "a", "600000"]), R::Int(1));
+    assert_eq!(call(&mut c, &["SEM.RENEW", "s", "a", "600000"]), R::Int(1));
     assert_eq!((card(&mut c), info_field(&mut c, "sem_expired")), (6, 4500));
     let _: i64 = redis::cmd("ZADD").arg("s").arg(now - 1).arg("late").query(&mut c).unwrap();
     for token in ["a", "b", "c", "live-1", "live-2"] {
-        assert_eq!(call(&mut c, &["LOCK.SEM.RELEASE", "s", token]), R::Int(1), "{token}");
+        assert_eq!(call(&mut c, &["SEM.RELEASE", "s", token]), R::Int(1), "{token}");
     }
     assert_eq!(call(&mut c, &["EXISTS", "s"]), R::Int(0));
     assert_eq!(info_field(&mut c, "sem_expired"), 4501);
@@ -296,46 +296,46 @@ fn errors_change_nothing_and_name_the_problem() {
     let before = stored(&mut c, "s");
     let arity = |cmd: &str| R::Err(format!("ERR wrong number of arguments for '{}' command", cmd.to_lowercase()));
     let cases: &[(&[&str], R)] = &[
-        (&["LOCK.SEM.ACQUIRE", "s", "b", "1"], arity("lock.sem.acquire")),
-        (&["LOCK.SEM.RENEW", "s", "a"], arity("lock.sem.renew")),
-        (&["LOCK.SEM.RENEW", "s", "a", "1000", "FLOOR", "5"], arity("lock.sem.renew")),
-        (&["LOCK.SEM.RELEASE", "s", "a", "x"], arity("lock.sem.release")),
-        (&["LOCK.SEM.INFO"], arity("lock.sem.info")),
-        (&["LOCK.SEM.ACQUIRE", "s", "", "1", "1000"], R::Err("ERR lock key and token are required".into())),
+        (&["SEM.ACQUIRE", "s", "b", "1"], arity("sem.acquire")),
+        (&["SEM.RENEW", "s", "a"], arity("sem.renew")),
+        (&["SEM.RENEW", "s", "a", "1000", "FLOOR", "5"], arity("sem.renew")),
+        (&["SEM.RELEASE", "s", "a", "x"], arity("sem.release")),
+        (&["SEM.INFO"], arity("sem.info")),
+        (&["SEM.ACQUIRE", "s", "", "1", "1000"], R::Err("ERR lock key and token are required".into())),
         (
-            &["LOCK.SEM.ACQUIRE", "s", "b", "0", "1000"],
+            &["SEM.ACQUIRE", "s", "b", "0", "1000"],
             R::Err("ERR limit must be a positive integer (at most 9007199254740992)".into()),
         ),
         (
-            &["LOCK.SEM.ACQUIRE", "s", "b", "9007199254740993", "1000"],
+            &["SEM.ACQUIRE", "s", "b", "9007199254740993", "1000"],
             R::Err("ERR limit must be a positive integer (at most 9007199254740992)".into()),
         ),
         (
-            &["LOCK.SEM.ACQUIRE", "s", "b", "1", "-5"],
+            &["SEM.ACQUIRE", "s", "b", "1", "-5"],
             R::Err("ERR ttl-ms must be a positive integer (milliseconds)".into()),
         ),
         (
-            &["LOCK.SEM.ACQUIRE", "s", "b", "1", "9007199254740992"],
+            &["SEM.ACQUIRE", "s", "b", "1", "9007199254740992"],
             R::Err("ERR ttl-ms is too large: the expiry time would overflow".into()),
         ),
-        (&["LOCK.SEM.ACQUIRE", "s", "b", "1", "1000", "WAIT"], R::Err("ERR syntax error".into())),
+        (&["SEM.ACQUIRE", "s", "b", "1", "1000", "WAIT"], R::Err("ERR syntax error".into())),
         (
-            &["LOCK.SEM.ACQUIRE", "s", "b", "1", "1000", "WAIT", "-1"],
+            &["SEM.ACQUIRE", "s", "b", "1", "1000", "WAIT", "-1"],
             R::Err("ERR WAIT timeout-ms must be 0 (no timeout) or a positive integer (milliseconds)".into()),
         ),
         (
-            &["LOCK.SEM.ACQUIRE", "s", "b", "1", "1000", "WAIT", "9223372036854775807"],
+            &["SEM.ACQUIRE", "s", "b", "1", "1000", "WAIT", "9223372036854775807"],
             R::Err("ERR timeout is out of range".into()),
         ),
         (
-            &["LOCK.SEM.ACQUIRE", "s", "b", "2", "1000"],
+            &["SEM.ACQUIRE", "s", "b", "2", "1000"],
             R::Err("ERR limit differs from the semaphore's: its limit is 1".into()),
         ),
-        (&["LOCK.SEM.RENEW", "s", "a", "0"], R::Err("ERR ttl-ms must be a positive integer (milliseconds)".into())),
-        (&["LOCK.RW.ACQUIRE", "s", "b", "READ", "1000"], R::Err(WRONGTYPE.into())),
-        (&["LOCK.RW.RENEW", "s", "a", "1000"], R::Err(WRONGTYPE.into())),
-        (&["LOCK.RW.RELEASE", "s", "a"], R::Err(WRONGTYPE.into())),
-        (&["LOCK.RW.INFO", "s"], R::Err(WRONGTYPE.into())),
+        (&["SEM.RENEW", "s", "a", "0"], R::Err("ERR ttl-ms must be a positive integer (milliseconds)".into())),
+        (&["RWLOCK.ACQUIRE", "s", "b", "READ", "1000"], R::Err(WRONGTYPE.into())),
+        (&["RWLOCK.RENEW", "s", "a", "1000"], R::Err(WRONGTYPE.into())),
+        (&["RWLOCK.RELEASE", "s", "a"], R::Err(WRONGTYPE.into())),
+        (&["RWLOCK.INFO", "s"], R::Err(WRONGTYPE.into())),
         (&["LOCK.RENEW", "s", "a", "1000"], R::Err(WRONGTYPE.into())),
         (&["LOCK.RELEASE", "s", "a"], R::Err(WRONGTYPE.into())),
         (&["LOCK.INFO", "s"], R::Err(WRONGTYPE.into())),
@@ -352,10 +352,10 @@ fn errors_change_nothing_and_name_the_problem() {
     let _: () = redis::cmd("ZADD").arg("badtag").arg(2.5).arg("").arg(1e15).arg("m").query(&mut c).unwrap();
     for key in ["l", "z", "badtag"] {
         for args in [
-            &["LOCK.SEM.ACQUIRE", key, "b", "1", "1000", "WAIT", "100"][..],
-            &["LOCK.SEM.RENEW", key, "a", "1000"],
-            &["LOCK.SEM.RELEASE", key, "a"],
-            &["LOCK.SEM.INFO", key],
+            &["SEM.ACQUIRE", key, "b", "1", "1000", "WAIT", "100"][..],
+            &["SEM.RENEW", key, "a", "1000"],
+            &["SEM.RELEASE", key, "a"],
+            &["SEM.INFO", key],
         ] {
             assert_eq!(call(&mut c, args), R::Err(WRONGTYPE.into()), "{args:?}");
         }
@@ -373,7 +373,7 @@ fn waiters_survive_del_flushall_swapdb_and_a_foreign_zrem_and_leave_on_role_chan
         assert_eq!(acq(&mut c, "s", "h", 1, 60_000, &[]), R::Int(1));
         let token = format!("w{i}");
         let h =
-            spawn_call(&server, &token, &["LOCK.SEM.ACQUIRE", "s", &token, "1", "60000", "WAIT", "10000"], tx.clone());
+            spawn_call(&server, &token, &["SEM.ACQUIRE", "s", &token, "1", "60000", "WAIT", "10000"], tx.clone());
         until_waiting(&mut c, 1);
         let started = Instant::now();
         match how {
@@ -392,7 +392,7 @@ fn waiters_survive_del_flushall_swapdb_and_a_foreign_zrem_and_leave_on_role_chan
     }
     // Paused writes: nothing is granted until the pause ends.
     assert_eq!(acq(&mut c, "s", "h", 1, 100, &[]), R::Int(1));
-    let h = spawn_call(&server, "p", &["LOCK.SEM.ACQUIRE", "s", "p", "1", "60000", "WAIT", "10000"], tx.clone());
+    let h = spawn_call(&server, "p", &["SEM.ACQUIRE", "s", "p", "1", "60000", "WAIT", "10000"], tx.clone());
     until_waiting(&mut c, 1);
     let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(500).arg("WRITE").query(&mut c).unwrap();
     let paused = Instant::now();
@@ -402,7 +402,7 @@ fn waiters_survive_del_flushall_swapdb_and_a_foreign_zrem_and_leave_on_role_chan
     h.join().unwrap();
     // lock.max-waiters caps these waits too.
     let _: () = redis::cmd("CONFIG").arg("SET").arg("lock.max-waiters").arg(1).query(&mut c).unwrap();
-    let h = spawn_call(&server, "m1", &["LOCK.SEM.ACQUIRE", "s", "m1", "1", "60000", "WAIT", "0"], tx.clone());
+    let h = spawn_call(&server, "m1", &["SEM.ACQUIRE", "s", "m1", "1", "60000", "WAIT", "0"], tx.clone());
     until_waiting(&mut c, 1);
     assert_eq!(
         acq(&mut c, "s", "m2", 1, 60_000, &["WAIT", "0"]),
@@ -424,7 +424,7 @@ fn a_lease_at_the_end_of_the_exact_range_leaves_the_server_responsive() {
     let ttl = (1i64 << 53) - now_ms() - 1000;
     assert_eq!(acq(&mut c, "s", "far", 1, ttl, &[]), R::Int(1));
     let (tx, rx) = mpsc::channel();
-    let h = spawn_call(&server, "w", &["LOCK.SEM.ACQUIRE", "s", "w", "1", "1000", "WAIT", "300"], tx);
+    let h = spawn_call(&server, "w", &["SEM.ACQUIRE", "s", "w", "1", "1000", "WAIT", "300"], tx);
     until_waiting(&mut c, 1);
     let (_, reply, _) = rx.recv_timeout(Duration::from_secs(5)).expect("times out");
     assert_eq!(reply, R::Int(0));
@@ -456,41 +456,41 @@ fn mixed_workload(server: &Server) {
     let h1 = spawn_call(
         server,
         "w1",
-        &["LOCK.SEM.ACQUIRE", "m:sem", "w1", "2", "60000", "FENCE", "WAIT", "10000"],
+        &["SEM.ACQUIRE", "m:sem", "w1", "2", "60000", "FENCE", "WAIT", "10000"],
         tx.clone(),
     );
     until_waiting(&mut c, 1);
-    let h2 = spawn_call(server, "w2", &["LOCK.SEM.ACQUIRE", "m:sem", "w2", "2", "60000", "WAIT", "10000"], tx.clone());
+    let h2 = spawn_call(server, "w2", &["SEM.ACQUIRE", "m:sem", "w2", "2", "60000", "WAIT", "10000"], tx.clone());
     until_waiting(&mut c, 2);
     // b's lease ends: w1 gets its permit from the timer.
     let (t, r, _) = rx.recv_timeout(Duration::from_secs(5)).expect("w1 granted");
     assert!(t == "w1" && matches!(r, R::Int(f) if f > 1), "{t} {r:?}");
-    assert_eq!(call(&mut c, &["LOCK.SEM.RENEW", "m:sem", "a", "90000"]), R::Int(1));
-    assert_eq!(call(&mut c, &["LOCK.SEM.RELEASE", "m:sem", "a"]), R::Int(1));
+    assert_eq!(call(&mut c, &["SEM.RENEW", "m:sem", "a", "90000"]), R::Int(1));
+    assert_eq!(call(&mut c, &["SEM.RELEASE", "m:sem", "a"]), R::Int(1));
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)).expect("w2 granted").1, R::Int(1));
     h1.join().unwrap();
     h2.join().unwrap();
     // A read-write lock: readers, a writer that waits, a reader that times out behind it.
-    assert_eq!(call(&mut c, &["LOCK.RW.ACQUIRE", "m:rw", "r1", "READ", "60000"]), R::Int(1));
-    assert_eq!(call(&mut c, &["LOCK.RW.ACQUIRE", "m:rw", "r2", "READ", "60000", "FENCE"]) != R::Nil, true);
+    assert_eq!(call(&mut c, &["RWLOCK.ACQUIRE", "m:rw", "r1", "READ", "60000"]), R::Int(1));
+    assert_eq!(call(&mut c, &["RWLOCK.ACQUIRE", "m:rw", "r2", "READ", "60000", "FENCE"]) != R::Nil, true);
     let hw = spawn_call(
         server,
         "w",
-        &["LOCK.RW.ACQUIRE", "m:rw", "w", "WRITE", "60000", "FENCE", "WAIT", "10000"],
+        &["RWLOCK.ACQUIRE", "m:rw", "w", "WRITE", "60000", "FENCE", "WAIT", "10000"],
         tx.clone(),
     );
     until_waiting(&mut c, 1);
-    let hr = spawn_call(server, "r3", &["LOCK.RW.ACQUIRE", "m:rw", "r3", "READ", "60000", "WAIT", "100"], tx.clone());
+    let hr = spawn_call(server, "r3", &["RWLOCK.ACQUIRE", "m:rw", "r3", "READ", "60000", "WAIT", "100"], tx.clone());
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)).expect("r3 times out").1, R::Int(0));
-    assert_eq!(call(&mut c, &["LOCK.RW.RELEASE", "m:rw", "r1"]), R::Int(1));
-    assert_eq!(call(&mut c, &["LOCK.RW.RELEASE", "m:rw", "r2"]), R::Int(1));
+    assert_eq!(call(&mut c, &["RWLOCK.RELEASE", "m:rw", "r1"]), R::Int(1));
+    assert_eq!(call(&mut c, &["RWLOCK.RELEASE", "m:rw", "r2"]), R::Int(1));
     assert!(matches!(rx.recv_timeout(Duration::from_secs(5)).expect("w granted").1, R::Int(f) if f > 1));
-    assert_eq!(call(&mut c, &["LOCK.RW.RENEW", "m:rw", "w", "120000"]), R::Int(1));
+    assert_eq!(call(&mut c, &["RWLOCK.RENEW", "m:rw", "w", "120000"]), R::Int(1));
     hw.join().unwrap();
     hr.join().unwrap();
     // A key emptied by its last release.
     assert_eq!(acq(&mut c, "m:gone", "x", 1, 60_000, &[]), R::Int(1));
-    assert_eq!(call(&mut c, &["LOCK.SEM.RELEASE", "m:gone", "x"]), R::Int(1));
+    assert_eq!(call(&mut c, &["SEM.RELEASE", "m:gone", "x"]), R::Int(1));
 }
 
 fn digest(c: &mut redis::Connection) -> String {
@@ -546,7 +546,7 @@ fn a_waiter_during_a_reshard_is_never_granted_on_the_source() {
     assert_eq!(acq(&mut source, &key, "h2", 2, 60_000, &[]), R::Int(1));
     let before = stored(&mut source, &key);
     let (tx, rx) = mpsc::channel();
-    let h = spawn_call(cluster.node(m[0]), "w", &["LOCK.SEM.ACQUIRE", &key, "w", "2", "60000", "WAIT", "20000"], tx);
+    let h = spawn_call(cluster.node(m[0]), "w", &["SEM.ACQUIRE", &key, "w", "2", "60000", "WAIT", "20000"], tx);
     until_waiting(&mut source, 1);
     cluster.reshard(m[0], m[1], 1);
     assert_eq!(cluster.owner_of(&key), m[1]);
@@ -565,14 +565,14 @@ fn registration_key_specs_acl_categories_and_docs() {
     let mut c = server.conn();
     let text = |v: &redis::Value| format!("{v:?}").to_lowercase();
     for (cmd, flags, key_flags, args) in [
-        ("lock.sem.acquire", "blocking", "insert", &["key", "token", "limit", "ttl-ms", "fence", "timeout-ms"][..]),
-        ("lock.sem.renew", "write", "update", &["key", "token", "ttl-ms"]),
-        ("lock.sem.release", "write", "delete", &["key", "token"]),
-        ("lock.sem.info", "readonly", "ro", &["key"]),
-        ("lock.rw.acquire", "blocking", "insert", &["key", "token", "mode", "ttl-ms", "fence", "timeout-ms"]),
-        ("lock.rw.renew", "write", "update", &["key", "token", "ttl-ms"]),
-        ("lock.rw.release", "write", "delete", &["key", "token"]),
-        ("lock.rw.info", "readonly", "ro", &["key"]),
+        ("sem.acquire", "blocking", "insert", &["key", "token", "limit", "ttl-ms", "fence", "timeout-ms"][..]),
+        ("sem.renew", "write", "update", &["key", "token", "ttl-ms"]),
+        ("sem.release", "write", "delete", &["key", "token"]),
+        ("sem.info", "readonly", "ro", &["key"]),
+        ("rwlock.acquire", "blocking", "insert", &["key", "token", "mode", "ttl-ms", "fence", "timeout-ms"]),
+        ("rwlock.renew", "write", "update", &["key", "token", "ttl-ms"]),
+        ("rwlock.release", "write", "delete", &["key", "token"]),
+        ("rwlock.info", "readonly", "ro", &["key"]),
     ] {
         let info: redis::Value = redis::cmd("COMMAND").arg("INFO").arg(cmd).query(&mut c).unwrap();
         let t = text(&info);
@@ -593,19 +593,19 @@ fn registration_key_specs_acl_categories_and_docs() {
         let (write, read, sorted, blocking) =
             (cat(&mut c, "write"), cat(&mut c, "read"), cat(&mut c, "sortedset"), cat(&mut c, "blocking"));
         for cmd in [
-            "lock.sem.acquire",
-            "lock.sem.renew",
-            "lock.sem.release",
-            "lock.rw.acquire",
-            "lock.rw.renew",
-            "lock.rw.release",
+            "sem.acquire",
+            "sem.renew",
+            "sem.release",
+            "rwlock.acquire",
+            "rwlock.renew",
+            "rwlock.release",
         ] {
             assert!(write.iter().any(|x| x == cmd) && sorted.iter().any(|x| x == cmd), "{cmd}");
         }
-        for cmd in ["lock.sem.info", "lock.rw.info"] {
+        for cmd in ["sem.info", "rwlock.info"] {
             assert!(read.iter().any(|x| x == cmd) && !write.iter().any(|x| x == cmd), "{cmd}");
         }
-        assert!(blocking.iter().any(|x| x == "lock.sem.acquire") && blocking.iter().any(|x| x == "lock.rw.acquire"));
+        assert!(blocking.iter().any(|x| x == "sem.acquire") && blocking.iter().any(|x| x == "rwlock.acquire"));
     }
 }
 

@@ -409,7 +409,7 @@ impl Cluster {
         r
     }
 
-    /// `LOCK.SEM.INFO` or `LOCK.RW.INFO` on the key's node (module only:
+    /// `SEM.INFO` or `RWLOCK.INFO` on the key's node (module only:
     /// no backend to learn).
     pub(crate) async fn holders_info(&self, kind: LockKind, key: &str) -> Result<Option<HoldersInfo>> {
         let cmd = info::holders_cmd(kind, key);

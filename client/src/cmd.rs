@@ -85,17 +85,17 @@ pub enum LockKind {
     /// The key alone: `LOCK.ACQUIRE` (a string key), with the scripts as
     /// fallback.
     Exclusive,
-    /// One of `limit` permits of a counting semaphore: `LOCK.SEM.*`.
+    /// One of `limit` permits of a counting semaphore: `SEM.*`.
     Permit {
         /// The most holders at a time; every acquirer of the key names the
         /// same one (the server refuses another while permits are held).
         limit: u64,
     },
     /// A read-write lock's shared side: beside other readers, never a
-    /// writer (`LOCK.RW.ACQUIRE … READ`).
+    /// writer (`RWLOCK.ACQUIRE … READ`).
     Read,
     /// A read-write lock's exclusive side: no other reader or writer
-    /// (`LOCK.RW.ACQUIRE … WRITE`).
+    /// (`RWLOCK.ACQUIRE … WRITE`).
     Write,
 }
 
@@ -104,8 +104,8 @@ impl LockKind {
     fn commands(self) -> [&'static str; 4] {
         match self {
             LockKind::Exclusive => ["LOCK.ACQUIRE", "LOCK.RENEW", "LOCK.RELEASE", "LOCK.INFO"],
-            LockKind::Permit { .. } => ["LOCK.SEM.ACQUIRE", "LOCK.SEM.RENEW", "LOCK.SEM.RELEASE", "LOCK.SEM.INFO"],
-            LockKind::Read | LockKind::Write => ["LOCK.RW.ACQUIRE", "LOCK.RW.RENEW", "LOCK.RW.RELEASE", "LOCK.RW.INFO"],
+            LockKind::Permit { .. } => ["SEM.ACQUIRE", "SEM.RENEW", "SEM.RELEASE", "SEM.INFO"],
+            LockKind::Read | LockKind::Write => ["RWLOCK.ACQUIRE", "RWLOCK.RENEW", "RWLOCK.RELEASE", "RWLOCK.INFO"],
         }
     }
 
@@ -792,16 +792,16 @@ mod tests {
         let packed = |c: &LockCmd| String::from_utf8_lossy(&c.module_cmd().get_packed_command()).replace("\r\n", " ");
         let sem = LockCmd::acquire_of(LockKind::Permit { limit: 5 }, "k", "t", ttl).unwrap();
         assert!(
-            packed(&sem.with_wait(7)).ends_with("$16 LOCK.SEM.ACQUIRE $1 k $1 t $1 5 $3 100 $5 FENCE $4 WAIT $1 7 "),
+            packed(&sem.with_wait(7)).ends_with("$11 SEM.ACQUIRE $1 k $1 t $1 5 $3 100 $5 FENCE $4 WAIT $1 7 "),
             "{}",
             packed(&sem)
         );
-        assert!(packed(&sem.renewal(ttl).unwrap()).ends_with("$14 LOCK.SEM.RENEW $1 k $1 t $3 100 "));
-        assert!(packed(&sem.releasing().unwrap()).ends_with("$16 LOCK.SEM.RELEASE $1 k $1 t "));
+        assert!(packed(&sem.renewal(ttl).unwrap()).ends_with("$9 SEM.RENEW $1 k $1 t $3 100 "));
+        assert!(packed(&sem.releasing().unwrap()).ends_with("$11 SEM.RELEASE $1 k $1 t "));
         let read = LockCmd::acquire_of(LockKind::Read, "k", "t", ttl).unwrap();
-        assert!(packed(&read).ends_with("$15 LOCK.RW.ACQUIRE $1 k $1 t $4 READ $3 100 $5 FENCE "), "{}", packed(&read));
+        assert!(packed(&read).ends_with("$14 RWLOCK.ACQUIRE $1 k $1 t $4 READ $3 100 $5 FENCE "), "{}", packed(&read));
         assert!(packed(&LockCmd::acquire_of(LockKind::Write, "k", "t", ttl).unwrap()).contains("$5 WRITE $3 100 "));
-        assert!(packed(&read.renewal(ttl).unwrap()).contains("LOCK.RW.RENEW"));
+        assert!(packed(&read.renewal(ttl).unwrap()).contains("RWLOCK.RENEW"));
         assert!(
             !packed(&read.renewal(ttl).unwrap().with_floor(3)).contains("FLOOR"),
             "RENEW of the holders' kinds takes no FLOOR"
@@ -827,12 +827,12 @@ mod tests {
             )
         };
         let ttl = Duration::from_millis(100);
-        let unknown = "ERR unknown command 'LOCK.SEM.ACQUIRE', with args beginning with: ";
+        let unknown = "ERR unknown command 'SEM.ACQUIRE', with args beginning with: ";
         let sem = LockCmd::acquire_of(LockKind::Permit { limit: 2 }, "k", "t", ttl).unwrap();
-        assert!(matches!(sem.explain(server(unknown)), Error::Unsupported { command: "LOCK.SEM.ACQUIRE" }));
+        assert!(matches!(sem.explain(server(unknown)), Error::Unsupported { command: "SEM.ACQUIRE" }));
         assert!(matches!(
             sem.releasing().unwrap().explain(server(unknown)),
-            Error::Unsupported { command: "LOCK.SEM.RELEASE" }
+            Error::Unsupported { command: "SEM.RELEASE" }
         ));
         assert!(matches!(
             sem.explain(server("ERR limit differs from the semaphore's: its limit is 3")),

@@ -4,7 +4,7 @@
 //! `describe`, which is what the module itself uses.
 //!
 //! [`HoldersInfo`]: the same for a semaphore or read-write lock
-//! (`LOCK.SEM.INFO`, `LOCK.RW.INFO`), module only.
+//! (`SEM.INFO`, `RWLOCK.INFO`), module only.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -86,7 +86,7 @@ pub struct Holder {
     pub ttl: Duration,
 }
 
-/// `LOCK.SEM.INFO key` or `LOCK.RW.INFO key` (by `kind`'s family).
+/// `SEM.INFO key` or `RWLOCK.INFO key` (by `kind`'s family).
 pub(crate) fn holders_cmd(kind: LockKind, key: &str) -> redis::Cmd {
     let mut c = redis::cmd(kind.info_command());
     c.arg(key);
@@ -238,7 +238,7 @@ fn parse(v: Value) -> RedisResult<Option<LockInfo>> {
     }))
 }
 
-/// A `LOCK.SEM.INFO` or `LOCK.RW.INFO` reply: `limit` N or `mode`
+/// A `SEM.INFO` or `RWLOCK.INFO` reply: `limit` N or `mode`
 /// read/write, `holders` [token, ttl-ms, …], `waiters` N. Unknown fields
 /// are skipped, as in [`parse`].
 pub(crate) fn parse_holders(v: Value) -> RedisResult<Option<HoldersInfo>> {

@@ -30,8 +30,8 @@
 //!   ([`QuorumLock`], the same methods as [`Lock`] but `guard`: no one
 //!   server's copy of the lock is the majority's verdict), with fences that
 //!   never go backwards whatever the servers' clocks.
-//! - Semaphores and read-write locks (module only, `LOCK.SEM.*`,
-//!   `LOCK.RW.*`): [`LockClient::semaphore`] and [`LockClient::rw_lock`]
+//! - Semaphores and read-write locks (module only, `SEM.*`,
+//!   `RWLOCK.*`): [`LockClient::semaphore`] and [`LockClient::rw_lock`]
 //!   name one ([`NamedLock`], [`RwLock`]), whose `try_acquire`/`acquire`
 //!   (with `_with` and `_async` variants) hand out the same [`Lock`], of
 //!   another [`LockKind`]: renewals, release on drop, the watchdog through

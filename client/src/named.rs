@@ -7,7 +7,7 @@
 //! client's renewal engine, the loss signal and the fence work as they do
 //! for the exclusive lock.
 //!
-//! Module only (`LOCK.SEM.*`, `LOCK.RW.*`): a server without it answers
+//! Module only (`SEM.*`, `RWLOCK.*`): a server without it answers
 //! [`Error::Unsupported`](crate::Error::Unsupported). There is no script
 //! fallback because the scripts are the reference of the exclusive lock
 //! alone: a Lua semaphore would not share the module's FIFO queue or its
@@ -154,7 +154,7 @@ impl RwLock {
         NamedLock { client: self.client.clone(), key: self.key.clone(), kind: LockKind::Write }
     }
 
-    /// Who holds the key (`LOCK.RW.INFO`): its
+    /// Who holds the key (`RWLOCK.INFO`): its
     /// [`kind`](HoldersInfo::kind) is [`LockKind::Read`] or
     /// [`LockKind::Write`]; `None` when nobody does.
     pub fn info(&self) -> Result<Option<HoldersInfo>> {
@@ -167,7 +167,7 @@ impl RwLock {
     }
 }
 
-/// `LOCK.SEM.INFO` or `LOCK.RW.INFO`, sync: a wrapper of [`info_async`].
+/// `SEM.INFO` or `RWLOCK.INFO`, sync: a wrapper of [`info_async`].
 fn info(client: &LockClient, kind: LockKind, key: &str) -> Result<Option<HoldersInfo>> {
     client.core.transport.serves(Api::Sync)?;
     let (client, key) = (client.clone(), key.to_string());

@@ -50,7 +50,7 @@ pub(crate) trait Transport: Send + Sync + 'static {
 
     fn info<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<LockInfo>>>;
 
-    /// `LOCK.SEM.INFO` or `LOCK.RW.INFO` (by `kind`), on the key's node.
+    /// `SEM.INFO` or `RWLOCK.INFO` (by `kind`), on the key's node.
     fn holders_info<'a>(&'a self, kind: LockKind, key: &'a str) -> BoxFuture<'a, Result<Option<HoldersInfo>>>;
 
     /// `Some(left)` when the rest of an acquire's wait can be spent blocked

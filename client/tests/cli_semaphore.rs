@@ -83,7 +83,7 @@ fn fence(f: &str) -> u64 {
     f.parse().ok().filter(|&n| n > 0).unwrap_or_else(|| panic!("REDIS_LOCK_FENCE {f:?} is no positive integer"))
 }
 
-/// The holders' tokens as `command` (`LOCK.SEM.INFO`, `LOCK.RW.INFO`) lists them.
+/// The holders' tokens as `command` (`SEM.INFO`, `RWLOCK.INFO`) lists them.
 fn holders(s: &Server, command: &str, key: &str) -> Vec<String> {
     let v: redis::Value = redis::cmd(command).arg(key).query(&mut s.conn()).expect(command);
     let redis::Value::Array(fields) = v else { return Vec::new() };
@@ -113,7 +113,7 @@ fn permits_admit_n_runs_and_refuse_or_queue_the_next() {
     assert_ne!(fence(&fa), fence(&fb), "each grant has its own fence");
     let mut both = vec![ta.clone(), tb.clone()];
     both.sort();
-    assert_eq!(holders(&s, "LOCK.SEM.INFO", "pool"), both, "the server lists the tokens CMD was given");
+    assert_eq!(holders(&s, "SEM.INFO", "pool"), both, "the server lists the tokens CMD was given");
     let o = cli(&["info", "--url", &s.url(), "pool"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let shown = cli_support::stdout(&o);
@@ -143,7 +143,7 @@ fn permits_admit_n_runs_and_refuse_or_queue_the_next() {
     release_all(&dir, runs);
     let [_, tc, fc] = started(&dir, "c");
     assert!(fence(&fc) > fence(&fa).max(fence(&fb)), "a later grant, a larger fence");
-    assert_eq!(holders(&s, "LOCK.SEM.INFO", "pool"), vec![tc]);
+    assert_eq!(holders(&s, "SEM.INFO", "pool"), vec![tc]);
     release_all(&dir, vec![waiter]);
     let gone: i64 = redis::cmd("EXISTS").arg("pool").query(&mut s.conn()).expect("EXISTS");
     assert_eq!(gone, 0, "every run released its permit");
@@ -160,7 +160,7 @@ fn shared_runs_together_and_exclusive_waits() {
     fence(&f1);
     let mut both = vec![t1, t2];
     both.sort();
-    assert_eq!(holders(&s, "LOCK.RW.INFO", "doc"), both);
+    assert_eq!(holders(&s, "RWLOCK.INFO", "doc"), both);
     let o = cli(&["info", "--url", &s.url(), "doc"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(cli_support::stdout(&o).contains("kind: read-write lock\nmode: read\n"), "{}", cli_support::stdout(&o));
@@ -176,7 +176,7 @@ fn shared_runs_together_and_exclusive_waits() {
     assert!(!dir.join("w").exists(), "a writer ran beside readers");
     release_all(&dir, readers);
     let [_, tw, _] = started(&dir, "w");
-    assert_eq!(holders(&s, "LOCK.RW.INFO", "doc"), vec![tw]);
+    assert_eq!(holders(&s, "RWLOCK.INFO", "doc"), vec![tw]);
     let o = cli(&["run", "--url", &s.url(), "--read", "-n", "doc", "--", "true"]);
     assert_eq!(o.status.code(), Some(75), "no reader beside the writer: {}", stderr(&o));
     release_all(&dir, vec![writer]);

@@ -52,8 +52,8 @@ fn set<'a>(locks: impl IntoIterator<Item = &'a Lock>) -> BTreeSet<String> {
     locks.into_iter().map(|l| l.token().to_string()).collect()
 }
 
-/// The holders' tokens as the server lists them (`LOCK.SEM.INFO` or
-/// `LOCK.RW.INFO` sent by hand, not through the client under test).
+/// The holders' tokens as the server lists them (`SEM.INFO` or
+/// `RWLOCK.INFO` sent by hand, not through the client under test).
 fn server_tokens(con: &mut redis::Connection, command: &str, key: &str) -> BTreeSet<String> {
     let v: redis::Value = redis::cmd(command).arg(key).query(con).expect(command);
     let redis::Value::Array(fields) = v else { return BTreeSet::new() };
@@ -166,7 +166,7 @@ fn the_watchdog_keeps_permits_alive_and_reports_their_loss() {
     // Three TTLs: without renewals both would be gone.
     thread::sleep(ttl * 3);
     assert!(a.is_held() && b.is_held(), "{:?} {:?}", a.loss_reason(), b.loss_reason());
-    assert_eq!(server_tokens(&mut s.conn(), "LOCK.SEM.INFO", "pool"), set([&a, &b]), "the server still lists both");
+    assert_eq!(server_tokens(&mut s.conn(), "SEM.INFO", "pool"), set([&a, &b]), "the server still lists both");
 
     // A holder removed by hand: its next renewal finds it gone.
     let lost = a.lost_signal();
@@ -184,7 +184,7 @@ fn the_watchdog_keeps_permits_alive_and_reports_their_loss() {
     let r = rw.read().try_acquire_with(ttl, &opts).expect("reader");
     thread::sleep(ttl * 3);
     assert!(r.is_held(), "{:?}", r.loss_reason());
-    assert_eq!(server_tokens(&mut s.conn(), "LOCK.RW.INFO", "doc"), set([&r]));
+    assert_eq!(server_tokens(&mut s.conn(), "RWLOCK.INFO", "doc"), set([&r]));
     let lost = r.lost_signal();
     let _: i64 = redis::cmd("ZREM").arg("doc").arg(r.token()).query(&mut s.conn()).expect("ZREM");
     assert_eq!(lost.wait_timeout(PATIENCE), Some(LossReason::NotOwner));
@@ -280,19 +280,19 @@ fn without_the_module_they_are_unsupported() {
     c.try_acquire("job", LONG).expect("exclusive lock by script").release().expect("release");
     let unsupported =
         |r: Result<Lock, Error>, command: &str| matches!(r, Err(Error::Unsupported { command: c }) if c == command);
-    assert!(unsupported(c.semaphore("pool", 2).try_acquire(LONG), "LOCK.SEM.ACQUIRE"));
-    assert!(unsupported(c.semaphore("pool", 2).acquire(LONG, ms(200)), "LOCK.SEM.ACQUIRE"));
-    assert!(unsupported(c.rw_lock("doc").write().acquire(LONG, ms(200)), "LOCK.RW.ACQUIRE"));
-    assert!(matches!(c.semaphore("pool", 2).info(), Err(Error::Unsupported { command: "LOCK.SEM.INFO" })));
-    assert!(matches!(c.rw_lock("doc").info(), Err(Error::Unsupported { command: "LOCK.RW.INFO" })));
+    assert!(unsupported(c.semaphore("pool", 2).try_acquire(LONG), "SEM.ACQUIRE"));
+    assert!(unsupported(c.semaphore("pool", 2).acquire(LONG, ms(200)), "SEM.ACQUIRE"));
+    assert!(unsupported(c.rw_lock("doc").write().acquire(LONG, ms(200)), "RWLOCK.ACQUIRE"));
+    assert!(matches!(c.semaphore("pool", 2).info(), Err(Error::Unsupported { command: "SEM.INFO" })));
+    assert!(matches!(c.rw_lock("doc").info(), Err(Error::Unsupported { command: "RWLOCK.INFO" })));
     c.try_acquire("job", LONG).expect("exclusive lock by script").release().expect("release");
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut plain.conn()).expect("KEYS");
     assert!(keys.is_empty(), "nothing written: {keys:?}");
     rt().block_on(async {
-        assert!(unsupported(c.rw_lock("doc").read().try_acquire_async(LONG).await, "LOCK.RW.ACQUIRE"));
+        assert!(unsupported(c.rw_lock("doc").read().try_acquire_async(LONG).await, "RWLOCK.ACQUIRE"));
         assert!(matches!(
             c.semaphore("pool", 2).info_async().await,
-            Err(Error::Unsupported { command: "LOCK.SEM.INFO" })
+            Err(Error::Unsupported { command: "SEM.INFO" })
         ));
     });
 }
@@ -313,7 +313,7 @@ fn semaphores_and_read_write_locks_on_a_cluster() {
         assert!(b.fence() > a.fence());
         assert!(matches!(sem.try_acquire(LONG), Err(Error::NotAcquired { .. })));
         assert_eq!(
-            server_tokens(&mut cl.node(m).conn(), "LOCK.SEM.INFO", &key),
+            server_tokens(&mut cl.node(m).conn(), "SEM.INFO", &key),
             set([&a, &b]),
             "held on the key's master"
         );
@@ -328,21 +328,21 @@ fn semaphores_and_read_write_locks_on_a_cluster() {
         );
         b.release().expect("release");
         let w = waiter.join().expect("waiter").expect("granted");
-        assert_eq!(server_tokens(&mut cl.node(m).conn(), "LOCK.SEM.INFO", &key), set([&a, &w]));
+        assert_eq!(server_tokens(&mut cl.node(m).conn(), "SEM.INFO", &key), set([&a, &w]));
         w.release().expect("release");
         held.push((m, key, a));
 
         let doc = cl.key_on("doc:", m);
         let r = c.rw_lock(&doc).read().try_acquire_with(ttl, &opts).expect("reader");
         assert!(matches!(c.rw_lock(&doc).write().try_acquire(LONG), Err(Error::NotAcquired { .. })));
-        assert_eq!(server_tokens(&mut cl.node(m).conn(), "LOCK.RW.INFO", &doc), set([&r]));
+        assert_eq!(server_tokens(&mut cl.node(m).conn(), "RWLOCK.INFO", &doc), set([&r]));
         held.push((m, doc, r));
     }
     // The engine renews them on every master, past several TTLs.
     thread::sleep(ttl * 3);
     for (m, key, lock) in &held {
         assert!(lock.is_held(), "{key}: {:?}", lock.loss_reason());
-        let command = if lock.kind() == LockKind::Read { "LOCK.RW.INFO" } else { "LOCK.SEM.INFO" };
+        let command = if lock.kind() == LockKind::Read { "RWLOCK.INFO" } else { "SEM.INFO" };
         assert_eq!(server_tokens(&mut cl.node(*m).conn(), command, key), set([lock]));
     }
     for (_, key, lock) in held {

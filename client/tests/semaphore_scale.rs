@@ -13,10 +13,10 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-/// The holders' tokens as the server lists them (`LOCK.SEM.INFO` sent by
+/// The holders' tokens as the server lists them (`SEM.INFO` sent by
 /// hand, not through the client under test).
 fn server_tokens(con: &mut redis::Connection, key: &str) -> BTreeSet<String> {
-    let v: redis::Value = redis::cmd("LOCK.SEM.INFO").arg(key).query(con).expect("LOCK.SEM.INFO");
+    let v: redis::Value = redis::cmd("SEM.INFO").arg(key).query(con).expect("SEM.INFO");
     let redis::Value::Array(fields) = v else { return BTreeSet::new() };
     let Some(redis::Value::Array(holders)) = fields.get(3) else { panic!("{fields:?}") };
     holders

@@ -25,7 +25,7 @@ pub const TAG: &[u8] = b"";
 /// no limit may go beyond (year ~287 000 for a deadline).
 pub const MAX_EXACT: i64 = 1 << 53;
 
-/// Which family of commands a key belongs to (`LOCK.SEM.*` or `LOCK.RW.*`).
+/// Which family of commands a key belongs to (`SEM.*` or `RWLOCK.*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Family {
     Semaphore,
@@ -75,11 +75,11 @@ impl Kind {
 /// What an acquirer asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Want {
-    /// One of `limit` permits (`LOCK.SEM.ACQUIRE`).
+    /// One of `limit` permits (`SEM.ACQUIRE`).
     Permit { limit: u64 },
-    /// A shared hold (`LOCK.RW.ACQUIRE … READ`).
+    /// A shared hold (`RWLOCK.ACQUIRE … READ`).
     Read,
-    /// The exclusive hold (`LOCK.RW.ACQUIRE … WRITE`).
+    /// The exclusive hold (`RWLOCK.ACQUIRE … WRITE`).
     Write,
 }
 

@@ -378,10 +378,10 @@ impl Run<'_> {
     fn acquire_args(&self, token: &str, mode: Mode, ttl: i64, fence: bool, wait: Option<i64>) -> Vec<String> {
         let mut a = match self.model.family {
             Family::Semaphore { limit } => {
-                vec!["LOCK.SEM.ACQUIRE".to_string(), self.key.clone(), token.to_string(), limit.to_string()]
+                vec!["SEM.ACQUIRE".to_string(), self.key.clone(), token.to_string(), limit.to_string()]
             }
             Family::ReadWrite => vec![
-                "LOCK.RW.ACQUIRE".to_string(),
+                "RWLOCK.ACQUIRE".to_string(),
                 self.key.clone(),
                 token.to_string(),
                 if mode == Mode::Read { "READ".into() } else { "WRITE".into() },
@@ -400,8 +400,8 @@ impl Run<'_> {
 
     fn prefix(&self) -> &'static str {
         match self.model.family {
-            Family::Semaphore { .. } => "LOCK.SEM.",
-            Family::ReadWrite => "LOCK.RW.",
+            Family::Semaphore { .. } => "SEM.",
+            Family::ReadWrite => "RWLOCK.",
         }
     }
 

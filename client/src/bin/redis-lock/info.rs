@@ -48,14 +48,14 @@ pub fn cmd_info(target: &Target, key: &str) -> Result<ExitCode, Fail> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `LOCK.SEM.INFO`, else `LOCK.RW.INFO`: `None` when the key is of
+/// `SEM.INFO`, else `RWLOCK.INFO`: `None` when the key is of
 /// neither family (or gone meanwhile, or the server cannot say).
 fn holders_info(client: &LockClient, key: &str) -> Option<HoldersInfo> {
     // INFO does not send the limit: any one names the family.
     client.semaphore(key, 1).info().ok().flatten().or_else(|| client.rw_lock(key).info().ok().flatten())
 }
 
-/// LOCK.SEM.INFO's and LOCK.RW.INFO's fields, one per line; a line per holder.
+/// SEM.INFO's and RWLOCK.INFO's fields, one per line; a line per holder.
 fn print_holders(key: &str, h: &HoldersInfo) {
     println!("key: {key}");
     match h.kind {
