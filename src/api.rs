@@ -91,6 +91,10 @@ required!(
     RedisModule_ZsetRangeCurrentElement,
     RedisModule_ZsetRangeNext,
     RedisModule_ZsetRangeStop,
+    RedisModule_ZsetScore,
+    RedisModule_ZsetLastInScoreRange,
+    RedisModule_ZsetRangePrev,
+    RedisModule_CallReplyInteger,
 );
 
 /// `rm!(RedisModule_OpenKey)` is that API function, which [`missing`] has

@@ -160,8 +160,10 @@ const COMMANDS: &[Command] = &[
     },
     // Semaphores and read-write locks: sorted sets, so their native twins
     // are ZADD (acquire, renew), ZREM (release) and ZRANGE (info), with
-    // BZPOPMIN's `blocking`. Each reads every holder of the key (O(N)), so
-    // none is `fast`. RENEW and RELEASE are not `deny-oom`, as LOCK.RENEW and
+    // BZPOPMIN's `blocking`. The writes are O(log N) in the holders plus
+    // what they change, but may prune up to 1,000 ended leases or serve
+    // waiters, and INFO lists every holder without COUNT: none is `fast`.
+    // RENEW and RELEASE are not `deny-oom`, as LOCK.RENEW and
     // LOCK.RELEASE are not: a server at its memory limit still lets holders
     // renew and leave.
     Command {
@@ -171,7 +173,7 @@ const COMMANDS: &[Command] = &[
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT),
         acl: c"write sortedset slow blocking",
         summary: c"Takes one of a semaphore's limit permits for the token, optionally with a fencing token, or waits in line for one",
-        complexity: c"O(N) where N is the number of holders",
+        complexity: c"O((1 + W) log(N) + M) where N is the number of holders, W the number of waiters it grants and M the number of ended leases it removes (at most 1000)",
         args: &[
             Arg::Key(c"key"),
             Arg::Str(c"token"),
@@ -188,7 +190,7 @@ const COMMANDS: &[Command] = &[
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE),
         acl: c"write sortedset slow",
         summary: c"Gives a semaphore holder's permit a new lease of ttl-ms",
-        complexity: c"O(N) where N is the number of holders",
+        complexity: c"O(log(N) + M) where N is the number of holders and M the number of ended leases it removes (at most 1000)",
         args: &[Arg::Key(c"key"), Arg::Str(c"token"), Arg::Int(c"ttl-ms")],
     },
     Command {
@@ -198,7 +200,7 @@ const COMMANDS: &[Command] = &[
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_DELETE),
         acl: c"write sortedset slow",
         summary: c"Returns a semaphore holder's permit, handing it to the first waiter",
-        complexity: c"O(N) where N is the number of holders",
+        complexity: c"O((1 + W) log(N) + M) where N is the number of holders, W the number of waiters it grants and M the number of ended leases it removes (at most 1000)",
         args: &[Arg::Key(c"key"), Arg::Str(c"token")],
     },
     Command {
@@ -207,9 +209,9 @@ const COMMANDS: &[Command] = &[
         flags: c"readonly",
         key: Some(raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS),
         acl: c"read sortedset slow",
-        summary: c"Describes a semaphore: limit, holders with their remaining lease, waiters",
-        complexity: c"O(N) where N is the number of holders",
-        args: &[Arg::Key(c"key")],
+        summary: c"Describes a semaphore: limit, holders with their remaining lease (all, or the COUNT earliest to end), waiters",
+        complexity: c"O(log(N) + M) where N is the number of holders and M the number of holders listed (all of them without COUNT)",
+        args: &[Arg::Key(c"key"), Arg::Option(c"count", c"COUNT")],
     },
     Command {
         name: c"rwlock.acquire",
@@ -218,7 +220,7 @@ const COMMANDS: &[Command] = &[
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT),
         acl: c"write sortedset slow blocking",
         summary: c"Takes a read-write lock for the token in mode READ (shared) or WRITE (exclusive), optionally with a fencing token, or waits in line",
-        complexity: c"O(N) where N is the number of holders",
+        complexity: c"O((1 + W) log(N) + M) where N is the number of holders, W the number of waiters it grants and M the number of ended leases it removes (at most 1000)",
         args: &[
             Arg::Key(c"key"),
             Arg::Str(c"token"),
@@ -235,7 +237,7 @@ const COMMANDS: &[Command] = &[
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE),
         acl: c"write sortedset slow",
         summary: c"Gives a read-write lock holder a new lease of ttl-ms",
-        complexity: c"O(N) where N is the number of holders",
+        complexity: c"O(log(N) + M) where N is the number of holders and M the number of ended leases it removes (at most 1000)",
         args: &[Arg::Key(c"key"), Arg::Str(c"token"), Arg::Int(c"ttl-ms")],
     },
     Command {
@@ -245,7 +247,7 @@ const COMMANDS: &[Command] = &[
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_DELETE),
         acl: c"write sortedset slow",
         summary: c"Releases a read-write lock holder, handing the lock to the first waiters it admits",
-        complexity: c"O(N) where N is the number of holders",
+        complexity: c"O((1 + W) log(N) + M) where N is the number of holders, W the number of waiters it grants and M the number of ended leases it removes (at most 1000)",
         args: &[Arg::Key(c"key"), Arg::Str(c"token")],
     },
     Command {
@@ -254,9 +256,9 @@ const COMMANDS: &[Command] = &[
         flags: c"readonly",
         key: Some(raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS),
         acl: c"read sortedset slow",
-        summary: c"Describes a read-write lock: mode, holders with their remaining lease, waiters",
-        complexity: c"O(N) where N is the number of holders",
-        args: &[Arg::Key(c"key")],
+        summary: c"Describes a read-write lock: mode, holders with their remaining lease (all, or the COUNT earliest to end), waiters",
+        complexity: c"O(log(N) + M) where N is the number of holders and M the number of holders listed (all of them without COUNT)",
+        args: &[Arg::Key(c"key"), Arg::Option(c"count", c"COUNT")],
     },
 ];
 

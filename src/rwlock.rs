@@ -31,7 +31,7 @@ pub fn rw_release(ctx: Ctx, argv: Argv) -> Outcome {
     release(ctx, Family::ReadWrite, argv)
 }
 
-/// RWLOCK.INFO key
+/// RWLOCK.INFO key [COUNT n]
 pub fn rw_info(ctx: Ctx, argv: Argv) -> Outcome {
     info(ctx, Family::ReadWrite, argv)
 }

@@ -6,17 +6,21 @@
 //!
 //! Every write command first drops the holders whose lease has ended (the
 //! permit of a dead holder is free at its own lease end, whoever else still
-//! holds), unless it answers with an error: then it changes nothing.
+//! holds; at most `PRUNE_BOUND` of them per command, the rest counted),
+//! unless it answers with an error: then it changes nothing.
 
 use redis_lock_rules::args::{
     check_key_and_token, parse_grant_options, parse_ttl, wait_deadline, Grammar, GrantOptions,
 };
-use redis_lock_rules::holders::{admit, granted, lease_end, parse_limit, Admit, Family, Holders, Kind, Want};
+use redis_lock_rules::holders::{
+    admit, lease_end, parse_info_options, parse_limit, refused_early, tag_after_grant, Admit, Family, Kind, Summary,
+    Want,
+};
 use redis_module::raw::RedisModuleString;
 
 use crate::commands::check_fence_space;
 use crate::fence;
-use crate::holders::HoldersKey;
+use crate::holders::{Edit, HoldersKey};
 use crate::key::{bytes, Ctx};
 use crate::reply::{Argv, Failure, Reply, Value};
 use crate::stats::{holder_counters, holder_grants};
@@ -43,14 +47,15 @@ pub fn sem_release(ctx: Ctx, argv: Argv) -> Outcome {
     release(ctx, Family::Semaphore, argv)
 }
 
-/// SEM.INFO key
+/// SEM.INFO key [COUNT n]
 pub fn sem_info(ctx: Ctx, argv: Argv) -> Outcome {
     info(ctx, Family::Semaphore, argv)
 }
 
 /// Grants `token` a place among `key`'s holders, or queues it (`WAIT`), or
 /// refuses. Those already in line are served first and a newcomer never
-/// passes them.
+/// passes them. An error is judged before the queue is served or anything
+/// is pruned, so it changes nothing.
 pub fn acquire(
     ctx: Ctx,
     key: *mut RedisModuleString,
@@ -64,21 +69,27 @@ pub fn acquire(
     let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
     check_fence_space(ctx, opts)?;
     let counters = holder_counters(want.family());
-    if wait::waiters_on(ctx, bytes(key)) > 0 {
+    let mut queued = wait::waiters_on(ctx, bytes(key)) > 0;
+    let mut k = HoldersKey::open(ctx, key);
+    let mut summary = k.scan(now, Some(token)).map_err(|_| Failure::WrongType)?;
+    if let Some(error) = refused_early(summary.as_ref(), want, queued) {
+        return Err(failure(error));
+    }
+    if queued {
+        drop(k);
         // A permit freed (a lease ended) goes to the head of the line.
         wait::grant_next(ctx, key);
+        queued = wait::waiters_on(ctx, bytes(key)) > 0;
+        k = HoldersKey::open(ctx, key);
+        summary = k.scan(now, Some(token)).map_err(|_| Failure::WrongType)?;
     }
-    let queued = wait::waiters_on(ctx, bytes(key)) > 0;
-    let mut k = HoldersKey::open(ctx, key);
-    let loaded = k.load_live(now).map_err(|_| Failure::WrongType)?;
-    match admit(loaded.live.as_ref(), want, bytes(token)) {
-        Admit::LimitDiffers(limit) => return Err(Failure::LimitDiffers(limit)),
-        Admit::WrongFamily => return Err(Failure::WrongType),
+    match admit(summary.as_ref(), want) {
+        error @ (Admit::LimitDiffers(_) | Admit::WrongFamily) => return Err(failure(error)),
         Admit::Grant if !queued => {
             // Issued before the key changes: an exhausted space refuses.
             let fence = opts.fence.then(|| fence::issue(ctx, now).ok_or(Failure::FencesExhausted)).transpose()?;
-            let after = granted(loaded.live.clone(), want, bytes(token), at);
-            k.commit(&loaded, &after, counters.expired);
+            let tag = tag_after_grant(summary.as_ref(), want);
+            k.commit(summary.as_ref(), Edit::Put { token, at, tag }, counters.expired);
             return Ok(Reply::Int(fence::grant_reply(ctx, fence, holder_grants(want))));
         }
         Admit::AlreadyHolds => {}
@@ -87,8 +98,8 @@ pub fn acquire(
                 if !wait::has_room() {
                     return Err(Failure::TooManyWaiters);
                 }
-                k.prune(&loaded, counters.expired);
-                let next = loaded.live.as_ref().and_then(Holders::first_deadline);
+                k.commit(summary.as_ref(), Edit::Keep, counters.expired);
+                let next = k.first_live();
                 drop(k);
                 let request = wait::Request { claim: Claim::Holder(want), ttl, fence: opts.fence, deadline };
                 wait::block(ctx, key, token, request, next);
@@ -96,16 +107,25 @@ pub fn acquire(
             }
         }
     }
-    k.prune(&loaded, counters.expired);
+    k.commit(summary.as_ref(), Edit::Keep, counters.expired);
     counters.refusals.add();
     Ok(if opts.fence { Reply::Nil } else { Reply::Int(0) })
 }
 
-/// The live holders of a key of `family`: `None` when none is left (the key
-/// is then free, whatever it was); `WRONGTYPE` for another type or family.
-fn live_of(family: Family, live: Option<&Holders>) -> Result<Option<&Holders>, Failure> {
-    match live.filter(|h| !h.holders.is_empty()) {
-        Some(h) if h.kind.family() != family => Err(Failure::WrongType),
+/// The error reply of an acquirer the key can never admit.
+fn failure(verdict: Admit) -> Failure {
+    match verdict {
+        Admit::LimitDiffers(limit) => Failure::LimitDiffers(limit),
+        _ => Failure::WrongType,
+    }
+}
+
+/// The key's summary if it has live holders of `family`: `None` when none
+/// is left (the key is then free, whatever it was); `WRONGTYPE` for another
+/// type or family.
+fn live_of(family: Family, summary: Option<Summary>) -> Result<Option<Summary>, Failure> {
+    match summary.filter(|s| s.live > 0) {
+        Some(s) if s.kind.family() != family => Err(Failure::WrongType),
         other => Ok(other),
     }
 }
@@ -118,17 +138,15 @@ pub fn renew(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     let at = lease_end(now, parse_ttl(bytes(ttl))?)?;
     let counters = holder_counters(family);
     let mut k = HoldersKey::open(ctx, key);
-    let loaded = k.load_live(now).map_err(|_| Failure::WrongType)?;
-    match live_of(family, loaded.live.as_ref())? {
-        Some(live) if live.holds(bytes(token)) => {
-            let mut after = live.clone();
-            after.put(bytes(token), at);
-            k.commit(&loaded, &after, counters.expired);
+    let summary = k.scan(now, Some(token)).map_err(|_| Failure::WrongType)?;
+    match live_of(family, summary)? {
+        Some(live) if live.own.is_some() => {
+            k.commit(Some(&live), Edit::Put { token, at, tag: None }, counters.expired);
             counters.renewals.add();
             Ok(Reply::Int(1))
         }
         _ => {
-            k.prune(&loaded, counters.expired);
+            k.commit(summary.as_ref(), Edit::Keep, counters.expired);
             counters.refusals.add();
             Ok(Reply::Int(0))
         }
@@ -142,40 +160,47 @@ pub fn release(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     check_key_and_token(bytes(key), bytes(token))?;
     let counters = holder_counters(family);
     let mut k = HoldersKey::open(ctx, key);
-    let loaded = k.load_live(ctx.now_ms()).map_err(|_| Failure::WrongType)?;
-    match live_of(family, loaded.live.as_ref())? {
-        Some(live) if live.holds(bytes(token)) => {
-            let mut after = live.clone();
-            after.remove(bytes(token));
-            k.commit(&loaded, &after, counters.expired);
+    let summary = k.scan(ctx.now_ms(), Some(token)).map_err(|_| Failure::WrongType)?;
+    match live_of(family, summary)? {
+        Some(live) if live.own.is_some() => {
+            k.commit(Some(&live), Edit::Remove { token }, counters.expired);
             drop(k);
             counters.releases.add();
             wait::grant_next(ctx, key);
             Ok(Reply::Int(1))
         }
         _ => {
-            k.prune(&loaded, counters.expired);
+            k.commit(summary.as_ref(), Edit::Keep, counters.expired);
             counters.refusals.add();
             Ok(Reply::Int(0))
         }
     }
 }
 
-/// `… INFO key`: the live holders with their remaining lease, the limit or
-/// mode, and the waiters. Reads only (works on replicas).
+/// `… INFO key [COUNT n]`: the live holders (the `n` earliest lease ends,
+/// or all) with their remaining lease, the limit or mode, and the waiters.
+/// Reads only (works on replicas).
 pub fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
-    let &[_, key] = argv else { return Err(Failure::Arity) };
+    let &[_, key, ref options @ ..] = argv else { return Err(Failure::Arity) };
+    let count = parse_info_options(options.iter().map(|&o| bytes(o)))?.unwrap_or(usize::MAX);
     let now = ctx.now_ms();
     let k = HoldersKey::open_read(ctx, key);
-    let loaded = k.load_live(now).map_err(|_| Failure::WrongType)?;
-    let Some(live) = live_of(family, loaded.live.as_ref())? else { return Ok(Reply::Nil) };
-    let (name, value) = match live.kind {
+    let Some(kind) = k.kind().map_err(|_| Failure::WrongType)? else { return Ok(Reply::Nil) };
+    // COUNT is at least 1: an empty list means no live holder.
+    let holders = k.live_holders(now, count);
+    if holders.is_empty() {
+        return Ok(Reply::Nil);
+    }
+    if kind.family() != family {
+        return Err(Failure::WrongType);
+    }
+    let (name, value) = match kind {
         Kind::Semaphore { limit } => (c"limit", Value::Int(limit as i64)),
         Kind::ReadWrite { writer } => {
             (c"mode", Value::Bytes(if writer { b"write".to_vec() } else { b"read".to_vec() }))
         }
     };
-    let holders = live.holders.iter().map(|h| (h.token.clone(), h.deadline - now)).collect();
+    let holders = holders.into_iter().map(|(token, end)| (token, end - now)).collect();
     Ok(Reply::Fields(vec![
         (name, value),
         (c"holders", Value::Holders(holders)),

@@ -41,7 +41,7 @@ use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
-use redis_lock_rules::holders::{admit, granted, lease_end, Admit, Want};
+use redis_lock_rules::holders::{admit, lease_end, tag_after_grant, Admit, Want};
 use redis_lock_rules::lock;
 pub use redis_lock_rules::queue::MAX_TIMER_MS;
 use redis_lock_rules::queue::{next_piece, Arm, Left, Queues};
@@ -52,7 +52,7 @@ use crate::cluster;
 use crate::config;
 use crate::errors;
 use crate::fence;
-use crate::holders::HoldersKey;
+use crate::holders::{Edit, HoldersKey};
 use crate::key::{bytes, Ctx, LockKey, NewValue};
 use crate::stats::{self, waiting, WAITING};
 
@@ -356,20 +356,19 @@ fn grant_holder(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId, want: Wan
     // grant stamped as made during that lease's last millisecond.
     let now = ctx.now_ms();
     let counters = stats::holder_counters(want.family());
-    let Ok(loaded) = k.load_live(now) else {
+    let Ok(summary) = k.scan(now, Some(token)) else {
         drop(k);
         return answer_head(ctx, key, Some(Answer::Error(errors::WRONGTYPE.into())));
     };
-    if loaded.stored.is_none() && freed_too_early(ctx, key, now) {
+    if summary.is_none() && freed_too_early(ctx, key, now) {
         return Step::Done;
     }
-    let verdict = admit(loaded.live.as_ref(), want, bytes(token));
-    let answer = match verdict {
+    let answer = match admit(summary.as_ref(), want) {
         Admit::Grant => None,
         Admit::Wait => {
-            k.prune(&loaded, counters.expired);
-            let next = loaded.live.as_ref().and_then(|h| h.first_deadline());
-            saw_expiry(key, loaded.live.as_ref().and_then(|h| h.last_deadline()));
+            k.commit(summary.as_ref(), Edit::Keep, counters.expired);
+            let next = k.first_live();
+            saw_expiry(key, summary.as_ref().and_then(|s| s.last));
             drop(k);
             if let Some(at) = next {
                 // One ms past the lease end: it has ended by then.
@@ -390,10 +389,10 @@ fn grant_holder(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId, want: Wan
         Ok(head) => head,
         Err(step) => return step,
     };
-    let after = granted(loaded.live.clone(), want, bytes(w.token), at);
-    k.commit(&loaded, &after, counters.expired);
+    let tag = tag_after_grant(summary.as_ref(), want);
+    k.commit(summary.as_ref(), Edit::Put { token: w.token, at, tag }, counters.expired);
     drop(k);
-    saw_expiry(key, after.last_deadline());
+    saw_expiry(key, Some(at).max(summary.as_ref().and_then(|s| s.last)));
     answer_grant(ctx, w, fence, stats::holder_grants(want));
     Step::Next
 }

@@ -100,6 +100,38 @@ fn a_waiting_writer_holds_back_later_readers_and_the_queue_stays_fifo() {
     assert_eq!((tag, hs.len()), (Some(0), 1));
 }
 
+/// `RWLOCK.ACQUIRE` on a semaphore's key whose one lease just ended and
+/// whose queue has a due head: `WRONGTYPE`, judged before anything is
+/// written, so the head is not granted by it (the queue's timer grants it
+/// afterwards) and nothing is pruned.
+#[test]
+fn wrongtype_does_not_serve_a_due_waiter_first() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let (tx, rx) = mpsc::channel();
+    let mut ttl = 300;
+    for attempt in 0..6 {
+        let key = format!("k{attempt}");
+        let ttl_arg = ttl.to_string();
+        assert_eq!(call(&mut c, &["SEM.ACQUIRE", &key, "h", "1", &ttl_arg]), R::Int(1));
+        let w = spawn_call(&server, "w", &["SEM.ACQUIRE", &key, "w", "1", "60000", "WAIT", "30000"], tx.clone());
+        until_waiting(&mut c, 1);
+        let got =
+            holders::just_after_the_lease_ends(&mut c, &key, ttl, &["RWLOCK.ACQUIRE", &key, "x", "WRITE", "1000"]);
+        let (token, reply, _) = rx.recv_timeout(Duration::from_secs(30)).expect("the waiter is answered");
+        assert_eq!((token.as_str(), reply), ("w", R::Int(1)), "the waiter is granted, by the queue");
+        w.join().unwrap();
+        if let Some((before, reply, after)) = got {
+            assert_eq!(reply, R::Err("WRONGTYPE Operation against a key holding the wrong kind of value".into()));
+            assert_eq!(after, before, "an error changes nothing");
+            return;
+        }
+        // Too slow to catch the lease's end inside the transaction: longer.
+        ttl *= 2;
+    }
+    panic!("the lease always ended before the transaction ran");
+}
+
 #[test]
 fn randomized_against_a_model() {
     let server = Server::start();

@@ -164,6 +164,129 @@ fn waiters_get_one_permit_each_in_arrival_order_and_newcomers_queue_behind_them(
     newcomer.join().unwrap();
 }
 
+/// `SEM.ACQUIRE` with another limit on a key whose one lease just
+/// ended and whose queue has a due head: the error is judged before
+/// anything is written, so the head is not granted by it (the queue's timer
+/// grants it afterwards) and nothing is pruned.
+#[test]
+fn an_error_does_not_serve_a_due_waiter_first() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let (tx, rx) = mpsc::channel();
+    let mut ttl = 300;
+    for attempt in 0..6 {
+        let key = format!("s{attempt}");
+        assert_eq!(acq(&mut c, &key, "h", 1, ttl, &[]), R::Int(1));
+        let w = spawn_call(&server, "w", &["SEM.ACQUIRE", &key, "w", "1", "60000", "WAIT", "30000"], tx.clone());
+        until_waiting(&mut c, 1);
+        let got = holders::just_after_the_lease_ends(&mut c, &key, ttl, &["SEM.ACQUIRE", &key, "x", "2", "1000"]);
+        let (token, reply, _) = rx.recv_timeout(Duration::from_secs(30)).expect("the waiter is answered");
+        assert_eq!((token.as_str(), reply), ("w", R::Int(1)), "the waiter is granted, by the queue");
+        w.join().unwrap();
+        if let Some((before, reply, after)) = got {
+            assert_eq!(reply, R::Err("ERR limit differs from the semaphore's: its limit is 1".into()));
+            assert_eq!(after, before, "an error changes nothing");
+            return;
+        }
+        // Too slow to catch the lease's end inside the transaction: longer.
+        ttl *= 2;
+    }
+    panic!("the lease always ended before the transaction ran");
+}
+
+/// `INFO key COUNT n`: the `n` earliest lease ends only (a dashboard's
+/// look at a large key); a bad COUNT is an error that changes nothing.
+#[test]
+fn info_count_lists_the_earliest_lease_ends_first() {
+    let server = Server::start();
+    let mut c = server.conn();
+    for (token, ttl) in [("a", 30_000), ("b", 10_000), ("c", 20_000)] {
+        assert_eq!(acq(&mut c, "s", token, 5, ttl, &[]), R::Int(1));
+    }
+    assert_eq!(call(&mut c, &["RWLOCK.ACQUIRE", "k", "r", "READ", "30000"]), R::Int(1));
+    let listed = |c: &mut redis::Connection, args: &[&str]| -> Vec<String> {
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        let redis::Value::Array(f) = cmd.query::<redis::Value>(c).unwrap() else { panic!("{args:?}") };
+        assert_eq!(f.len(), 6, "{f:?}");
+        let redis::Value::Array(h) = &f[3] else { panic!("{f:?}") };
+        h.chunks(2)
+            .map(|p| match &p[0] {
+                redis::Value::BulkString(t) => String::from_utf8(t.clone()).unwrap(),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    };
+    assert_eq!(listed(&mut c, &["SEM.INFO", "s"]), ["b", "c", "a"]);
+    assert_eq!(listed(&mut c, &["SEM.INFO", "s", "COUNT", "2"]), ["b", "c"]);
+    assert_eq!(listed(&mut c, &["SEM.INFO", "s", "count", "1"]), ["b"]);
+    assert_eq!(listed(&mut c, &["SEM.INFO", "s", "COUNT", "100"]), ["b", "c", "a"]);
+    assert_eq!(listed(&mut c, &["RWLOCK.INFO", "k", "COUNT", "1"]), ["r"]);
+    assert_eq!(call(&mut c, &["SEM.INFO", "absent", "COUNT", "1"]), R::Nil);
+    assert_eq!(call(&mut c, &["RWLOCK.INFO", "s", "COUNT", "1"]), R::Err(WRONGTYPE.into()));
+    let before = (stored(&mut c, "s"), pexpiretime(&mut c, "s"));
+    let count = R::Err("ERR COUNT must be a positive integer".into());
+    let syntax = R::Err("ERR syntax error".into());
+    for (args, err) in [
+        (&["SEM.INFO", "s", "COUNT", "0"][..], &count),
+        (&["SEM.INFO", "s", "COUNT", "-1"], &count),
+        (&["SEM.INFO", "s", "COUNT", "x"], &count),
+        (&["SEM.INFO", "s", "COUNT", "99999999999999999999"], &count),
+        (&["RWLOCK.INFO", "k", "COUNT", "0"], &count),
+        (&["SEM.INFO", "s", "COUNT"], &syntax),
+        (&["SEM.INFO", "s", "LIMIT", "2"], &syntax),
+        (&["SEM.INFO", "s", "x"], &syntax),
+    ] {
+        assert_eq!(&call(&mut c, args), err, "{args:?}");
+    }
+    assert_eq!((stored(&mut c, "s"), pexpiretime(&mut c, "s")), before, "nothing changed");
+}
+
+/// Thousands of leases that ended at once: each command removes at most
+/// 1,000 of them (replicated as `ZREM`, counted as expired) and leaves the
+/// rest for the next ones, yet counts the live holders exactly meanwhile.
+#[test]
+fn mass_expiry_is_pruned_a_bounded_batch_at_a_time_and_never_counted_as_holders() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let now = now_ms();
+    let mut zadd = redis::cmd("ZADD");
+    zadd.arg("s").arg(5).arg("");
+    for i in 0..4500 {
+        zadd.arg(now - 100_000 + i).arg(format!("ended-{i:05}"));
+    }
+    zadd.arg(now + 600_000).arg("live-1").arg(now + 600_000).arg("live-2");
+    let added: i64 = zadd.query(&mut c).unwrap();
+    assert_eq!(added, 4503);
+    let _: i64 = redis::cmd("PEXPIREAT").arg("s").arg(now + 600_000).query(&mut c).unwrap();
+    let card = |c: &mut redis::Connection| -> i64 { redis::cmd("ZCARD").arg("s").query(c).unwrap() };
+    // Two live holders of 5: three more fit, whatever the ended ones left.
+    for (i, token) in ["a", "b", "c"].into_iter().enumerate() {
+        assert_eq!(acq(&mut c, "s", token, 5, 600_000, &[]), R::Int(1), "{token}");
+        let live = 3 + i as i64;
+        assert_eq!(card(&mut c), 1 + live + 4500 - 1000 * (i as i64 + 1), "1,000 pruned per command");
+        assert_eq!(info_field(&mut c, "sem_expired"), 1000 * (i as u64 + 1));
+    }
+    assert_eq!(acq(&mut c, "s", "d", 5, 600_000, &[]), R::Int(0), "full: 5 live holders");
+    assert_eq!(card(&mut c), 1 + 5 + 500);
+    let redis::Value::Array(f) = redis::cmd("SEM.INFO").arg("s").query::<redis::Value>(&mut c).unwrap() else {
+        panic!()
+    };
+    let redis::Value::Array(h) = &f[3] else { panic!("{f:?}") };
+    assert_eq!(h.len(), 10, "only the live holders are listed");
+    // The rest goes with the next command; the last holder's release deletes the key.
+    assert_eq!(call(&mut c, &["SEM.RENEW", "s", "a", "600000"]), R::Int(1));
+    assert_eq!((card(&mut c), info_field(&mut c, "sem_expired")), (6, 4500));
+    let _: i64 = redis::cmd("ZADD").arg("s").arg(now - 1).arg("late").query(&mut c).unwrap();
+    for token in ["a", "b", "c", "live-1", "live-2"] {
+        assert_eq!(call(&mut c, &["SEM.RELEASE", "s", token]), R::Int(1), "{token}");
+    }
+    assert_eq!(call(&mut c, &["EXISTS", "s"]), R::Int(0));
+    assert_eq!(info_field(&mut c, "sem_expired"), 4501);
+}
+
 #[test]
 fn errors_change_nothing_and_name_the_problem() {
     let server = Server::start();
@@ -186,6 +309,7 @@ fn errors_change_nothing_and_name_the_problem() {
             &["SEM.ACQUIRE", "s", "b", "9007199254740993", "1000"],
             R::Err("ERR limit must be a positive integer (at most 9007199254740992)".into()),
         ),
+        (&["SEM.ACQUIRE", "s", "b", "1", "-5"], R::Err("ERR ttl-ms must be a positive integer (milliseconds)".into())),
         (&["SEM.ACQUIRE", "s", "b", "1", "-5"], R::Err("ERR ttl-ms must be a positive integer (milliseconds)".into())),
         (
             &["SEM.ACQUIRE", "s", "b", "1", "9007199254740992"],

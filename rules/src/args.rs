@@ -31,6 +31,8 @@ pub enum ArgError {
     LimitInvalid,
     /// A read-write lock's mode is neither READ nor WRITE.
     ModeInvalid,
+    /// `INFO … COUNT n` with an `n` that is not a positive integer.
+    CountInvalid,
 }
 
 impl ArgError {
@@ -50,6 +52,7 @@ impl ArgError {
             ArgError::TimeoutOutOfRange => c"ERR timeout is out of range",
             ArgError::LimitInvalid => c"ERR limit must be a positive integer (at most 9007199254740992)",
             ArgError::ModeInvalid => c"ERR mode must be READ or WRITE",
+            ArgError::CountInvalid => c"ERR COUNT must be a positive integer",
         }
     }
 

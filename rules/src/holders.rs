@@ -98,19 +98,26 @@ impl Want {
     }
 }
 
-/// One holder: its token and the end of its lease (Unix ms).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Holder {
-    pub token: Vec<u8>,
-    pub deadline: i64,
-}
+/// The most ended leases one command removes. A key whose leases ended by
+/// the hundred thousand at once (a crashed fleet) is cleaned up by the next
+/// commands a bound at a time, so no single command stalls the server; the
+/// decisions stay exact meanwhile, because the ones left are counted (in
+/// O(log N), see [`Summary::live`]), not assumed gone.
+pub const PRUNE_BOUND: usize = 1000;
 
-/// A stored semaphore or read-write lock, holders in lease order (earliest
-/// end first, as the sorted set keeps them).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Holders {
+/// What a decision needs to know of a key, read without walking its holders
+/// (every part is a lookup by member or by score: O(log N) in the holders).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Summary {
+    /// What the tag says (also when no lease is live any more).
     pub kind: Kind,
-    pub holders: Vec<Holder>,
+    /// The holders whose lease has not ended: the set's members minus the
+    /// tag minus the ended leases, whether or not they are pruned yet.
+    pub live: u64,
+    /// The caller's lease end, when it holds a live lease.
+    pub own: Option<i64>,
+    /// The last live lease end (`None` when `live` is 0): the key's expiry.
+    pub last: Option<i64>,
 }
 
 /// The key is not one of this family's (another type, a sorted set without
@@ -118,67 +125,8 @@ pub struct Holders {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NotOurs;
 
-impl Holders {
-    /// Reads a sorted set's members (score order). A score that is not an
-    /// integer is read as its integer part (only a hand-edited set has one).
-    pub fn parse(members: impl IntoIterator<Item = (Vec<u8>, f64)>) -> Result<Holders, NotOurs> {
-        let mut kind = None;
-        let mut holders = Vec::new();
-        for (member, score) in members {
-            if member == TAG {
-                kind = Some(Kind::from_score(score).ok_or(NotOurs)?);
-            } else {
-                // `as` saturates: ±inf become the i64 bounds, NaN cannot be stored.
-                holders.push(Holder { token: member, deadline: score as i64 });
-            }
-        }
-        // Equal deadlines sort by member, as the sorted set does: keep its order.
-        Ok(Holders { kind: kind.ok_or(NotOurs)?, holders })
-    }
-
-    /// Removes and returns the holders whose lease ended before `now`.
-    pub fn prune(&mut self, now: i64) -> Vec<Holder> {
-        let (live, expired): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.holders).into_iter().partition(|h| h.deadline >= now);
-        self.holders = live;
-        expired
-    }
-
-    pub fn holds(&self, token: &[u8]) -> bool {
-        self.holders.iter().any(|h| h.token == token)
-    }
-
-    /// The earliest lease end: when the next permit frees up by itself.
-    pub fn first_deadline(&self) -> Option<i64> {
-        self.holders.iter().map(|h| h.deadline).min()
-    }
-
-    /// The latest lease end: the key's own expiry (it must not end earlier).
-    pub fn last_deadline(&self) -> Option<i64> {
-        self.holders.iter().map(|h| h.deadline).max()
-    }
-
-    /// Adds `token` (a grant `admit` allowed), or moves its lease (renew).
-    pub fn put(&mut self, token: &[u8], deadline: i64) {
-        self.holders.retain(|h| h.token != token);
-        let at = self
-            .holders
-            .iter()
-            .position(|h| (h.deadline, h.token.as_slice()) > (deadline, token))
-            .unwrap_or(self.holders.len());
-        self.holders.insert(at, Holder { token: token.to_vec(), deadline });
-    }
-
-    /// Removes `token`; whether it held.
-    pub fn remove(&mut self, token: &[u8]) -> bool {
-        let before = self.holders.len();
-        self.holders.retain(|h| h.token != token);
-        self.holders.len() != before
-    }
-}
-
-/// The decision on an acquirer, made on the live holders (after
-/// [`Holders::prune`]); `None` is a free key.
+/// The decision on an acquirer, made on the live holders; `None` is an
+/// absent key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Admit {
     /// Granted now (if nobody waits ahead: the caller checks the queue).
@@ -195,23 +143,31 @@ pub enum Admit {
     WrongFamily,
 }
 
-pub fn admit(live: Option<&Holders>, want: Want, token: &[u8]) -> Admit {
+/// The error an acquirer of `want` gets from a key of `kind`, if any.
+pub fn conflict(kind: Kind, want: Want) -> Option<Admit> {
+    if kind.family() != want.family() {
+        return Some(Admit::WrongFamily);
+    }
+    match (kind, want) {
+        (Kind::Semaphore { limit: stored }, Want::Permit { limit }) if stored != limit => {
+            Some(Admit::LimitDiffers(stored))
+        }
+        _ => None,
+    }
+}
+
+pub fn admit(key: Option<&Summary>, want: Want) -> Admit {
     // A key with no live holder is free, whatever it was: its tag goes with
     // its last holder.
-    let Some(h) = live.filter(|h| !h.holders.is_empty()) else { return Admit::Grant };
-    if h.kind.family() != want.family() {
-        return Admit::WrongFamily;
+    let Some(s) = key.filter(|s| s.live > 0) else { return Admit::Grant };
+    if let Some(error) = conflict(s.kind, want) {
+        return error;
     }
-    if let (Kind::Semaphore { limit: stored }, Want::Permit { limit }) = (h.kind, want) {
-        if stored != limit {
-            return Admit::LimitDiffers(stored);
-        }
-    }
-    if h.holds(token) {
+    if s.own.is_some() {
         return Admit::AlreadyHolds;
     }
-    let fits = match (h.kind, want) {
-        (Kind::Semaphore { limit }, _) => (h.holders.len() as u64) < limit,
+    let fits = match (s.kind, want) {
+        (Kind::Semaphore { limit }, _) => s.live < limit,
         (Kind::ReadWrite { writer }, Want::Read) => !writer,
         // A writer needs the key to itself; it has holders here.
         _ => false,
@@ -223,11 +179,59 @@ pub fn admit(live: Option<&Holders>, want: Want, token: &[u8]) -> Admit {
     }
 }
 
-/// The holders after `want`'s grant to `token` until `deadline`.
-pub fn granted(live: Option<Holders>, want: Want, token: &[u8], deadline: i64) -> Holders {
-    let mut h = live.filter(|h| !h.holders.is_empty()).unwrap_or(Holders { kind: want.kind(), holders: Vec::new() });
-    h.put(token, deadline);
-    h
+/// The error a newcomer gets before anything is written (before the queue
+/// is served): from the live holders' kind, or, while others wait, from
+/// the stored tag even if every lease has ended — the queue is about to
+/// grant the key under it, and the newcomer would only be served after.
+pub fn refused_early(key: Option<&Summary>, want: Want, queued: bool) -> Option<Admit> {
+    key.filter(|s| s.live > 0 || queued).and_then(|s| conflict(s.kind, want))
+}
+
+/// The tag a grant of `want` writes: on an absent key, or on one whose
+/// leases all ended and whose tag says another kind. `None`: it stays.
+pub fn tag_after_grant(key: Option<&Summary>, want: Want) -> Option<Kind> {
+    match key {
+        Some(s) if s.live > 0 || s.kind == want.kind() => None,
+        _ => Some(want.kind()),
+    }
+}
+
+/// What a command does to the caller's lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Nothing (a refusal): only ended leases go.
+    Keep,
+    /// A grant or a renewal: the caller's lease now ends then.
+    Put(i64),
+    /// A release of the caller's live lease.
+    Remove,
+}
+
+/// The key's last lease end after a change, which is its expiry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Last {
+    /// No live holder is left: the key goes.
+    Gone,
+    At(i64),
+    /// The caller's lease was the last and moved down or left: the next
+    /// one is read from the set (one more O(log N) lookup).
+    Read,
+}
+
+pub fn last_after(key: Option<&Summary>, change: Change) -> Last {
+    let (live, own, last) = key.map_or((0, None, None), |s| (s.live, s.own, s.last));
+    let own_was_last = own.is_some() && own == last;
+    match change {
+        Change::Keep => last.map_or(Last::Gone, Last::At),
+        Change::Put(at) => match last {
+            Some(l) if own_was_last && at < l && live > 1 => Last::Read,
+            Some(l) if !own_was_last => Last::At(l.max(at)),
+            _ => Last::At(at),
+        },
+        Change::Remove if live <= 1 => Last::Gone,
+        Change::Remove if own_was_last => Last::Read,
+        Change::Remove => last.map_or(Last::Gone, Last::At),
+    }
 }
 
 /// The end of a lease of `ttl_ms` granted or renewed at `now_ms`: it must
@@ -255,16 +259,31 @@ pub fn parse_mode(arg: &[u8]) -> Result<Want, ArgError> {
     }
 }
 
+/// `INFO key [COUNT n]`'s options: how many holders to list (`None`: all).
+pub fn parse_info_options<'a>(options: impl IntoIterator<Item = &'a [u8]>) -> Result<Option<usize>, ArgError> {
+    let mut it = options.into_iter();
+    let mut count = None;
+    while let Some(option) = it.next() {
+        if !option.eq_ignore_ascii_case(b"COUNT") {
+            return Err(ArgError::Syntax);
+        }
+        let n = it.next().ok_or(ArgError::Syntax)?;
+        let n = crate::args::parse_ttl(n).map_err(|_| ArgError::CountInvalid)?;
+        count = Some(usize::try_from(n).unwrap_or(usize::MAX));
+    }
+    Ok(count)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn sem(limit: u64, holders: &[(&str, i64)]) -> Holders {
-        let mut h = Holders { kind: Kind::Semaphore { limit }, holders: Vec::new() };
-        for (t, d) in holders {
-            h.put(t.as_bytes(), *d);
-        }
-        h
+    fn sem(limit: u64, live: u64, own: Option<i64>, last: Option<i64>) -> Summary {
+        Summary { kind: Kind::Semaphore { limit }, live, own, last }
+    }
+
+    fn rw(writer: bool, live: u64, own: Option<i64>) -> Summary {
+        Summary { kind: Kind::ReadWrite { writer }, live, own, last: Some(100) }
     }
 
     #[test]
@@ -284,61 +303,79 @@ mod tests {
     }
 
     #[test]
-    fn parse_needs_exactly_a_valid_tag() {
-        let m = |v: &[(&str, f64)]| Holders::parse(v.iter().map(|(t, s)| (t.as_bytes().to_vec(), *s)));
-        assert_eq!(m(&[("", 3.0), ("a", 10.0), ("b", 20.0)]), Ok(sem(3, &[("a", 10), ("b", 20)])));
-        assert_eq!(m(&[("a", 10.0)]), Err(NotOurs));
-        assert_eq!(m(&[("", 0.5), ("a", 10.0)]), Err(NotOurs));
-        assert_eq!(m(&[("", -1.0)]).map(|h| h.kind), Ok(Kind::ReadWrite { writer: true }));
-        assert_eq!(m(&[("", 2.0), ("a", f64::INFINITY)]).map(|h| h.holders[0].deadline), Ok(i64::MAX));
-    }
-
-    #[test]
-    fn a_lease_is_held_through_its_last_millisecond() {
-        let mut h = sem(3, &[("a", 100), ("b", 101), ("c", 200)]);
-        assert!(h.prune(100).is_empty());
-        let gone = h.prune(101);
-        assert_eq!(gone, vec![Holder { token: b"a".to_vec(), deadline: 100 }]);
-        assert_eq!(h, sem(3, &[("b", 101), ("c", 200)]));
-        assert_eq!((h.first_deadline(), h.last_deadline()), (Some(101), Some(200)));
-    }
-
-    #[test]
     fn a_semaphore_admits_up_to_its_limit_and_names_a_different_one() {
         let p = Want::Permit { limit: 2 };
-        assert_eq!(admit(None, p, b"a"), Admit::Grant);
-        let one = sem(2, &[("a", 10)]);
-        assert_eq!(admit(Some(&one), p, b"b"), Admit::Grant);
-        assert_eq!(admit(Some(&one), p, b"a"), Admit::AlreadyHolds);
-        let full = sem(2, &[("a", 10), ("b", 10)]);
-        assert_eq!(admit(Some(&full), p, b"c"), Admit::Wait);
-        assert_eq!(admit(Some(&full), Want::Permit { limit: 3 }, b"c"), Admit::LimitDiffers(2));
-        assert_eq!(admit(Some(&full), Want::Read, b"c"), Admit::WrongFamily);
+        assert_eq!(admit(None, p), Admit::Grant);
+        let one = sem(2, 1, None, Some(10));
+        assert_eq!(admit(Some(&one), p), Admit::Grant);
+        assert_eq!(admit(Some(&sem(2, 1, Some(10), Some(10))), p), Admit::AlreadyHolds);
+        let full = sem(2, 2, None, Some(10));
+        assert_eq!(admit(Some(&full), p), Admit::Wait);
+        assert_eq!(admit(Some(&full), Want::Permit { limit: 3 }), Admit::LimitDiffers(2));
+        assert_eq!(admit(Some(&full), Want::Read), Admit::WrongFamily);
         // No live holder: free, whatever the tag said.
-        assert_eq!(admit(Some(&sem(2, &[])), Want::Write, b"c"), Admit::Grant);
+        assert_eq!(admit(Some(&sem(2, 0, None, None)), Want::Write), Admit::Grant);
+        assert_eq!(admit(Some(&sem(2, 0, None, None)), Want::Permit { limit: 3 }), Admit::Grant);
     }
 
     #[test]
     fn readers_share_and_a_writer_is_alone() {
-        let readers = granted(granted(None, Want::Read, b"r1", 10).into(), Want::Read, b"r2", 20);
-        assert_eq!(readers.kind, Kind::ReadWrite { writer: false });
-        assert_eq!(admit(Some(&readers), Want::Read, b"r3"), Admit::Grant);
-        assert_eq!(admit(Some(&readers), Want::Write, b"w"), Admit::Wait);
-        assert_eq!(admit(Some(&readers), Want::Permit { limit: 1 }, b"w"), Admit::WrongFamily);
-        let writer = granted(None, Want::Write, b"w", 10);
-        assert_eq!(writer.kind, Kind::ReadWrite { writer: true });
-        assert_eq!(admit(Some(&writer), Want::Read, b"r"), Admit::Wait);
-        assert_eq!(admit(Some(&writer), Want::Write, b"w2"), Admit::Wait);
-        assert_eq!(admit(Some(&writer), Want::Write, b"w"), Admit::AlreadyHolds);
+        let readers = rw(false, 2, None);
+        assert_eq!(admit(Some(&readers), Want::Read), Admit::Grant);
+        assert_eq!(admit(Some(&readers), Want::Write), Admit::Wait);
+        assert_eq!(admit(Some(&readers), Want::Permit { limit: 1 }), Admit::WrongFamily);
+        let writer = rw(true, 1, None);
+        assert_eq!(admit(Some(&writer), Want::Read), Admit::Wait);
+        assert_eq!(admit(Some(&writer), Want::Write), Admit::Wait);
+        assert_eq!(admit(Some(&rw(true, 1, Some(100))), Want::Write), Admit::AlreadyHolds);
     }
 
     #[test]
-    fn holders_keep_the_sorted_sets_order() {
-        let mut h = sem(5, &[("b", 10), ("a", 10), ("c", 5)]);
-        assert_eq!(h.holders.iter().map(|x| x.token.as_slice()).collect::<Vec<_>>(), [&b"c"[..], b"a", b"b"]);
-        h.put(b"c", 11);
-        assert_eq!(h.holders.iter().map(|x| x.token.as_slice()).collect::<Vec<_>>(), [&b"a"[..], b"b", b"c"]);
-        assert!(h.remove(b"a") && !h.remove(b"a"));
+    fn errors_are_judged_before_the_queue_is_served() {
+        let ended = sem(1, 0, None, None);
+        let p2 = Want::Permit { limit: 2 };
+        // Free and nobody waits: any limit starts it anew.
+        assert_eq!(refused_early(Some(&ended), p2, false), None);
+        // Free but others wait: the queue grants under the stored tag first.
+        assert_eq!(refused_early(Some(&ended), p2, true), Some(Admit::LimitDiffers(1)));
+        assert_eq!(refused_early(Some(&ended), Want::Write, true), Some(Admit::WrongFamily));
+        assert_eq!(refused_early(Some(&sem(2, 1, None, Some(5))), Want::Read, false), Some(Admit::WrongFamily));
+        assert_eq!(refused_early(Some(&sem(2, 1, None, Some(5))), p2, true), None);
+        assert_eq!(refused_early(None, p2, true), None);
+    }
+
+    #[test]
+    fn a_grant_writes_the_tag_only_when_it_changes() {
+        let p = Want::Permit { limit: 2 };
+        assert_eq!(tag_after_grant(None, p), Some(Kind::Semaphore { limit: 2 }));
+        assert_eq!(tag_after_grant(Some(&sem(2, 1, None, Some(5))), p), None);
+        assert_eq!(tag_after_grant(Some(&sem(2, 0, None, None)), p), None);
+        assert_eq!(tag_after_grant(Some(&sem(3, 0, None, None)), p), Some(Kind::Semaphore { limit: 2 }));
+        // Readers after a writer whose lease ended.
+        assert_eq!(tag_after_grant(Some(&rw(true, 0, None)), Want::Read), Some(Kind::ReadWrite { writer: false }));
+        assert_eq!(tag_after_grant(Some(&rw(false, 3, None)), Want::Read), None);
+    }
+
+    #[test]
+    fn the_last_lease_end_follows_every_change() {
+        assert_eq!(last_after(None, Change::Put(50)), Last::At(50));
+        assert_eq!(last_after(Some(&sem(2, 0, None, None)), Change::Put(50)), Last::At(50));
+        assert_eq!(last_after(Some(&sem(2, 0, None, None)), Change::Keep), Last::Gone);
+        let two = sem(5, 2, None, Some(100));
+        assert_eq!(last_after(Some(&two), Change::Put(50)), Last::At(100));
+        assert_eq!(last_after(Some(&two), Change::Put(150)), Last::At(150));
+        assert_eq!(last_after(Some(&two), Change::Keep), Last::At(100));
+        // The caller's lease is the last: longer is known, shorter needs the next one.
+        let mine = sem(5, 2, Some(100), Some(100));
+        assert_eq!(last_after(Some(&mine), Change::Put(150)), Last::At(150));
+        assert_eq!(last_after(Some(&mine), Change::Put(50)), Last::Read);
+        assert_eq!(last_after(Some(&mine), Change::Remove), Last::Read);
+        let alone = sem(5, 1, Some(100), Some(100));
+        assert_eq!(last_after(Some(&alone), Change::Put(50)), Last::At(50));
+        assert_eq!(last_after(Some(&alone), Change::Remove), Last::Gone);
+        let early = sem(5, 3, Some(40), Some(100));
+        assert_eq!(last_after(Some(&early), Change::Put(60)), Last::At(100));
+        assert_eq!(last_after(Some(&early), Change::Remove), Last::At(100));
     }
 
     #[test]
@@ -354,5 +391,14 @@ mod tests {
         assert_eq!(lease_end(1000, 500), Ok(1500));
         assert_eq!(lease_end(0, MAX_EXACT), Ok(MAX_EXACT));
         assert_eq!(lease_end(1, MAX_EXACT), Err(ArgError::TtlTooLarge));
+        let opts = |v: &[&str]| parse_info_options(v.iter().map(|s| s.as_bytes()));
+        assert_eq!(opts(&[]), Ok(None));
+        assert_eq!(opts(&["count", "10"]), Ok(Some(10)));
+        assert_eq!(opts(&["COUNT", "5", "COUNT", "7"]), Ok(Some(7)));
+        for bad in [&["COUNT", "0"][..], &["COUNT", "-1"], &["COUNT", "x"], &["COUNT", "99999999999999999999"]] {
+            assert_eq!(opts(bad), Err(ArgError::CountInvalid), "{bad:?}");
+        }
+        assert_eq!(opts(&["COUNT"]), Err(ArgError::Syntax));
+        assert_eq!(opts(&["LIMIT", "5"]), Err(ArgError::Syntax));
     }
 }

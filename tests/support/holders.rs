@@ -1059,3 +1059,39 @@ pub fn random_run(server: &Server, family: Family, ops: usize, seed: u64) -> Rep
     );
     Report { ..run.report }
 }
+
+/// `cmd` run inside one `EXEC` right after the lease of `key`'s one holder
+/// (`ttl_ms` long) ended, while a waiter is due its place: the queue's
+/// timer cannot fire inside `EXEC`, so only `cmd` itself could serve the
+/// waiter. Returns the set before, `cmd`'s reply and the set after; `None`
+/// when the machine was too slow to set this up (the lease had already
+/// ended when `EXEC` ran).
+pub fn just_after_the_lease_ends(
+    c: &mut redis::Connection,
+    key: &str,
+    ttl_ms: i64,
+    cmd: &[&str],
+) -> Option<(Value, R, Value)> {
+    let zrange = || redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").clone();
+    let mut inner = redis::cmd(cmd[0]);
+    for a in &cmd[1..] {
+        inner.arg(*a);
+    }
+    let _: () = redis::cmd("MULTI").query(c).expect("MULTI");
+    for queued in [
+        zrange(),
+        redis::cmd("PTTL").arg(key).clone(),
+        // Longer than the lease's remaining time (PTTL <= ttl_ms).
+        redis::cmd("DEBUG").arg("SLEEP").arg(format!("{:.3}", (ttl_ms + 100) as f64 / 1000.0)).clone(),
+        inner,
+        zrange(),
+    ] {
+        let _: Value = queued.query(c).expect("queued");
+    }
+    // Not `query`: that turns an error anywhere in EXEC's reply into Err.
+    let exec = redis::ConnectionLike::req_command(c, &redis::cmd("EXEC")).expect("EXEC");
+    let replies = [exec];
+    let Some(Value::Array(exec)) = replies.last() else { panic!("EXEC: {replies:?}") };
+    let [before, Value::Int(pttl), _, reply, after] = &exec[..] else { panic!("EXEC: {exec:?}") };
+    (*pttl > 0).then(|| (before.clone(), reply_of(Ok(reply.clone())), after.clone()))
+}
