@@ -34,7 +34,7 @@ pub fn sem_acquire(ctx: Ctx, argv: Argv) -> Outcome {
     check_key_and_token(bytes(key), bytes(token))?;
     let want = Want::Permit { limit: parse_limit(bytes(limit))? };
     let ttl = parse_ttl(bytes(ttl))?;
-    acquire(ctx, key, token, want, ttl, parse_grant_options(Grammar::Acquire, options.iter().map(|&o| bytes(o)))?)
+    acquire(ctx, key, token, want, ttl, parse_grant_options(Grammar::Holders, options.iter().map(|&o| bytes(o)))?)
 }
 
 /// SEM.RENEW key token ttl-ms
