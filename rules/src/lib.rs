@@ -12,6 +12,8 @@
 //! - [`holders`]: semaphores and read-write locks (several holders per key).
 //! - [`queue`]: the wait queues' bookkeeping (FIFO per key, timers).
 //! - [`scripts`]: the reference Lua scripts.
+//! - [`value`]: the structured values the module writes (elections, hold
+//!   limits, lock-delays) and their tombstone.
 
 pub mod args;
 pub mod cjson;
@@ -24,6 +26,7 @@ pub mod holders;
 pub mod lock;
 pub mod queue;
 pub mod scripts;
+pub mod value;
 
 pub use args::ArgError;
 pub use lock::{Entry, Remaining, WrongType};
