@@ -39,8 +39,7 @@ pub enum ArgError {
     MaxHoldInvalid,
     /// `MAXHOLD ms` is shorter than the grant's own ttl-ms.
     MaxHoldBelowTtl,
-    /// now + `MAXHOLD`, or the lease end + `LOCKDELAY`, does not fit the
-    /// 64-bit millisecond clock.
+    /// now + `MAXHOLD` does not fit the 64-bit millisecond clock.
     MaxHoldTooLarge,
 }
 
@@ -65,7 +64,7 @@ impl ArgError {
             ArgError::LockDelayInvalid => c"ERR LOCKDELAY must be an integer from 0 to 60000 (milliseconds)",
             ArgError::MaxHoldInvalid => c"ERR MAXHOLD must be a positive integer (milliseconds)",
             ArgError::MaxHoldBelowTtl => c"ERR MAXHOLD must be at least ttl-ms",
-            ArgError::MaxHoldTooLarge => c"ERR MAXHOLD or LOCKDELAY is too large: the hold limit would overflow",
+            ArgError::MaxHoldTooLarge => c"ERR MAXHOLD is too large: the hold limit would overflow",
         }
     }
 

@@ -10,6 +10,8 @@
 //! - [`fence`]: fencing token numbering.
 //! - [`guard`]: LOCK.GUARD's ownership rule and the inner commands it refuses.
 //! - [`holders`]: semaphores and read-write locks (several holders per key).
+//! - [`lease`]: LOCKDELAY and MAXHOLD: a grant's lease fields, renewals,
+//!   settling an ended lease to its tombstone, what LOCK.INFO shows.
 //! - [`queue`]: the wait queues' bookkeeping (FIFO per key, timers).
 //! - [`scripts`]: the reference Lua scripts.
 //! - [`value`]: the structured values the module writes (elections, hold
@@ -23,6 +25,7 @@ pub mod encode;
 pub mod fence;
 pub mod guard;
 pub mod holders;
+pub mod lease;
 pub mod lock;
 pub mod queue;
 pub mod scripts;
