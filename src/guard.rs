@@ -37,7 +37,8 @@ use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 
 use crate::api::rm;
 use crate::entry;
-use crate::key::{bytes, Ctx, LockKey};
+use crate::key::{bytes, Ctx};
+use crate::lease;
 use crate::reply::{Argv, CallReply, Failure, Reply};
 use crate::stats;
 
@@ -62,7 +63,9 @@ pub fn guard(ctx: Ctx, argv: Argv) -> Result<Reply, Failure> {
     check_key_and_token(bytes(key), bytes(token))?;
     check_command(bytes(name)).map_err(|r| Failure::Error(r.reply_cstr()))?;
     // The key is closed before the inner command runs: it may change it.
-    let is_held = held(LockKey::open_read(ctx, key).entry(), bytes(token))?;
+    // A lease that ended (LOCKDELAY, MAXHOLD) is settled first, as by every
+    // write: a tombstone is held by no token.
+    let is_held = held(lease::open(ctx, key, ctx.now_ms()).entry(), bytes(token))?;
     if !is_held {
         stats::GUARD_REFUSALS.add();
         return Err(Failure::Error(guard::NOT_HELD));

@@ -78,14 +78,17 @@ pub fn lock_grant(
     ttl_ms: i64,
     terms: Terms,
 ) -> Result<(Granted, i64), ArgError> {
+    // Checked first, as LOCK.TAKEOVER always did.
+    let owner = if terms.stores_fields() || run_id.is_some() { Some(check_utf8(token)?) } else { None };
     if !terms.stores_fields() {
         let at = lease::grant(now, ttl_ms, terms)?.pxat;
-        return Ok(match run_id {
-            None => (Granted::Token, at),
-            Some(run) => (Granted::Bytes(structured_value(check_utf8(token)?, run)), at),
+        return Ok(match (owner, run_id) {
+            (Some(owner), Some(run)) => (Granted::Bytes(structured_value(owner, run)), at),
+            _ => (Granted::Token, at),
         });
     }
-    let base = Stored { run_id: run_id.map(str::to_owned), ..Stored::owned_by(check_utf8(token)?) };
+    let owner = owner.unwrap_or_default();
+    let base = Stored { run_id: run_id.map(str::to_owned), ..Stored::owned_by(owner) };
     let (bytes, at) = lease::granted(base, now, ttl_ms, terms)?;
     Ok((bytes.map_or(Granted::Token, Granted::Bytes), at))
 }

@@ -16,6 +16,7 @@ mod fence;
 mod guard;
 mod holders;
 mod key;
+mod lease;
 mod registration;
 mod reply;
 mod rwlock;

@@ -16,6 +16,7 @@ use redis_lock_rules::holders::{
     admit, lease_end, parse_info_options, parse_limit, refused_early, tag_after_grant, Admit, Family, Kind, Summary,
     Want,
 };
+use redis_lock_rules::lease::Terms;
 use redis_module::raw::RedisModuleString;
 
 use crate::commands::check_fence_space;
@@ -101,7 +102,13 @@ pub fn acquire(
                 k.commit(summary.as_ref(), Edit::Keep, counters.expired);
                 let next = k.first_live();
                 drop(k);
-                let request = wait::Request { claim: Claim::Holder(want), ttl, fence: opts.fence, deadline };
+                let request = wait::Request {
+                    claim: Claim::Holder(want),
+                    ttl,
+                    fence: opts.fence,
+                    deadline,
+                    terms: Terms::default(),
+                };
                 wait::block(ctx, key, token, request, next);
                 return Ok(Reply::Blocked);
             }
