@@ -11,7 +11,8 @@
 //!   still runs there);
 //! - `!`: the inner command's effects go to replicas and the AOF as Redis
 //!   propagates that command (relative expiries become `PXAT`/`PEXPIREAT`);
-//!   the check replicates nothing;
+//!   the check replicates nothing, unless it settles a lease that ended
+//!   (`crate::lease`: the tombstone's `SET … PXAT`, and then `NOTHELD`);
 //! - `E`: Redis's own refusals (unknown command, arity, ACL, OOM) come back
 //!   as error replies, sent to the caller unchanged;
 //! - `0`: the reply is in the caller's protocol (RESP2 or RESP3), so it is

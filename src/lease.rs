@@ -29,9 +29,11 @@ pub fn open(ctx: Ctx, name: *mut RedisModuleString, now: i64) -> LockKey {
 
 /// Settles the open key's lease if it ended by `now`.
 pub fn settle(k: &mut LockKey, now: i64) {
+    // The value's last bytes first: most keys hold no lease field, and
+    // for them the expiry is not even read.
     let verdict = match k.entry() {
-        Entry::Str(v) => lease::settle(v, k.expires_at(), now),
-        Entry::Absent | Entry::OtherType => return,
+        Entry::Str(v) if lease::may_have_lease(v) => lease::settle(v, k.expires_at(), now),
+        _ => return,
     };
     match verdict {
         Settle::Keep => {}
