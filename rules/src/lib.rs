@@ -9,6 +9,7 @@
 //! - [`encode`]: the structured value as Go's encoding/json writes it.
 //! - [`fence`]: fencing token numbering.
 //! - [`guard`]: LOCK.GUARD's ownership rule and the inner commands it refuses.
+//! - [`histogram`]: fixed-size duration histograms (`INFO lock` percentiles).
 //! - [`holders`]: semaphores and read-write locks (several holders per key).
 //! - [`queue`]: the wait queues' bookkeeping (FIFO per key, timers).
 //! - [`scripts`]: the reference Lua scripts.
@@ -22,6 +23,7 @@ pub mod cluster_fence;
 pub mod encode;
 pub mod fence;
 pub mod guard;
+pub mod histogram;
 pub mod holders;
 pub mod lock;
 pub mod queue;
