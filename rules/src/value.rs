@@ -252,7 +252,11 @@ mod tests {
         Stored {
             owner: "tok<&>\"\n\u{2028}é".into(),
             run_id: Some("run-1".into()),
-            election: Some(Election { term: 1_700_000_000_000_123, rev: 1_700_000_000_555_000, value: "10.0.0.1:80".into() }),
+            election: Some(Election {
+                term: 1_700_000_000_000_123,
+                rev: 1_700_000_000_555_000,
+                value: "10.0.0.1:80".into(),
+            }),
             hold_until: Some(1_700_000_060_000),
             delay: Some(Delay { lock_delay: 15_000, lease_end: 1_700_000_010_000 }),
         }
