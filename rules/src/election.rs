@@ -42,7 +42,7 @@ pub fn seen_rev(current: Option<&Leadership>) -> u64 {
 /// Whether LOCK.OBSERVE replies at once: without `AFTER`, always; with
 /// `AFTER r`, when the key's state differs from what revision `r` names.
 pub fn observe_ready(current: Option<&Leadership>, after: Option<u64>) -> bool {
-    after.is_none_or(|r| seen_rev(current) != r)
+    after.map_or(true, |r| seen_rev(current) != r)
 }
 
 /// The value LOCK.ELECT stores for a grant whose fence is `term`: the
