@@ -507,3 +507,75 @@ fn observers_count_against_max_waiters() {
     let term = elect(&mut c, "m", "lead", LEASE_MS, "v").expect("elected");
     assert_eq!(answered(&rx).map(|l| l.1), Some(term));
 }
+
+#[test]
+fn a_master_that_becomes_a_replica_answers_its_observers_at_once() {
+    let master = Server::start();
+    let other = Server::start();
+    let mut c = master.conn();
+    let term = elect(&mut c, "f", "lead", LEASE_MS, "v").expect("elected");
+    let (tx, rx) = mpsc::channel();
+    observer(&master, "f", term, 0, tx);
+    until_observing(&mut c, 1);
+    let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(other.port()).query(&mut c).unwrap();
+    let reply = rx.recv_timeout(Duration::from_secs(30)).expect("answered at once");
+    let err = reply.expect_err("unblocked with an error").to_string();
+    assert!(err.contains("UNBLOCKED"), "{err}");
+    assert_eq!(info_field(&mut c, "observing"), 0);
+    assert_eq!(info_field(&mut c, "observers_cancelled"), 1);
+}
+
+#[test]
+fn an_observation_of_decades_is_woken_and_one_past_the_clock_is_refused() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let err = redis::cmd("LOCK.OBSERVE").arg("d").arg("AFTER").arg(0).arg("WAIT").arg(i64::MAX).query::<Value>(&mut c);
+    assert!(err.unwrap_err().to_string().contains("timeout is out of range"));
+    assert_eq!(info_field(&mut c, "observes_started"), 0, "nothing blocked");
+    let (tx, rx) = mpsc::channel();
+    // ~35 years: cut into timer pieces.
+    observer(&server, "d", 0, 1 << 40, tx);
+    until_observing(&mut c, 1);
+    thread::sleep(Duration::from_millis(300));
+    assert!(rx.try_recv().is_err(), "still observing");
+    let term = elect(&mut c, "d", "lead", LEASE_MS, "v").expect("elected");
+    assert_eq!(answered(&rx).map(|l| l.1), Some(term));
+}
+
+#[test]
+fn after_swapdb_an_observer_sees_what_its_database_now_holds() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let term = elect(&mut c, "sw", "lead", LEASE_MS, "db0").expect("elected");
+    let (tx, rx) = mpsc::channel();
+    observer(&server, "sw", term, 30_000, tx);
+    until_observing(&mut c, 1);
+    let _: () = redis::cmd("SWAPDB").arg(0).arg(1).query(&mut c).unwrap();
+    assert_eq!(answered(&rx), None, "db 0 holds no leader now");
+}
+
+#[test]
+fn a_leader_and_the_term_floor_survive_an_aof_restart() {
+    let dir = std::env::temp_dir().join(format!("redis-lock-election-aof-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut server = Server::builder().arg("appendonly", "yes").arg("appendfsync", "always").dir(&dir).start();
+    let mut c = server.conn();
+    // A fence mark far ahead of the clock, so that only the persisted mark
+    // (not the clock) can put the next term above the proclaim's revision.
+    let now: (String, String) = redis::cmd("TIME").query(&mut c).unwrap();
+    let floor = now.0.parse::<u64>().unwrap() * 1_000_000 + 80_000_000_000;
+    let _: () = redis::cmd("LOCK.FENCEFLOOR").arg(floor).query(&mut c).unwrap();
+    let term = elect(&mut c, "a", "lead", LEASE_MS, "v1").expect("elected");
+    assert!(term as u64 > floor);
+    assert_eq!(proclaim(&mut c, "a", "lead", "v2"), 1);
+    let before = leader(&mut c, "a").expect("a leader");
+    server.restart();
+    let mut c = server.conn();
+    let after = leader(&mut c, "a").expect("the leader survived");
+    assert_eq!((&after.0, after.1, after.2), (&before.0, before.1, before.2));
+    assert_eq!(release(&mut c, "a", "lead"), 1);
+    let next = elect(&mut c, "a", "next", LEASE_MS, "v3").expect("elected");
+    assert!(next > before.2, "the next term {next} is above every revision before the restart ({})", before.2);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
