@@ -121,7 +121,8 @@ fn candidates_lead_one_at_a_time_in_line_and_in_term_order_and_observers_see_eve
     let server = Server::start();
     let mut c = server.conn();
     let key = "elect:line";
-    let ttl = 1_500;
+    // Long enough that a renewal every ttl/4 never misses on a loaded machine.
+    let ttl = 3_000;
     // An observer follows every change from "no leader" on, in its own
     // thread, until it has seen the last candidate lead.
     let seen = {
