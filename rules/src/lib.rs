@@ -6,6 +6,8 @@
 //! - [`cjson`]: what Redis's bundled cjson makes of a stored value.
 //! - [`cluster`]: hash slots, and a slot's state in `CLUSTER NODES`.
 //! - [`args`]: argument validation and its error replies.
+//! - [`election`]: LOCK.ELECT / PROCLAIM / LEADER / OBSERVE: who leads, what wakes an observer.
+//! - [`observers`]: the observers' bookkeeping (per key, grouped by the revision they saw).
 //! - [`encode`]: the structured value as Go's encoding/json writes it.
 //! - [`fence`]: fencing token numbering.
 //! - [`guard`]: LOCK.GUARD's ownership rule and the inner commands it refuses.
@@ -20,12 +22,14 @@ pub mod args;
 pub mod cjson;
 pub mod cluster;
 pub mod cluster_fence;
+pub mod election;
 pub mod encode;
 pub mod fence;
 pub mod guard;
 pub mod histogram;
 pub mod holders;
 pub mod lock;
+pub mod observers;
 pub mod queue;
 pub mod scripts;
 pub mod value;
