@@ -15,6 +15,7 @@
 //! - [`holders`]: semaphores and read-write locks (several holders per key).
 //! - [`queue`]: the wait queues' bookkeeping (FIFO per key, timers).
 //! - [`scripts`]: the reference Lua scripts.
+//! - [`top`]: LOCK.TOP's order of contended keys.
 //! - [`value`]: the structured values the module writes (elections, hold
 //!   limits, lock-delays) and their tombstone.
 
@@ -32,6 +33,7 @@ pub mod lock;
 pub mod observers;
 pub mod queue;
 pub mod scripts;
+pub mod top;
 pub mod value;
 
 pub use args::ArgError;
