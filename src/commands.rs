@@ -103,7 +103,7 @@ fn acquire_with(
 /// Opens `key` for a newcomer at `now`, settling an ended lease. A free
 /// key that others wait on goes to the head of their queue first, so
 /// nobody jumps the line.
-fn open_behind_waiters(ctx: Ctx, key: *mut RedisModuleString, now: i64) -> LockKey {
+pub fn open_behind_waiters(ctx: Ctx, key: *mut RedisModuleString, now: i64) -> LockKey {
     let k = lease::open(ctx, key, now);
     if stats::waiting() == 0 || !matches!(k.entry(), Entry::Absent) {
         return k;

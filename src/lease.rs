@@ -12,8 +12,8 @@
 
 use redis_lock_rules::args::{check_utf8, ArgError};
 use redis_lock_rules::encode::structured_value;
-use redis_lock_rules::lease::{self, Settle, Terms};
-use redis_lock_rules::value::{self, Stored};
+use redis_lock_rules::lease::{self, Grant, Settle, Terms};
+use redis_lock_rules::value::{self, Election, Stored};
 use redis_lock_rules::Entry;
 use redis_module::raw::RedisModuleString;
 
@@ -93,4 +93,24 @@ pub fn lock_grant(
     let base = Stored { run_id: run_id.map(str::to_owned), ..Stored::owned_by(owner) };
     let (bytes, at) = lease::granted(base, now, ttl_ms, terms)?;
     Ok((bytes.map_or(Granted::Token, Granted::Bytes), at))
+}
+
+/// The value of a lock grant `g` to `token` (a waiter's, checked as
+/// UTF-8 when it called if its terms store fields): the bare token without
+/// lease fields, else the structured value.
+pub fn lock_value(token: &[u8], g: &Grant) -> Granted {
+    if g.hold_until.is_none() && g.delay.is_none() {
+        return Granted::Token;
+    }
+    let owner = String::from_utf8_lossy(token);
+    Granted::Bytes(lease::encode_with(Stored::owned_by(&owner), g))
+}
+
+/// The value of an election grant `g` to `token` with fence `term` and
+/// `value` (both checked as UTF-8 when the candidate called): the grant
+/// is the term's first revision.
+pub fn elect_value(token: &[u8], term: u64, value: &[u8], g: &Grant) -> Vec<u8> {
+    let (owner, value) = (String::from_utf8_lossy(token), String::from_utf8_lossy(value));
+    let election = Election { term, rev: term, value: value.into_owned() };
+    lease::encode_with(Stored { election: Some(election), ..Stored::owned_by(&owner) }, g)
 }

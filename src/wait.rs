@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use redis_lock_rules::holders::{admit, lease_end, tag_after_grant, Admit, Want};
-use redis_lock_rules::lease::Terms;
+use redis_lock_rules::lease::{self as rules_lease, Terms};
 use redis_lock_rules::lock;
 pub use redis_lock_rules::queue::MAX_TIMER_MS;
 use redis_lock_rules::queue::{next_piece, Arm, Left, Queues};
@@ -55,7 +55,7 @@ use crate::errors;
 use crate::fence;
 use crate::holders::{Edit, HoldersKey};
 use crate::key::{bytes, Ctx, LockKey};
-use crate::lease;
+use crate::lease::{self, Granted};
 use crate::stats::{self, waiting, WAITING};
 
 /// How often a grant held back by paused writes is retried.
@@ -73,6 +73,10 @@ pub enum Claim {
     Lock,
     /// A place among a semaphore's or read-write lock's holders.
     Holder(Want),
+    /// The exclusive lock as an election's leader (`LOCK.ELECT … WAIT`):
+    /// granted as `Lock`, storing the election value with the grant's
+    /// fence as term and revision. `value` is retained while it waits.
+    Elect { value: *mut RedisModuleString },
 }
 
 /// What a waiter asks for, as its command said.
@@ -115,7 +119,7 @@ impl Waiter {
     /// The counter of its refusal (0 or nil).
     fn refusals(&self) -> &'static stats::Counter {
         match self.claim {
-            Claim::Lock => &stats::REFUSALS,
+            Claim::Lock | Claim::Elect { .. } => &stats::REFUSALS,
             Claim::Holder(want) => stats::holder_counters(want.family()).refusals,
         }
     }
@@ -125,6 +129,9 @@ impl Waiter {
     /// after the callback returns).
     fn let_go(&self, ctx: Ctx) {
         unsafe { rm!(RedisModule_FreeString)(std::ptr::null_mut(), self.token) };
+        if let Claim::Elect { value } = self.claim {
+            unsafe { rm!(RedisModule_FreeString)(std::ptr::null_mut(), value) };
+        }
         if let Some(id) = self.timeout {
             stop_timer::<WaitTimeout>(ctx, id);
         }
@@ -196,10 +203,11 @@ pub fn may_block(ctx: Ctx) -> bool {
         == 0
 }
 
-/// Whether `lock.max-waiters` leaves room for one more waiter.
+/// Whether `lock.max-waiters` leaves room for one more blocked client
+/// (waiters and observers count alike).
 pub fn has_room() -> bool {
     let max = config::max_waiters();
-    max == 0 || waiting() < max
+    max == 0 || waiting().saturating_add(stats::observing()) < max
 }
 
 /// Blocks the calling client until `token` is granted `name` or the wait
@@ -223,6 +231,9 @@ pub fn block(
     // of them answers. (`on_timeout` still serves CLIENT UNBLOCK.)
     let bc = unsafe {
         rm!(RedisModule_RetainString)(std::ptr::null_mut(), token);
+        if let Claim::Elect { value } = claim {
+            rm!(RedisModule_RetainString)(std::ptr::null_mut(), value);
+        }
         let bc = rm!(RedisModule_BlockClient)(ctx.0, Some(on_reply), Some(on_timeout), Some(free_reply), 0);
         rm!(RedisModule_SetDisconnectCallback)(bc, Some(on_disconnect));
         bc
@@ -265,7 +276,7 @@ pub fn grant_next(ctx: Ctx, name: *mut RedisModuleString) {
     loop {
         let step = match head_claim(&key) {
             None => return,
-            Some(Claim::Lock) => grant_lock(ctx, name, &key),
+            Some(Claim::Lock | Claim::Elect { .. }) => grant_lock(ctx, name, &key),
             Some(Claim::Holder(want)) => grant_holder(ctx, name, &key, want),
         };
         if let Step::Done = step {
@@ -308,17 +319,25 @@ fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId) -> Step {
     if freed_too_early(ctx, key, now) {
         return Step::Done;
     }
-    let end = |now, w: &Waiter| lease::lock_grant(bytes(w.token), None, now, w.ttl, w.terms).ok();
-    let (w, (value, at), fence) = match take_head(ctx, key, now, end) {
+    let end = |now, w: &Waiter| rules_lease::grant(now, w.ttl, w.terms).ok();
+    let (w, g, fence) = match take_head(ctx, key, now, end) {
         Ok(head) => head,
         Err(step) => return step,
     };
+    let value = match (w.claim, fence) {
+        (Claim::Elect { value }, Some(term)) => {
+            Granted::Bytes(lease::elect_value(bytes(w.token), term, bytes(value), &g))
+        }
+        _ => lease::lock_value(bytes(w.token), &g),
+    };
+    let at = g.pxat;
     k.set(value.new_value(w.token), at);
     drop(k);
     // The key's expiry, delay included: the Redis 8 last-millisecond rule
     // (`freed_too_early`) is about the key, not the lease inside it.
     saw_expiry(key, Some(at));
-    answer_grant(ctx, w, fence, &stats::GRANTS);
+    let grants = if matches!(w.claim, Claim::Elect { .. }) { &stats::ELECTIONS } else { &stats::GRANTS };
+    answer_grant(ctx, w, fence, grants);
     check_by(ctx, key, at.saturating_add(1));
     Step::Done
 }

@@ -483,5 +483,82 @@ fn a_lock_without_terms_is_stored_and_replicated_as_before() {
         assert_eq!(field(&f, name), Value::Nil, "{name}");
     }
     assert_eq!(info_field(&mut c, "capped_renewals"), 0);
-    let _ = until_waiting;
+}
+
+/// LOCK.ELECT takes the same terms: the lease fields follow the election's;
+/// a leader whose lease ended leads no more (LOCK.LEADER nil, observers
+/// woken at the lease's end) while the key stays refused for its delay.
+#[test]
+fn an_election_with_a_lock_delay_is_leaderless_at_its_lease_end_and_refused_until_the_delay_ends() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let term =
+        int(&mut c, &["LOCK.ELECT", "e", "t", "800", "v1", "LOCKDELAY", &DELAY_MS.to_string(), "MAXHOLD", "600000"]);
+    assert!(term > 0, "elected: {term}");
+    let s = stored(&mut c, "e");
+    assert_eq!(s.election.as_ref().map(|e| (e.term, e.value.as_str())), Some((term as u64, "v1")));
+    assert_eq!(s.delay.map(|d| d.lock_delay), Some(DELAY_MS));
+    assert!(s.hold_until.is_some());
+    let pxat = expiry_ms(&mut c, "e");
+    let lease_end = s.delay.unwrap().lease_end;
+    // An observer of this term is answered when the lease ends, not the key.
+    let mut o = server.conn();
+    let observer = thread::spawn(move || {
+        let reply: Value =
+            redis::cmd("LOCK.OBSERVE").arg("e").arg("AFTER").arg(term).arg("WAIT").arg(60_000).query(&mut o).unwrap();
+        (reply, server_now(&mut o))
+    });
+    let (reply, answered_at) = observer.join().unwrap();
+    assert_eq!(reply, Value::Nil, "the observer saw the leader go");
+    assert!(answered_at > lease_end, "answered at {answered_at}, before the lease's end {lease_end}");
+    if answered_at < pxat {
+        // Woken by the lease's end, not by the key's expiry.
+        let leader = cmd(&mut c, &["LOCK.LEADER", "e"]).unwrap();
+        let other = cmd(&mut c, &["LOCK.ELECT", "e", "u", "60000", "v2"]).unwrap();
+        if server_now(&mut c) < pxat {
+            assert_eq!(leader, Value::Nil);
+            assert_eq!(other, Value::Nil, "a candidate was elected during the delay");
+            assert_eq!(get(&mut c, "e"), Some(value::tombstone(pxat)));
+        }
+    }
+    until_gone(&mut c, "e");
+    assert!(int(&mut c, &["LOCK.ELECT", "e", "u", "60000", "v2"]) > term);
+}
+
+#[test]
+fn an_elected_leader_renews_up_to_its_hold_limit_and_a_waiting_candidate_keeps_its_terms() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let term = int(&mut c, &["LOCK.ELECT", "e", "t", "10000", "v1", "MAXHOLD", "20000"]);
+    let hold = stored(&mut c, "e").hold_until.unwrap();
+    assert_eq!(int(&mut c, &["LOCK.RENEW", "e", "t", "60000"]), 2);
+    assert_eq!(expiry_ms(&mut c, "e"), hold);
+    assert_eq!(int(&mut c, &["LOCK.PROCLAIM", "e", "t", "v2"]), 1);
+    let s = stored(&mut c, "e");
+    assert_eq!((s.hold_until, s.election.map(|e| e.value)), (Some(hold), Some("v2".into())), "proclaim kept the limit");
+    // A candidate waiting behind the leader is elected with its own terms.
+    let mut w = server.conn();
+    let candidate = thread::spawn(move || {
+        let r: i64 = redis::cmd("LOCK.ELECT")
+            .arg("e")
+            .arg("u")
+            .arg(LEASE_MS)
+            .arg("v3")
+            .arg("WAIT")
+            .arg(60_000)
+            .arg("LOCKDELAY")
+            .arg(1_500)
+            .query(&mut w)
+            .unwrap();
+        r
+    });
+    until_waiting(&mut c, 1);
+    assert_eq!(int(&mut c, &["LOCK.RELEASE", "e", "t"]), 1);
+    let next = candidate.join().unwrap();
+    assert!(next > term);
+    let s = stored(&mut c, "e");
+    assert_eq!(s.owner, "u");
+    assert_eq!(s.election.map(|e| (e.term, e.value)), Some((next as u64, "v3".into())));
+    let d = s.delay.expect("the candidate's LOCKDELAY");
+    assert_eq!((d.lock_delay, expiry_ms(&mut c, "e")), (1_500, d.lease_end + 1_500));
 }

@@ -41,6 +41,10 @@ pub enum ArgError {
     MaxHoldBelowTtl,
     /// now + `MAXHOLD` does not fit the 64-bit millisecond clock.
     MaxHoldTooLarge,
+    /// An election's value (a JSON string) that is not UTF-8.
+    ValueNotUtf8,
+    /// LOCK.OBSERVE's `AFTER rev` is not a non-negative integer.
+    RevInvalid,
 }
 
 impl ArgError {
@@ -65,6 +69,8 @@ impl ArgError {
             ArgError::MaxHoldInvalid => c"ERR MAXHOLD must be a positive integer (milliseconds)",
             ArgError::MaxHoldBelowTtl => c"ERR MAXHOLD must be at least ttl-ms",
             ArgError::MaxHoldTooLarge => c"ERR MAXHOLD is too large: the hold limit would overflow",
+            ArgError::ValueNotUtf8 => c"ERR token and value must be valid UTF-8",
+            ArgError::RevInvalid => c"ERR AFTER rev must be a non-negative integer",
         }
     }
 
@@ -200,7 +206,7 @@ pub fn check_lease_terms(opts: &GrantOptions, ttl_ms: i64) -> Result<(), ArgErro
 }
 
 /// A WAIT timeout: 0 (wait forever) or a positive number of milliseconds.
-fn parse_timeout(arg: &[u8]) -> Result<i64, ArgError> {
+pub fn parse_timeout(arg: &[u8]) -> Result<i64, ArgError> {
     if arg == b"0" {
         return Ok(0);
     }

@@ -91,6 +91,24 @@ pub fn granted(mut base: Stored, now: i64, ttl_ms: i64, terms: Terms) -> Result<
     Ok((base.needs_structure().then(|| base.encode()), g.pxat))
 }
 
+/// `base` (owner, run id, election) with the lease fields of `g`, encoded:
+/// the value of a grant that is always structured (an election's).
+pub fn encode_with(mut base: Stored, g: &Grant) -> Vec<u8> {
+    g.apply(&mut base);
+    base.encode()
+}
+
+/// Until when the key holding `value` (expiring at `pxat`) is held: the
+/// end of its lease when it is a canonical value with lease fields (never
+/// past the key's expiry), else the key's expiry.
+pub fn held_until(value: &[u8], pxat: Option<i64>) -> Option<i64> {
+    let end = value::parse(value).filter(|_| may_have_lease(value)).and_then(|v| lease_end(&v));
+    match (end, pxat) {
+        (Some(e), Some(p)) => Some(e.min(p)),
+        (e, p) => e.or(p),
+    }
+}
+
 fn key_expiry(lease_end: i64, delay: Option<Delay>) -> Result<i64, ArgError> {
     match delay {
         Some(d) => lease_end.checked_add(d.lock_delay).ok_or(ArgError::TtlTooLarge),
@@ -373,6 +391,28 @@ mod tests {
             let want = if delayed { Settle::Tombstone { until: NOW + 1 } } else { Settle::Keep };
             assert_eq!(settle(v, Some(NOW + 1), NOW), want, "{}", String::from_utf8_lossy(v));
         }
+    }
+
+    #[test]
+    fn an_election_keeps_its_fields_beside_the_lease() {
+        let base = Stored {
+            election: Some(crate::value::Election { term: 7, rev: 7, value: "v".into() }),
+            ..Stored::owned_by("t")
+        };
+        let g = grant(NOW, 1_000, terms(Some(2_000), Some(5_000))).unwrap();
+        let v = value::parse(&encode_with(base.clone(), &g)).unwrap();
+        assert_eq!((v.election, v.hold_until, v.delay), (base.election.clone(), g.hold_until, g.delay));
+        assert_eq!(encode_with(base.clone(), &grant(NOW, 1, Terms::default()).unwrap()), base.encode());
+    }
+
+    #[test]
+    fn a_lease_is_held_until_its_end_not_its_keys() {
+        let v = Stored { delay: Some(Delay { lock_delay: 5_000, lease_end: NOW }), ..Stored::owned_by("t") };
+        assert_eq!(held_until(&v.encode(), Some(NOW + 5_000)), Some(NOW));
+        let capped = Stored { hold_until: Some(NOW + 9), ..Stored::owned_by("t") };
+        assert_eq!(held_until(&capped.encode(), Some(NOW + 5)), Some(NOW + 5));
+        assert_eq!(held_until(b"tok", Some(NOW + 5)), Some(NOW + 5));
+        assert_eq!(held_until(b"tok", None), None);
     }
 
     #[test]
