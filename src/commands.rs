@@ -73,13 +73,14 @@ fn acquire_with(
     let now = ctx.now_ms();
     check_lease_terms(&opts, ttl)?;
     let terms = Terms::of(&opts);
-    let (value, at) = lease::lock_grant(bytes(token), None, now, ttl, terms)?;
+    let grant = rules_lease::grant(now, ttl, terms)?;
+    lease::check_token(bytes(token), terms)?;
     let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
     check_fence_space(ctx, opts)?;
     let mut k = open_behind_waiters(ctx, key, now);
     let granted = lock::may_acquire(k.entry());
     if granted {
-        k.set(value.new_value(token), at);
+        k.set(lease::lock_value(bytes(token), &grant).new_value(token), grant.pxat);
     } else if let Some(deadline) = wait_until.filter(|_| wait::may_block(ctx)) {
         if !wait::has_room() {
             return Err(Failure::TooManyWaiters);
@@ -204,11 +205,10 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
         // before encoding anything, so any token bytes are fine here.
         return acquire_with(ctx, key, token, ttl, opts);
     }
-    check_utf8(token_bytes)?;
-    let run_str = check_utf8(run_bytes)?;
+    let (token_str, run_str) = (check_utf8(token_bytes)?, check_utf8(run_bytes)?);
     check_lease_terms(&opts, ttl)?;
     let now = ctx.now_ms();
-    let (value, at) = lease::lock_grant(token_bytes, Some(run_str), now, ttl, Terms::of(&opts))?;
+    let grant = rules_lease::grant(now, ttl, Terms::of(&opts))?;
     check_fence_space(ctx, opts)?;
     let mut k = open_behind_waiters(ctx, key, now);
     let takeover = lock::take_over(k.entry(), run_bytes, ttl, || k.remaining())?;
@@ -223,7 +223,7 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
         Takeover::StaleLegacy => stats::TAKEOVERS_STALE_LEGACY.add(),
         Takeover::Free => {}
     }
-    k.set(value.new_value(token), at);
+    k.set(NewValue::Composed(&lease::takeover_value(token_str, run_str, &grant)), grant.pxat);
     grant_reply(ctx, true, opts)
 }
 

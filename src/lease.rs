@@ -68,31 +68,24 @@ impl Granted {
     }
 }
 
-/// The value and the key's expiry (Unix ms) of a lock grant at `now` to
-/// `token` (with `run_id`, a takeover's), for `ttl_ms` with `terms`.
-/// Without lease fields the value is what it always was: the bare token,
-/// or `{"owner":…,"runId":…}`. With them it is structured, so the token
+/// Checks, before the key is opened, what a lock grant with `terms` needs
+/// of its token: with lease fields the value is structured, so the token
 /// must be UTF-8 (Go's JSON carries nothing else unchanged).
-pub fn lock_grant(
-    token: &[u8],
-    run_id: Option<&str>,
-    now: i64,
-    ttl_ms: i64,
-    terms: Terms,
-) -> Result<(Granted, i64), ArgError> {
-    // Checked first, as LOCK.TAKEOVER always did.
-    let owner = if terms.stores_fields() || run_id.is_some() { Some(check_utf8(token)?) } else { None };
-    if !terms.stores_fields() {
-        let at = lease::grant(now, ttl_ms, terms)?.pxat;
-        return Ok(match (owner, run_id) {
-            (Some(owner), Some(run)) => (Granted::Bytes(structured_value(owner, run)), at),
-            _ => (Granted::Token, at),
-        });
+pub fn check_token(token: &[u8], terms: Terms) -> Result<(), ArgError> {
+    if terms.stores_fields() {
+        check_utf8(token)?;
     }
-    let owner = owner.unwrap_or_default();
-    let base = Stored { run_id: run_id.map(str::to_owned), ..Stored::owned_by(owner) };
-    let (bytes, at) = lease::granted(base, now, ttl_ms, terms)?;
-    Ok((bytes.map_or(Granted::Token, Granted::Bytes), at))
+    Ok(())
+}
+
+/// The value of a takeover's grant `g`: `{"owner":…,"runId":…}` as it
+/// always was, followed by the lease fields if any. Composed only once the
+/// takeover is granted (a refusal costs no encoding).
+pub fn takeover_value(token: &str, run_id: &str, g: &Grant) -> Vec<u8> {
+    if g.hold_until.is_none() && g.delay.is_none() {
+        return structured_value(token, run_id);
+    }
+    lease::encode_with(Stored { run_id: Some(run_id.to_owned()), ..Stored::owned_by(token) }, g)
 }
 
 /// The value of a lock grant `g` to `token` (a waiter's, checked as
