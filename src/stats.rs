@@ -51,7 +51,7 @@ pub static WAITS_CANCELLED: Counter = Counter::new();
 pub static GUARDED: Counter = Counter::new();
 /// LOCK.GUARD replies of NOTHELD: nothing ran.
 pub static GUARD_REFUSALS: Counter = Counter::new();
-/// LOCK.ACQUIRE and LOCK.TAKEOVER refused because the key is in a
+/// LOCK.ACQUIRE, LOCK.TAKEOVER and LOCK.ELECT refused because the key is in a
 /// lock-delay (holds a tombstone); also counted in `refusals`.
 pub static DELAYED_ACQUIRES: Counter = Counter::new();
 /// LOCK.RENEW replies of 2: MAXHOLD cut the new lease short (also counted
