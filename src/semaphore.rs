@@ -13,8 +13,8 @@ use redis_lock_rules::args::{
     check_key_and_token, parse_grant_options, parse_ttl, wait_deadline, Grammar, GrantOptions,
 };
 use redis_lock_rules::holders::{
-    admit, check_tag, parse_info_options, parse_limit, place_end, refused_early, tag_after_grant, Admit, Family,
-    Kind, Summary, Want,
+    admit, check_tag, parse_info_options, parse_limit, place_end, refused_early, tag_after_grant, Admit, Family, Kind,
+    Summary, Want,
 };
 use redis_lock_rules::lease::Terms;
 use redis_module::raw::RedisModuleString;
@@ -88,9 +88,7 @@ pub fn acquire(
         summary = k.scan(now, Some(token)).map_err(|_| Failure::WrongType)?;
     }
     match admit(summary.as_ref(), want, delay) {
-        error @ (Admit::LimitDiffers(_) | Admit::DelayDiffers(_) | Admit::WrongFamily) => {
-            return Err(failure(error))
-        }
+        error @ (Admit::LimitDiffers(_) | Admit::DelayDiffers(_) | Admit::WrongFamily) => return Err(failure(error)),
         Admit::Grant if !queued => {
             // Issued before the key changes: an exhausted space refuses.
             let fence = opts.fence.then(|| fence::issue(ctx, now).ok_or(Failure::FencesExhausted)).transpose()?;

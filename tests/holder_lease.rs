@@ -189,8 +189,11 @@ fn a_waiter_is_granted_only_once_the_delay_has_passed() {
     let writer_place = place(&mut c, "k", "w");
     assert_eq!(pexpiretime(&mut c, "k"), writer_place);
     let (tx, rx) = mpsc::channel();
-    let reader =
-        blocked(&server, &["RWLOCK.ACQUIRE", "k", "r", "READ", "60000", "FENCE", "WAIT", "60000", "LOCKDELAY", "3000"], tx);
+    let reader = blocked(
+        &server,
+        &["RWLOCK.ACQUIRE", "k", "r", "READ", "60000", "FENCE", "WAIT", "60000", "LOCKDELAY", "3000"],
+        tx,
+    );
     until_waiting(&mut c, 1);
     let reply = rx.recv_timeout(Duration::from_secs(60)).expect("the waiter was answered");
     reader.join().unwrap();
@@ -230,7 +233,10 @@ fn another_delay_and_bad_input_are_refused_and_change_nothing() {
         (vec!["SEM.ACQUIRE", "s", "b", "3", "60000", "LOCKDELAY", "5000"], "limit differs".into()),
         (vec!["RWLOCK.ACQUIRE", "k", "r2", "READ", "60000", "LOCKDELAY", "1"], differs(0)),
         (vec!["RWLOCK.ACQUIRE", "s", "r2", "READ", "60000", "LOCKDELAY", "5000"], "WRONGTYPE".into()),
-        (vec!["SEM.ACQUIRE", "s", "b", "2", "60000", "LOCKDELAY", "-1"], "LOCKDELAY must be an integer from 0 to 60000".into()),
+        (
+            vec!["SEM.ACQUIRE", "s", "b", "2", "60000", "LOCKDELAY", "-1"],
+            "LOCKDELAY must be an integer from 0 to 60000".into(),
+        ),
         (vec!["SEM.ACQUIRE", "s", "b", "2", "60000", "LOCKDELAY", "60001"], "LOCKDELAY must be an integer".into()),
         (vec!["RWLOCK.ACQUIRE", "k", "b", "READ", "60000", "LOCKDELAY", "5s"], "LOCKDELAY must be an integer".into()),
         (vec!["SEM.ACQUIRE", "s", "b", "2", "60000", "LOCKDELAY"], "syntax error".into()),

@@ -557,11 +557,21 @@ fn registration_key_specs_acl_categories_and_docs() {
     let mut c = server.conn();
     let text = |v: &redis::Value| format!("{v:?}").to_lowercase();
     for (cmd, flags, key_flags, args) in [
-        ("sem.acquire", "blocking", "insert", &["key", "token", "limit", "ttl-ms", "fence", "timeout-ms", "lock-delay-ms"][..]),
+        (
+            "sem.acquire",
+            "blocking",
+            "insert",
+            &["key", "token", "limit", "ttl-ms", "fence", "timeout-ms", "lock-delay-ms"][..],
+        ),
         ("sem.renew", "write", "update", &["key", "token", "ttl-ms"]),
         ("sem.release", "write", "delete", &["key", "token"]),
         ("sem.info", "readonly", "ro", &["key"]),
-        ("rwlock.acquire", "blocking", "insert", &["key", "token", "mode", "ttl-ms", "fence", "timeout-ms", "lock-delay-ms"]),
+        (
+            "rwlock.acquire",
+            "blocking",
+            "insert",
+            &["key", "token", "mode", "ttl-ms", "fence", "timeout-ms", "lock-delay-ms"],
+        ),
         ("rwlock.renew", "write", "update", &["key", "token", "ttl-ms"]),
         ("rwlock.release", "write", "delete", &["key", "token"]),
         ("rwlock.info", "readonly", "ro", &["key"]),

@@ -465,9 +465,15 @@ mod tests {
         assert_eq!(tag_after_grant(None, p, 0), Some(Tag { kind: Kind::Semaphore { limit: 2 }, delay: 0 }));
         assert_eq!(tag_after_grant(Some(&sem(2, 1, None, Some(5))), p, 0), None);
         assert_eq!(tag_after_grant(Some(&sem(2, 0, None, None)), p, 0), None);
-        assert_eq!(tag_after_grant(Some(&sem(3, 0, None, None)), p, 0), Some(Tag { kind: Kind::Semaphore { limit: 2 }, delay: 0 }));
+        assert_eq!(
+            tag_after_grant(Some(&sem(3, 0, None, None)), p, 0),
+            Some(Tag { kind: Kind::Semaphore { limit: 2 }, delay: 0 })
+        );
         // Readers after a writer whose lease ended.
-        assert_eq!(tag_after_grant(Some(&rw(true, 0, None)), Want::Read, 0), Some(Tag { kind: Kind::ReadWrite { writer: false }, delay: 0 }));
+        assert_eq!(
+            tag_after_grant(Some(&rw(true, 0, None)), Want::Read, 0),
+            Some(Tag { kind: Kind::ReadWrite { writer: false }, delay: 0 })
+        );
         assert_eq!(tag_after_grant(Some(&rw(false, 3, None)), Want::Read, 0), None);
     }
 
@@ -519,7 +525,10 @@ mod tests {
             assert_eq!(Tag::from_score(bad), None, "{bad}");
         }
         assert_eq!(check_tag(Want::Permit { limit: MAX_LIMIT_WITH_DELAY }, 1), Ok(()));
-        assert_eq!(check_tag(Want::Permit { limit: MAX_LIMIT_WITH_DELAY + 1 }, 1), Err(ArgError::LimitTooLargeForDelay));
+        assert_eq!(
+            check_tag(Want::Permit { limit: MAX_LIMIT_WITH_DELAY + 1 }, 1),
+            Err(ArgError::LimitTooLargeForDelay)
+        );
         assert_eq!(check_tag(Want::Permit { limit: MAX_EXACT as u64 }, 0), Ok(()));
     }
 
@@ -547,7 +556,10 @@ mod tests {
         assert_eq!(admit(Some(&ended), p, 0), Admit::Grant);
         assert_eq!(tag_after_grant(Some(&ended), p, 0), Some(Tag { kind: Kind::Semaphore { limit: 2 }, delay: 0 }));
         assert_eq!(tag_after_grant(Some(&ended), p, 50), None);
-        assert_eq!(tag_after_grant(None, Want::Read, 9), Some(Tag { kind: Kind::ReadWrite { writer: false }, delay: 9 }));
+        assert_eq!(
+            tag_after_grant(None, Want::Read, 9),
+            Some(Tag { kind: Kind::ReadWrite { writer: false }, delay: 9 })
+        );
         assert_eq!(place_end(1_000, 500, 50), Ok(1_550));
         assert_eq!(place_end(0, MAX_EXACT - 5, 5), Ok(MAX_EXACT));
         assert_eq!(place_end(0, MAX_EXACT - 5, 6), Err(ArgError::TtlTooLarge));
