@@ -520,7 +520,7 @@ mod tests {
         assert_eq!(Tag { kind: Kind::ReadWrite { writer: true }, delay: 0 }.score(), -1.0);
         assert_eq!(Tag { kind: Kind::Semaphore { limit: 2 }, delay: 5_000 }.score(), 2.05);
         assert_eq!(Tag { kind: Kind::ReadWrite { writer: true }, delay: 5_000 }.score(), -1.05);
-        assert_eq!(Tag::from_score(1.0 + 1 as f64 / 3.0), None);
+        assert_eq!(Tag::from_score(1.0 + 1.0 / 3.0), None);
         for bad in [-0.5, -2.5, 0.7, 2.61, 2.000001, f64::NAN, f64::INFINITY, (1u64 << 54) as f64] {
             assert_eq!(Tag::from_score(bad), None, "{bad}");
         }
