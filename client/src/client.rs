@@ -281,7 +281,15 @@ impl LockClient {
         opts: &LockOptions,
         flavor: Flavor,
     ) -> Result<Lock> {
-        let cmd = LockCmd::acquire_of(kind, key, &token_of(opts), ttl)?.with_lease(lease_of(opts, ttl)?);
+        let lease = lease_of(opts, ttl)?;
+        if kind != LockKind::Exclusive && !lease.is_empty() {
+            // The server keeps them on a plain lock's value only.
+            return Err(Error::InvalidArgument(
+                "lock_delay and max_hold apply to exclusive locks and elections, not semaphores or read-write locks"
+                    .into(),
+            ));
+        }
+        let cmd = LockCmd::acquire_of(kind, key, &token_of(opts), ttl)?.with_lease(lease);
         self.acquire_cmd(&cmd, ttl, wait, opts, flavor).await.map_err(|e| cmd.explain(e))
     }
 

@@ -29,17 +29,22 @@ impl Lease {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         let lock_delay_ms = lock_delay.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         if lock_delay_ms.is_some_and(|ms| ms > MAX_LOCK_DELAY_MS) {
-            return Err(Error::InvalidArgument(format!("lock-delay must be 0 to {MAX_LOCK_DELAY_MS} milliseconds")));
+            return Err(Error::InvalidArgument(format!(
+                "LOCKDELAY must be an integer from 0 to {MAX_LOCK_DELAY_MS} (milliseconds)"
+            )));
         }
         let max_hold_ms = max_hold.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         if let Some(ms) = max_hold_ms {
             if ms < ttl_ms {
-                return Err(Error::InvalidArgument("max-hold must be at least the ttl".into()));
+                return Err(Error::InvalidArgument("MAXHOLD must be at least ttl-ms".into()));
             }
             let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
             let now = i64::try_from(now).unwrap_or(i64::MAX);
-            let ms = i64::try_from(ms).map_err(|_| Error::InvalidArgument("max-hold is too large".into()))?;
-            args::expiry_at(now, ms).map_err(|_| Error::InvalidArgument("max-hold is too large".into()))?;
+            // The server's wording (its ArgError::MaxHoldTooLarge).
+            let too_large =
+                || Error::InvalidArgument("MAXHOLD or LOCKDELAY is too large: the hold limit would overflow".into());
+            let ms = i64::try_from(ms).map_err(|_| too_large())?;
+            args::expiry_at(now, ms).map_err(|_| too_large())?;
         }
         Ok(Lease { lock_delay_ms, max_hold_ms })
     }
@@ -80,10 +85,10 @@ mod tests {
         assert_eq!(l.max_hold(), Some(ms(100)));
         assert!(Lease::new(Some(ms(0)), None, ms(100)).is_ok(), "a delay of 0 is allowed");
         assert!(
-            matches!(Lease::new(Some(ms(60_001)), None, ms(100)), Err(Error::InvalidArgument(m)) if m.contains("lock-delay"))
+            matches!(Lease::new(Some(ms(60_001)), None, ms(100)), Err(Error::InvalidArgument(m)) if m.contains("LOCKDELAY"))
         );
         assert!(
-            matches!(Lease::new(None, Some(ms(99)), ms(100)), Err(Error::InvalidArgument(m)) if m.contains("at least"))
+            matches!(Lease::new(None, Some(ms(99)), ms(100)), Err(Error::InvalidArgument(m)) if m.contains("at least ttl-ms"))
         );
         assert!(
             matches!(Lease::new(None, Some(Duration::MAX), ms(100)), Err(Error::InvalidArgument(m)) if m.contains("too large"))
