@@ -148,3 +148,31 @@ fn leader_watch_json_prints_one_line_per_change() {
     assert!(Instant::now() < end);
     assert!(rx.try_recv().is_err(), "nothing more: one line per change");
 }
+
+#[test]
+fn run_with_max_hold_ends_its_command_at_the_limit_and_lock_delay_is_skipped_by_a_release() {
+    let s = Server::start();
+    let o = cli(&[
+        "run",
+        "--url",
+        &s.url(),
+        "--ttl",
+        "1000",
+        "--max-hold",
+        "2500",
+        "--grace",
+        "500",
+        "cli:maxhold",
+        "--",
+        "sleep",
+        "60",
+    ]);
+    assert_eq!(o.status.code(), Some(79), "{}", cli_support::stderr(&o));
+    assert!(cli_support::stderr(&o).contains("max-hold"), "{}", cli_support::stderr(&o));
+    let o = cli(&["run", "--url", &s.url(), "--lock-delay", "30000", "cli:delay", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", cli_support::stderr(&o));
+    let o = cli(&["run", "--url", &s.url(), "cli:delay", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "released: no delay: {}", cli_support::stderr(&o));
+    let o = cli(&["run", "--url", &s.url(), "--ttl", "1000", "--max-hold", "999", "cli:bad", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2), "MAXHOLD below the TTL is a usage error");
+}
