@@ -97,7 +97,7 @@ fn acquire_with(
 
 /// Opens `key` for a newcomer. A free key that others wait on goes to the
 /// head of their queue first, so nobody jumps the line.
-fn open_behind_waiters(ctx: Ctx, key: *mut RedisModuleString) -> LockKey {
+pub fn open_behind_waiters(ctx: Ctx, key: *mut RedisModuleString) -> LockKey {
     let k = LockKey::open(ctx, key);
     if stats::waiting() == 0 || !matches!(k.entry(), Entry::Absent) {
         return k;

@@ -30,14 +30,23 @@ pub fn run(
         };
         handler(Ctx(ctx), args)
     }));
+    match outcome {
+        Ok(outcome) => send(ctx, outcome),
+        Err(_) => unsafe { rm!(RedisModule_ReplyWithError)(ctx, INTERNAL.as_ptr()) },
+    };
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Sends a handler's reply (also a blocked client's, when its wait ends).
+pub fn send(ctx: *mut RedisModuleCtx, outcome: Result<Reply, Failure>) -> c_int {
     unsafe {
         match outcome {
-            Ok(Ok(Reply::Int(n))) => rm!(RedisModule_ReplyWithLongLong)(ctx, n),
-            Ok(Ok(Reply::Nil)) => rm!(RedisModule_ReplyWithNull)(ctx),
+            Ok(Reply::Int(n)) => rm!(RedisModule_ReplyWithLongLong)(ctx, n),
+            Ok(Reply::Nil) => rm!(RedisModule_ReplyWithNull)(ctx),
             // The client is blocked: its reply comes when the wait ends.
-            Ok(Ok(Reply::Blocked)) => raw::REDISMODULE_OK as c_int,
-            Ok(Ok(Reply::Ok)) => rm!(RedisModule_ReplyWithSimpleString)(ctx, c"OK".as_ptr()),
-            Ok(Ok(Reply::Fields(fields))) => {
+            Ok(Reply::Blocked) => raw::REDISMODULE_OK as c_int,
+            Ok(Reply::Ok) => rm!(RedisModule_ReplyWithSimpleString)(ctx, c"OK".as_ptr()),
+            Ok(Reply::Fields(fields)) => {
                 rm!(RedisModule_ReplyWithArray)(ctx, 2 * fields.len() as std::ffi::c_long);
                 for (name, value) in fields {
                     let name = name.to_bytes();
@@ -59,17 +68,14 @@ pub fn run(
                 }
                 raw::REDISMODULE_OK as c_int
             }
-            Ok(Ok(Reply::Call(reply))) => reply.send(ctx),
-            Ok(Err(Failure::Arity)) => rm!(RedisModule_WrongArity)(ctx),
-            Ok(Err(Failure::Arg(e))) => rm!(RedisModule_ReplyWithError)(ctx, e.reply_cstr().as_ptr()),
-            Ok(Err(Failure::WrongType)) => rm!(RedisModule_ReplyWithError)(ctx, WRONGTYPE.as_ptr()),
-            Ok(Err(Failure::FencesExhausted)) => rm!(RedisModule_ReplyWithError)(ctx, EXHAUSTED.as_ptr()),
-            Ok(Err(Failure::TooManyWaiters)) => rm!(RedisModule_ReplyWithError)(ctx, TOO_MANY_WAITERS.as_ptr()),
-            Ok(Err(Failure::Error(e))) => rm!(RedisModule_ReplyWithError)(ctx, e.as_ptr()),
-            Ok(Err(Failure::LimitDiffers(limit))) => {
-                rm!(RedisModule_ReplyWithError)(ctx, limit_differs(limit).as_ptr())
-            }
-            Err(_) => rm!(RedisModule_ReplyWithError)(ctx, INTERNAL.as_ptr()),
+            Ok(Reply::Call(reply)) => reply.send(ctx),
+            Err(Failure::Arity) => rm!(RedisModule_WrongArity)(ctx),
+            Err(Failure::Arg(e)) => rm!(RedisModule_ReplyWithError)(ctx, e.reply_cstr().as_ptr()),
+            Err(Failure::WrongType) => rm!(RedisModule_ReplyWithError)(ctx, WRONGTYPE.as_ptr()),
+            Err(Failure::FencesExhausted) => rm!(RedisModule_ReplyWithError)(ctx, EXHAUSTED.as_ptr()),
+            Err(Failure::TooManyWaiters) => rm!(RedisModule_ReplyWithError)(ctx, TOO_MANY_WAITERS.as_ptr()),
+            Err(Failure::Error(e)) => rm!(RedisModule_ReplyWithError)(ctx, e.as_ptr()),
+            Err(Failure::LimitDiffers(limit)) => rm!(RedisModule_ReplyWithError)(ctx, limit_differs(limit).as_ptr()),
         };
     }
     raw::REDISMODULE_OK as c_int

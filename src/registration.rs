@@ -11,7 +11,7 @@ use redis_module::raw::{self, RedisModuleCommandArg, RedisModuleCommandKeySpec, 
 use crate::api::rm;
 use crate::commands;
 use crate::entry::command_fn;
-use crate::{guard, rwlock, semaphore};
+use crate::{election, guard, rwlock, semaphore};
 
 command_fn!(acquire_cmd => commands::acquire);
 command_fn!(renew_cmd => commands::renew);
@@ -19,6 +19,10 @@ command_fn!(release_cmd => commands::release);
 command_fn!(takeover_cmd => commands::takeover);
 command_fn!(info_cmd => commands::info);
 command_fn!(fence_floor_cmd => commands::fence_floor);
+command_fn!(elect_cmd => election::elect);
+command_fn!(proclaim_cmd => election::proclaim);
+command_fn!(leader_cmd => election::leader);
+command_fn!(observe_cmd => election::observe);
 command_fn!(sem_acquire_cmd => semaphore::sem_acquire);
 command_fn!(sem_renew_cmd => semaphore::sem_renew);
 command_fn!(sem_release_cmd => semaphore::sem_release);
@@ -157,6 +161,58 @@ const COMMANDS: &[Command] = &[
         summary: c"Runs a command only while the token holds the lock, in the same step, replying what it replied; else NOTHELD and nothing runs",
         complexity: c"O(1) for a bare token, O(N) for a structured value of N bytes, plus the command's own complexity",
         args: &[Arg::Key(c"key"), Arg::Str(c"token"), Arg::Str(c"command"), Arg::Rest(c"arg")],
+    },
+    // Elections, on the exclusive lock's key: ELECT as LOCK.ACQUIRE (it
+    // waits in the same line); PROCLAIM writes one string in place, as
+    // LOCK.TAKEOVER (SET's categories, `fast`); LEADER reads as LOCK.INFO;
+    // OBSERVE only reads but can block, as a readonly BLPOP would: it is
+    // `readonly blocking`, so replicas run it, and inside MULTI or a script
+    // it answers at once (`wait::may_block`).
+    Command {
+        name: c"lock.elect",
+        handler: elect_cmd,
+        flags: c"write deny-oom blocking",
+        key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT),
+        acl: c"write string slow blocking",
+        summary: c"Becomes an election's leader with a value when the key is free, or waits in line; replies the term (the grant's fencing token) or nil",
+        complexity: c"O(N) where N is the size of the stored value",
+        args: &[
+            Arg::Key(c"key"),
+            Arg::Str(c"token"),
+            Arg::Int(c"ttl-ms"),
+            Arg::Str(c"value"),
+            Arg::Option(c"timeout-ms", c"WAIT"),
+        ],
+    },
+    Command {
+        name: c"lock.proclaim",
+        handler: proclaim_cmd,
+        flags: c"write deny-oom fast",
+        key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE),
+        acl: c"write string fast",
+        summary: c"Sets the leader's value under the same term and a new revision, when the token leads",
+        complexity: c"O(N) where N is the size of the stored value",
+        args: &[Arg::Key(c"key"), Arg::Str(c"token"), Arg::Str(c"value")],
+    },
+    Command {
+        name: c"lock.leader",
+        handler: leader_cmd,
+        flags: c"readonly fast",
+        key: Some(raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS),
+        acl: c"read string fast",
+        summary: c"Who leads an election: value, term, revision and remaining ttl-ms, or nil when leaderless",
+        complexity: c"O(N) where N is the size of the stored value",
+        args: &[Arg::Key(c"key")],
+    },
+    Command {
+        name: c"lock.observe",
+        handler: observe_cmd,
+        flags: c"readonly blocking",
+        key: Some(raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS),
+        acl: c"read string slow blocking",
+        summary: c"Replies an election's leadership as LOCK.LEADER does, at once if its revision differs from AFTER rev, else when it changes (with WAIT)",
+        complexity: c"O(N) where N is the size of the stored value",
+        args: &[Arg::Key(c"key"), Arg::Option(c"rev", c"AFTER"), Arg::Option(c"timeout-ms", c"WAIT")],
     },
     // Semaphores and read-write locks: sorted sets, so their native twins
     // are ZADD (acquire, renew), ZREM (release) and ZRANGE (info), with

@@ -68,6 +68,27 @@ pub static RW_RENEWALS: Counter = Counter::new();
 pub static RW_RELEASES: Counter = Counter::new();
 pub static RW_EXPIRED: Counter = Counter::new();
 
+/// Elections: LOCK.ELECT grants (also to waiters), and LOCK.PROCLAIM
+/// replies of 1 (a new value under the same term).
+pub static ELECTIONS: Counter = Counter::new();
+pub static PROCLAIMS: Counter = Counter::new();
+/// LOCK.OBSERVE calls that blocked; blocked observers answered because the
+/// leadership changed, and because their WAIT ran out (with the unchanged
+/// state). observes_started = wakes + timeouts + cancelled + observing.
+pub static OBSERVES_STARTED: Counter = Counter::new();
+pub static OBSERVER_WAKES: Counter = Counter::new();
+pub static OBSERVER_TIMEOUTS: Counter = Counter::new();
+/// Observers that ended otherwise: disconnected, `CLIENT UNBLOCK … ERROR`,
+/// or sent on (`MOVED`/`TRYAGAIN`) because the key's slot moved.
+pub static OBSERVERS_CANCELLED: Counter = Counter::new();
+
+/// Clients blocked in LOCK.OBSERVE right now (kept by `crate::observe`).
+pub static OBSERVING: AtomicU64 = AtomicU64::new(0);
+
+pub fn observing() -> u64 {
+    OBSERVING.load(Ordering::Relaxed)
+}
+
 /// Clients blocked in WAIT right now (kept by `crate::wait`); lets every
 /// command skip the wait state when it is 0.
 pub static WAITING: AtomicU64 = AtomicU64::new(0);
@@ -79,7 +100,7 @@ pub fn waiting() -> u64 {
 
 /// The `INFO lock` section (fields appear as `lock_<name>`).
 pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c_int) {
-    let fields: [(&CStr, u64); 24] = [
+    let fields: [(&CStr, u64); 31] = [
         (c"grants", GRANTS.get()),
         (c"refusals", REFUSALS.get()),
         (c"renewals", RENEWALS.get()),
@@ -104,6 +125,13 @@ pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c
         (c"rw_renewals", RW_RENEWALS.get()),
         (c"rw_releases", RW_RELEASES.get()),
         (c"rw_expired", RW_EXPIRED.get()),
+        (c"elections", ELECTIONS.get()),
+        (c"proclaims", PROCLAIMS.get()),
+        (c"observes_started", OBSERVES_STARTED.get()),
+        (c"observer_wakes", OBSERVER_WAKES.get()),
+        (c"observer_timeouts", OBSERVER_TIMEOUTS.get()),
+        (c"observers_cancelled", OBSERVERS_CANCELLED.get()),
+        (c"observing", observing()),
     ];
     rm!(RedisModule_InfoAddSection)(ctx, std::ptr::null());
     for (name, value) in fields {

@@ -42,9 +42,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use redis_lock_rules::holders::{admit, lease_end, tag_after_grant, Admit, Want};
-use redis_lock_rules::lock;
 pub use redis_lock_rules::queue::MAX_TIMER_MS;
 use redis_lock_rules::queue::{next_piece, Arm, Left, Queues};
+use redis_lock_rules::{election, lock};
 use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisModuleString, RedisModuleTimerID};
 
 use crate::api::rm;
@@ -71,6 +71,10 @@ pub enum Claim {
     Lock,
     /// A place among a semaphore's or read-write lock's holders.
     Holder(Want),
+    /// The exclusive lock as an election's leader (`LOCK.ELECT … WAIT`):
+    /// granted as `Lock`, storing the election value with the grant's
+    /// fence as term and revision. `value` is retained while it waits.
+    Elect { value: *mut RedisModuleString },
 }
 
 /// What a waiter asks for, as its command said.
@@ -110,7 +114,7 @@ impl Waiter {
     /// The counter of its refusal (0 or nil).
     fn refusals(&self) -> &'static stats::Counter {
         match self.claim {
-            Claim::Lock => &stats::REFUSALS,
+            Claim::Lock | Claim::Elect { .. } => &stats::REFUSALS,
             Claim::Holder(want) => stats::holder_counters(want.family()).refusals,
         }
     }
@@ -120,6 +124,9 @@ impl Waiter {
     /// after the callback returns).
     fn let_go(&self, ctx: Ctx) {
         unsafe { rm!(RedisModule_FreeString)(std::ptr::null_mut(), self.token) };
+        if let Claim::Elect { value } = self.claim {
+            unsafe { rm!(RedisModule_FreeString)(std::ptr::null_mut(), value) };
+        }
         if let Some(id) = self.timeout {
             stop_timer::<WaitTimeout>(ctx, id);
         }
@@ -191,10 +198,11 @@ pub fn may_block(ctx: Ctx) -> bool {
         == 0
 }
 
-/// Whether `lock.max-waiters` leaves room for one more waiter.
+/// Whether `lock.max-waiters` leaves room for one more blocked client
+/// (waiters and observers count alike).
 pub fn has_room() -> bool {
     let max = config::max_waiters();
-    max == 0 || waiting() < max
+    max == 0 || waiting().saturating_add(stats::observing()) < max
 }
 
 /// Blocks the calling client until `token` is granted `name` or the wait
@@ -218,6 +226,9 @@ pub fn block(
     // of them answers. (`on_timeout` still serves CLIENT UNBLOCK.)
     let bc = unsafe {
         rm!(RedisModule_RetainString)(std::ptr::null_mut(), token);
+        if let Claim::Elect { value } = claim {
+            rm!(RedisModule_RetainString)(std::ptr::null_mut(), value);
+        }
         let bc = rm!(RedisModule_BlockClient)(ctx.0, Some(on_reply), Some(on_timeout), Some(free_reply), 0);
         rm!(RedisModule_SetDisconnectCallback)(bc, Some(on_disconnect));
         bc
@@ -260,7 +271,7 @@ pub fn grant_next(ctx: Ctx, name: *mut RedisModuleString) {
     loop {
         let step = match head_claim(&key) {
             None => return,
-            Some(Claim::Lock) => grant_lock(ctx, name, &key),
+            Some(Claim::Lock | Claim::Elect { .. }) => grant_lock(ctx, name, &key),
             Some(Claim::Holder(want)) => grant_holder(ctx, name, &key, want),
         };
         if let Step::Done = step {
@@ -303,10 +314,17 @@ fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId) -> Step {
         Ok(head) => head,
         Err(step) => return step,
     };
-    k.set(NewValue::Arg(w.token), at);
+    match (w.claim, fence) {
+        (Claim::Elect { value }, Some(term)) => {
+            let (token, value) = (String::from_utf8_lossy(bytes(w.token)), String::from_utf8_lossy(bytes(value)));
+            k.set(NewValue::Composed(&election::elected(&token, term, &value)), at);
+        }
+        _ => k.set(NewValue::Arg(w.token), at),
+    }
     drop(k);
     saw_expiry(key, Some(at));
-    answer_grant(ctx, w, fence, &stats::GRANTS);
+    let grants = if matches!(w.claim, Claim::Elect { .. }) { &stats::ELECTIONS } else { &stats::GRANTS };
+    answer_grant(ctx, w, fence, grants);
     check_by(ctx, key, at.saturating_add(1));
     Step::Done
 }

@@ -68,11 +68,34 @@ fn commands_carry_their_native_twins_acl_categories() {
         return;
     }
     let expected: &[(&str, &[&str])] = &[
-        ("write", &["lock.acquire", "lock.renew", "lock.release", "lock.takeover", "lock.fencefloor", "lock.guard"]),
-        ("read", &["lock.info"]),
-        ("blocking", &["lock.acquire"]),
-        ("slow", &["lock.acquire", "lock.guard"]),
-        ("fast", &["lock.renew", "lock.release", "lock.takeover", "lock.info", "lock.fencefloor"]),
+        (
+            "write",
+            &[
+                "lock.acquire",
+                "lock.renew",
+                "lock.release",
+                "lock.takeover",
+                "lock.fencefloor",
+                "lock.guard",
+                "lock.elect",
+                "lock.proclaim",
+            ],
+        ),
+        ("read", &["lock.info", "lock.leader", "lock.observe"]),
+        ("blocking", &["lock.acquire", "lock.elect", "lock.observe"]),
+        ("slow", &["lock.acquire", "lock.guard", "lock.elect", "lock.observe"]),
+        (
+            "fast",
+            &[
+                "lock.renew",
+                "lock.release",
+                "lock.takeover",
+                "lock.info",
+                "lock.fencefloor",
+                "lock.proclaim",
+                "lock.leader",
+            ],
+        ),
         ("dangerous", &["lock.fencefloor"]),
         ("admin", &["lock.fencefloor"]),
     ];
@@ -86,6 +109,10 @@ fn commands_carry_their_native_twins_acl_categories() {
             "lock.info",
             "lock.fencefloor",
             "lock.guard",
+            "lock.elect",
+            "lock.proclaim",
+            "lock.leader",
+            "lock.observe",
         ] {
             assert_eq!(listed.iter().any(|c| c == cmd), commands.contains(&cmd), "@{category} and {cmd}: {listed:?}");
         }
@@ -96,6 +123,10 @@ fn commands_carry_their_native_twins_acl_categories() {
         listed.sort();
         let mut all = [
             "lock.acquire",
+            "lock.elect",
+            "lock.leader",
+            "lock.observe",
+            "lock.proclaim",
             "lock.fencefloor",
             "lock.guard",
             "lock.info",

@@ -111,6 +111,10 @@ fn command_docs_describe_every_command_and_its_arguments() {
         ("lock.info", &["key"]),
         ("lock.fencefloor", &["fence"]),
         ("lock.guard", &["key", "token", "command", "arg"]),
+        ("lock.elect", &["key", "token", "ttl-ms", "value", "timeout-ms"]),
+        ("lock.proclaim", &["key", "token", "value"]),
+        ("lock.leader", &["key"]),
+        ("lock.observe", &["key", "rev", "timeout-ms"]),
     ] {
         let docs: Value = redis::cmd("COMMAND").arg("DOCS").arg(name).query(&mut c).unwrap();
         let words = strings_in(&docs);

@@ -33,6 +33,10 @@ pub enum ArgError {
     ModeInvalid,
     /// `INFO … COUNT n` with an `n` that is not a positive integer.
     CountInvalid,
+    /// An election's value (a JSON string) that is not UTF-8.
+    ValueNotUtf8,
+    /// LOCK.OBSERVE's `AFTER rev` is not a non-negative integer.
+    RevInvalid,
 }
 
 impl ArgError {
@@ -53,6 +57,8 @@ impl ArgError {
             ArgError::LimitInvalid => c"ERR limit must be a positive integer (at most 9007199254740992)",
             ArgError::ModeInvalid => c"ERR mode must be READ or WRITE",
             ArgError::CountInvalid => c"ERR COUNT must be a positive integer",
+            ArgError::ValueNotUtf8 => c"ERR token and value must be valid UTF-8",
+            ArgError::RevInvalid => c"ERR AFTER rev must be a non-negative integer",
         }
     }
 
@@ -141,7 +147,7 @@ pub fn parse_grant_options<'a>(
 }
 
 /// A WAIT timeout: 0 (wait forever) or a positive number of milliseconds.
-fn parse_timeout(arg: &[u8]) -> Result<i64, ArgError> {
+pub fn parse_timeout(arg: &[u8]) -> Result<i64, ArgError> {
     if arg == b"0" {
         return Ok(0);
     }

@@ -20,7 +20,7 @@ pub fn structured_value(token: &str, run_id: &str) -> Vec<u8> {
 /// `\b \f \n \r \t` (Go 1.22 and later) and `\u00XX` for the other control
 /// bytes, and leaves DEL and everything else as is. Input is `str`, so the
 /// invalid-UTF-8 replacement Go would make cannot arise.
-fn push_go_string(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn push_go_string(out: &mut Vec<u8>, s: &str) {
     let b = s.as_bytes();
     if plain(b) {
         out.extend_from_slice(b);

@@ -6,24 +6,35 @@
 //! - [`cjson`]: what Redis's bundled cjson makes of a stored value.
 //! - [`cluster`]: hash slots, and a slot's state in `CLUSTER NODES`.
 //! - [`args`]: argument validation and its error replies.
+//! - [`election`]: LOCK.ELECT / PROCLAIM / LEADER / OBSERVE: who leads, what wakes an observer.
+//! - [`observers`]: the observers' bookkeeping (per key, grouped by the revision they saw).
 //! - [`encode`]: the structured value as Go's encoding/json writes it.
 //! - [`fence`]: fencing token numbering.
 //! - [`guard`]: LOCK.GUARD's ownership rule and the inner commands it refuses.
+//! - [`histogram`]: fixed-size duration histograms (`INFO lock` percentiles).
 //! - [`holders`]: semaphores and read-write locks (several holders per key).
 //! - [`queue`]: the wait queues' bookkeeping (FIFO per key, timers).
 //! - [`scripts`]: the reference Lua scripts.
+//! - [`top`]: LOCK.TOP's order of contended keys.
+//! - [`value`]: the structured values the module writes (elections, hold
+//!   limits, lock-delays) and their tombstone.
 
 pub mod args;
 pub mod cjson;
 pub mod cluster;
 pub mod cluster_fence;
+pub mod election;
 pub mod encode;
 pub mod fence;
 pub mod guard;
+pub mod histogram;
 pub mod holders;
 pub mod lock;
+pub mod observers;
 pub mod queue;
 pub mod scripts;
+pub mod top;
+pub mod value;
 
 pub use args::ArgError;
 pub use lock::{Entry, Remaining, WrongType};

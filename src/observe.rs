@@ -1,0 +1,410 @@
+//! `LOCK.OBSERVE … AFTER rev WAIT timeout-ms`: clients blocked until a
+//! key's leadership differs from the revision they last saw.
+//!
+//! Observers are not waiters: they never take the key, so they are kept
+//! apart from the key's line (`crate::wait`), per key and grouped by the
+//! revision they saw (`redis_lock_rules::observers`). What they share with
+//! the waiters is the machinery:
+//! - every change of the key is noticed through a keyspace-event
+//!   subscription (taken on the first OBSERVE): the module's own writes
+//!   (grant, proclaim, release, takeover, renewal) raise the same events a
+//!   native `SET`, `DEL` or `PEXPIRE` does, and a script's `SET`, `DEL`,
+//!   expiry, eviction, `RENAME` away raise theirs; whole databases that
+//!   change without a key event (FLUSHDB, FLUSHALL, SWAPDB) through the
+//!   server events. An event only arms the key's check timer for now: the
+//!   key is read, once, right after the command that changed it, and every
+//!   observer whose revision differs is answered with that reading.
+//! - the check timer is also armed at the leader's expiry, because Redis's
+//!   own expiry can lag behind a key's deadline; the timer cannot.
+//! - timeouts are timers of ours, cut to [`MAX_TIMER_MS`]; a timed-out
+//!   observer is answered with the key's current (unchanged) state.
+//! - `CLIENT UNBLOCK` (TIMEOUT: answered as a timeout; ERROR: Redis's
+//!   error), disconnect, and Redis unblocking every client (this master
+//!   became a replica) take an observer out at once.
+//! - in a cluster, observers of a key whose slot this master no longer
+//!   serves are answered with the redirection (`MOVED`, `TRYAGAIN`), as
+//!   waiters are; because a slot can move with no key in it, the check of
+//!   a key with observers also runs every [`CLUSTER_CHECK_MS`] there.
+//!
+//! Observers only read, so paused writes (`CLIENT PAUSE WRITE`,
+//! `FAILOVER`) do not hold them back: a lease that ends during a pause
+//! reads as ended, as `GET` reads it, and no leader can be granted until
+//! the pause is over.
+//!
+//! Discipline as in `crate::wait`: the state lock is never held across a
+//! call into Redis that can run a callback of ours.
+
+use std::ffi::{c_int, c_void, CString};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex, MutexGuard};
+
+use redis_lock_rules::observers::{Arm, Observers};
+use redis_lock_rules::queue::{next_piece, MAX_TIMER_MS};
+use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisModuleString, RedisModuleTimerID};
+
+use crate::api::rm;
+use crate::cluster;
+use crate::election::{self, leader_reply, Led};
+use crate::entry;
+use crate::key::{bytes, Ctx};
+use crate::reply::Failure;
+use crate::stats::{self, observing, OBSERVING};
+
+/// How often, in a cluster, a key with observers is checked for a slot
+/// that moved away without a key event.
+pub const CLUSTER_CHECK_MS: i64 = 1_000;
+
+/// A key: a database index and a key name.
+type KeyId = (c_int, Vec<u8>);
+
+struct Observer {
+    bc: *mut RedisModuleBlockedClient,
+    /// When the observation gives up (Unix ms; none: never).
+    deadline: Option<i64>,
+    /// The timer of the deadline, or of the next piece of a long wait.
+    timeout: Option<RedisModuleTimerID>,
+}
+
+impl Observer {
+    /// Not from the timeout timer's own callback (Redis frees that one).
+    fn let_go(&self, ctx: Ctx) {
+        if let Some(id) = self.timeout {
+            stop_timer::<ObserveTimeout>(ctx, id);
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    observers: Observers<KeyId, Observer, RedisModuleTimerID>,
+    subscribed: bool,
+}
+
+/// The pointers inside are only touched on Redis's main thread.
+struct Shared(State);
+unsafe impl Send for Shared {}
+
+static STATE: LazyLock<Mutex<Shared>> = LazyLock::new(|| Mutex::new(Shared(State::default())));
+static NEXT_OBSERVATION: AtomicU64 = AtomicU64::new(0);
+
+fn state() -> MutexGuard<'static, Shared> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn db(ctx: Ctx) -> c_int {
+    unsafe { rm!(RedisModule_GetSelectedDb)(ctx.0) }
+}
+
+fn start_timer<T>(
+    ctx: Ctx,
+    delay_ms: i64,
+    callback: unsafe extern "C" fn(*mut RedisModuleCtx, *mut c_void),
+    data: T,
+) -> RedisModuleTimerID {
+    let data = Box::into_raw(Box::new(data));
+    unsafe { rm!(RedisModule_CreateTimer)(ctx.0, delay_ms.clamp(0, MAX_TIMER_MS), Some(callback), data.cast()) }
+}
+
+fn stop_timer<T>(ctx: Ctx, id: RedisModuleTimerID) {
+    let mut data: *mut c_void = std::ptr::null_mut();
+    unsafe {
+        if rm!(RedisModule_StopTimer)(ctx.0, id, &mut data) == raw::REDISMODULE_OK as c_int && !data.is_null() {
+            drop(Box::from_raw(data.cast::<T>()));
+        }
+    }
+}
+
+fn in_cluster(ctx: Ctx) -> bool {
+    let flags = unsafe { rm!(RedisModule_GetContextFlags)(ctx.0) } as u32;
+    flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
+}
+
+fn is_master(ctx: Ctx) -> bool {
+    let flags = unsafe { rm!(RedisModule_GetContextFlags)(ctx.0) } as u32;
+    flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0
+}
+
+/// Blocks the calling client until `name`'s revision is no longer `after`
+/// or `deadline` (Unix ms; none: never) passes. `expires_at` is the
+/// current leader's lease end, if any.
+pub fn block(ctx: Ctx, name: *mut RedisModuleString, after: u64, deadline: Option<i64>, expires_at: Option<i64>) {
+    ensure_subscribed(ctx);
+    let client = unsafe { rm!(RedisModule_GetClientId)(ctx.0) };
+    let seq = NEXT_OBSERVATION.fetch_add(1, Ordering::Relaxed);
+    // Our own timeout timer, not Redis's, for the reason `crate::wait::block` gives.
+    let bc = unsafe {
+        let bc = rm!(RedisModule_BlockClient)(ctx.0, Some(on_reply), Some(on_timeout), Some(free_reply), 0);
+        rm!(RedisModule_SetDisconnectCallback)(bc, Some(on_disconnect));
+        bc
+    };
+    let now = ctx.now_ms();
+    let timeout = deadline.map(|at| start_timer(ctx, at - now, on_observe_timeout, ObserveTimeout { client, seq }));
+    let key = (db(ctx), bytes(name).to_vec());
+    state().0.observers.push(key.clone(), client, seq, after, Observer { bc, deadline, timeout });
+    OBSERVING.fetch_add(1, Ordering::Relaxed);
+    stats::OBSERVES_STARTED.add();
+    arm_for(ctx, &key, expires_at, now);
+}
+
+/// Arms `key`'s check for the leader's lease end (one ms past it: the
+/// lease has ended by then) and, in a cluster, for the next slot check.
+fn arm_for(ctx: Ctx, key: &KeyId, expires_at: Option<i64>, now: i64) {
+    let cluster = in_cluster(ctx).then(|| now.saturating_add(CLUSTER_CHECK_MS));
+    let lease = expires_at.map(|at| at.saturating_add(1));
+    if let Some(at) = [cluster, lease].into_iter().flatten().min() {
+        check_by(ctx, key, at);
+    }
+}
+
+/// What a blocked observer is answered.
+enum Answer {
+    /// The key's leadership as read for this change (shared by every
+    /// observer it wakes), or WRONGTYPE when the key is no string.
+    State(Rc<Result<Option<Led>, Failure>>),
+    /// A redirection (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN`).
+    Error(CString),
+}
+
+fn finish(answer: Answer, o: Observer, ctx: Ctx, counter: &stats::Counter) {
+    counter.add();
+    o.let_go(ctx);
+    unsafe { rm!(RedisModule_UnblockClient)(o.bc, Box::into_raw(Box::new(answer)).cast()) };
+}
+
+/// Reads `key` and answers every observer whose revision differs; the
+/// rest wait for the next change or the lease's end.
+fn check(ctx: Ctx, key: &KeyId) {
+    if !state().0.observers.has(key) {
+        return;
+    }
+    unsafe { rm!(RedisModule_SelectDb)(ctx.0, key.0) };
+    let name = ctx.string(&key.1);
+    let redirect = if is_master(ctx) { cluster::redirect(ctx, &key.1) } else { None };
+    if let Some(error) = redirect {
+        ctx.free(name);
+        let taken = state().0.observers.take_all(key);
+        stop_check(ctx, taken.stop);
+        OBSERVING.fetch_sub(taken.observers.len() as u64, Ordering::Relaxed);
+        for o in taken.observers {
+            finish(Answer::Error(error.clone()), o, ctx, &stats::OBSERVERS_CANCELLED);
+        }
+        return;
+    }
+    let current = election::read(ctx, name);
+    ctx.free(name);
+    let rev = election::rev_of(&current);
+    let expires_at = current.as_ref().ok().and_then(|l| l.as_ref()).and_then(|l| l.expires_at);
+    let taken = state().0.observers.take_changed(key, rev);
+    stop_check(ctx, taken.stop);
+    OBSERVING.fetch_sub(taken.observers.len() as u64, Ordering::Relaxed);
+    let current = Rc::new(current);
+    for o in taken.observers {
+        finish(Answer::State(Rc::clone(&current)), o, ctx, &stats::OBSERVER_WAKES);
+    }
+    arm_for(ctx, key, expires_at, ctx.now_ms());
+}
+
+fn stop_check(ctx: Ctx, stop: Option<RedisModuleTimerID>) {
+    if let Some(id) = stop {
+        stop_timer::<Check>(ctx, id);
+    }
+}
+
+/// Takes `client`'s observation out; with `seq`, only if it is still that one.
+fn remove_client(ctx: Ctx, client: u64, seq: Option<u64>) -> Option<(KeyId, Observer)> {
+    let (key, (o, stop)) = {
+        let mut s = state();
+        let key = s.0.observers.key_of(client)?.clone();
+        (key, s.0.observers.remove(client, seq)?)
+    };
+    OBSERVING.fetch_sub(1, Ordering::Relaxed);
+    stop_check(ctx, stop);
+    Some((key, o))
+}
+
+/// The state of `key` now, for an observer answered without a change.
+/// In a blocked client's own context (`CLIENT UNBLOCK`) its database is
+/// already the key's, and selecting would change the client's: `select`
+/// only from a timer.
+fn read_now(ctx: Ctx, key: &KeyId, select: bool) -> Result<Option<Led>, Failure> {
+    if select {
+        unsafe { rm!(RedisModule_SelectDb)(ctx.0, key.0) };
+    }
+    let name = ctx.string(&key.1);
+    let current = election::read(ctx, name);
+    ctx.free(name);
+    current
+}
+
+struct ObserveTimeout {
+    client: u64,
+    seq: u64,
+}
+
+/// An observation's timeout timer: the next piece of a long wait, or its
+/// end: answered with the key's current, unchanged state.
+unsafe extern "C" fn on_observe_timeout(ctx: *mut RedisModuleCtx, data: *mut c_void) {
+    let ObserveTimeout { client, seq } = *Box::from_raw(data.cast::<ObserveTimeout>());
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let ctx = Ctx(ctx);
+        let now = ctx.now_ms();
+        {
+            let mut s = state();
+            let Some(o) = s.0.observers.observer_mut(client, seq) else { return };
+            o.timeout = None;
+            if let Some(delay) = next_piece(o.deadline, now) {
+                o.timeout = Some(start_timer(ctx, delay, on_observe_timeout, ObserveTimeout { client, seq }));
+                return;
+            }
+        }
+        if let Some((key, o)) = remove_client(ctx, client, Some(seq)) {
+            let current = read_now(ctx, &key, true);
+            finish(Answer::State(Rc::new(current)), o, ctx, &stats::OBSERVER_TIMEOUTS);
+        }
+    }));
+}
+
+fn check_by(ctx: Ctx, key: &KeyId, at_ms: i64) {
+    let mut s = state();
+    let Some(Arm { delay, gen, stop }) = s.0.observers.check_by(key, at_ms, ctx.now_ms()) else { return };
+    if let Some(old) = stop {
+        stop_timer::<Check>(ctx, old);
+    }
+    let id = start_timer(ctx, delay, on_check, Check { key: key.clone(), gen });
+    s.0.observers.armed(key, gen, id);
+}
+
+struct Check {
+    key: KeyId,
+    gen: u64,
+}
+
+unsafe extern "C" fn on_check(ctx: *mut RedisModuleCtx, data: *mut c_void) {
+    let Check { key, gen } = *Box::from_raw(data.cast::<Check>());
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if !state().0.observers.check_fired(&key, gen) {
+            return;
+        }
+        check(Ctx(ctx), &key);
+    }));
+}
+
+fn ensure_subscribed(ctx: Ctx) {
+    let mut s = state();
+    if s.0.subscribed {
+        return;
+    }
+    s.0.subscribed = true;
+    drop(s);
+    // STRING: a `SET` by anyone (a script, a client) changes the value.
+    let types = raw::REDISMODULE_NOTIFY_GENERIC
+        | raw::REDISMODULE_NOTIFY_EXPIRED
+        | raw::REDISMODULE_NOTIFY_EVICTED
+        | raw::REDISMODULE_NOTIFY_STRING;
+    let flush = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
+    let swap = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_SWAPDB, dataver: 1 };
+    unsafe {
+        rm!(RedisModule_SubscribeToKeyspaceEvents)(ctx.0, types, Some(on_key_event));
+        rm!(RedisModule_SubscribeToServerEvent)(ctx.0, flush, Some(on_db_event));
+        rm!(RedisModule_SubscribeToServerEvent)(ctx.0, swap, Some(on_db_event));
+    }
+}
+
+/// A key changed: if anyone observes it, check it right after this command.
+unsafe extern "C" fn on_key_event(
+    ctx: *mut RedisModuleCtx,
+    _type: c_int,
+    _event: *const std::ffi::c_char,
+    key: *mut RedisModuleString,
+) -> c_int {
+    if observing() == 0 {
+        return raw::REDISMODULE_OK as c_int;
+    }
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let ctx = Ctx(ctx);
+        check_by(ctx, &(db(ctx), bytes(key).to_vec()), ctx.now_ms());
+    }));
+    raw::REDISMODULE_OK as c_int
+}
+
+/// FLUSHDB / FLUSHALL finished, or SWAPDB: every key with observers in the
+/// affected databases is checked right after this command.
+unsafe extern "C" fn on_db_event(
+    ctx: *mut RedisModuleCtx,
+    event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    if observing() == 0 {
+        return;
+    }
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let dbs: Option<(c_int, c_int)> = match event.id {
+            raw::REDISMODULE_EVENT_FLUSHDB if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END => {
+                match data.cast::<raw::RedisModuleFlushInfo>().as_ref() {
+                    Some(info) if info.dbnum >= 0 => Some((info.dbnum, info.dbnum)),
+                    _ => None,
+                }
+            }
+            raw::REDISMODULE_EVENT_SWAPDB => {
+                data.cast::<raw::RedisModuleSwapDbInfo>().as_ref().map(|i| (i.dbnum_first, i.dbnum_second))
+            }
+            _ => return,
+        };
+        let affected = |db: c_int| dbs.is_none_or(|(a, b)| db == a || db == b);
+        let keys: Vec<_> = state().0.observers.keys().filter(|(db, _)| affected(*db)).cloned().collect();
+        let ctx = Ctx(ctx);
+        let now = ctx.now_ms();
+        for key in keys {
+            check_by(ctx, &key, now);
+        }
+    }));
+}
+
+/// Sends an observer's answer: the leadership as LOCK.LEADER replies it.
+unsafe fn reply(ctx: *mut RedisModuleCtx, answer: Option<&Answer>) -> c_int {
+    match answer {
+        Some(Answer::State(current)) => match current.as_ref() {
+            Ok(led) => entry::send(ctx, Ok(leader_reply(led.as_ref(), Ctx(ctx).now_ms()))),
+            Err(_) => entry::send(ctx, Err(Failure::WrongType)),
+        },
+        Some(Answer::Error(e)) => rm!(RedisModule_ReplyWithError)(ctx, e.as_ptr()),
+        None => rm!(RedisModule_ReplyWithNull)(ctx),
+    }
+}
+
+unsafe extern "C" fn on_reply(ctx: *mut RedisModuleCtx, _argv: *mut *mut RedisModuleString, _argc: c_int) -> c_int {
+    reply(ctx, rm!(RedisModule_GetBlockedClientPrivateData)(ctx).cast::<Answer>().as_ref())
+}
+
+/// `CLIENT UNBLOCK … TIMEOUT`: answered as a timeout, with the state now.
+unsafe extern "C" fn on_timeout(ctx: *mut RedisModuleCtx, _argv: *mut *mut RedisModuleString, _argc: c_int) -> c_int {
+    let client = rm!(RedisModule_GetClientId)(ctx);
+    let answer = match remove_client(Ctx(ctx), client, None) {
+        Some((key, o)) => {
+            stats::OBSERVER_TIMEOUTS.add();
+            o.let_go(Ctx(ctx));
+            rm!(RedisModule_UnblockClient)(o.bc, std::ptr::null_mut());
+            Answer::State(Rc::new(read_now(Ctx(ctx), &key, false)))
+        }
+        None => return rm!(RedisModule_ReplyWithNull)(ctx),
+    };
+    reply(ctx, Some(&answer))
+}
+
+/// The observer went away (or Redis unblocked it): it leaves at once.
+unsafe extern "C" fn on_disconnect(ctx: *mut RedisModuleCtx, bc: *mut RedisModuleBlockedClient) {
+    let client = rm!(RedisModule_GetClientId)(ctx);
+    if let Some((_, o)) = remove_client(Ctx(ctx), client, None) {
+        stats::OBSERVERS_CANCELLED.add();
+        o.let_go(Ctx(ctx));
+        rm!(RedisModule_UnblockClient)(bc, std::ptr::null_mut());
+    }
+}
+
+unsafe extern "C" fn free_reply(_ctx: *mut RedisModuleCtx, privdata: *mut c_void) {
+    if !privdata.is_null() {
+        drop(Box::from_raw(privdata.cast::<Answer>()));
+    }
+}
