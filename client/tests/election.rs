@@ -333,3 +333,57 @@ fn cluster_observers_follow_the_slot_when_it_moves() {
         until(s, value_is("next"));
     }
 }
+
+/// The stream reconnects by itself: after its connection is killed
+/// (`CLIENT KILL`), unblocked (`CLIENT UNBLOCK`), and after a server
+/// restart, it reports the latest state.
+#[test]
+fn observers_reconnect_by_themselves() {
+    let mut s = Server::start();
+    let c = client(&s);
+    let key = "election:reconnect";
+    let seen = observe_blocking(&c, key);
+    assert_eq!(until(&seen, |_| true), [None]);
+    let observers = |s: &Server| -> Vec<String> {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut s.conn()).unwrap();
+        list.lines()
+            .filter(|l| l.contains("cmd=lock.observe"))
+            .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")).map(String::from))
+            .collect()
+    };
+    assert!(eventually(|| observers(&s).len() == 1), "the observer blocks in the server");
+    let id = observers(&s).pop().unwrap();
+    let _: i64 = redis::cmd("CLIENT").arg("UNBLOCK").arg(&id).arg("ERROR").query(&mut s.conn()).unwrap();
+    let a = c.election(key).campaign("a", LONG, Duration::ZERO).unwrap();
+    until(&seen, value_is("a"));
+    assert!(eventually(|| observers(&s).len() == 1), "blocked again");
+    let id = observers(&s).pop().unwrap();
+    let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(&id).query(&mut s.conn()).unwrap();
+    a.proclaim("a2").unwrap();
+    until(&seen, value_is("a2"));
+    drop(a);
+    until(&seen, Option::is_none);
+    s.restart();
+    let c2 = client(&s);
+    let b = c2.election(key).campaign("b", LONG, Duration::ZERO).unwrap();
+    let l = until(&seen, value_is("b")).pop().unwrap().unwrap();
+    assert_eq!(l.term, b.term());
+}
+
+/// The async API: campaign, proclaim, leader and resign.
+#[test]
+fn the_async_api_campaigns_proclaims_and_resigns() {
+    let s = Server::start();
+    let c = client(&s);
+    rt().block_on(async {
+        let e = c.election("election:async");
+        let lead = e.campaign_async("x", LONG, Duration::ZERO).await.unwrap();
+        assert!(e.campaign_async("y", LONG, ms(200)).await.unwrap_err().is_not_acquired());
+        lead.proclaim_async("x2").await.unwrap();
+        let l = e.leader_async().await.unwrap().unwrap();
+        assert_eq!((l.value.as_str(), l.term), ("x2", lead.term()));
+        lead.resign_async().await.unwrap();
+        assert_eq!(e.leader_async().await.unwrap(), None);
+        assert_eq!(lead.lost().await, None, "resigned, not lost");
+    });
+}
