@@ -387,3 +387,26 @@ fn the_async_api_campaigns_proclaims_and_resigns() {
         assert_eq!(lead.lost().await, None, "resigned, not lost");
     });
 }
+
+/// In a cluster, observers ride out the `kill -9` of the slot's master:
+/// after the replica's promotion they report the leaders elected there,
+/// with terms greater than the old master's (the configEpoch floor).
+#[test]
+fn cluster_observers_ride_out_a_failover() {
+    let mut cl = Cluster::start(3, 1);
+    let c = LockClient::open_cluster(&cl.urls()).expect("cluster client");
+    let victim = cl.masters()[0];
+    let key = cl.key_on("election:", victim);
+    let seen = observe_async(&c, &key);
+    assert_eq!(until(&seen, |_| true), [None]);
+    let before = c.election(&key).campaign("before", ms(2000), Duration::ZERO).unwrap();
+    until(&seen, value_is("before"));
+    let promoted = cl.kill_master(victim);
+    assert_eq!(cl.owner_of(&key), promoted);
+    // The old leader's lease ends (by expiry, or lost with the master).
+    let after = c.election(&key).campaign("after", LONG, PATIENCE).expect("a leader on the promoted replica");
+    assert!(after.term() > before.term(), "{} after {}", after.term(), before.term());
+    let l = until(&seen, value_is("after")).pop().unwrap().unwrap();
+    assert_eq!(l.term, after.term());
+    drop(before);
+}
