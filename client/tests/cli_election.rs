@@ -73,7 +73,9 @@ fn elect_runs_its_command_only_while_leader_and_the_next_takes_over_after_kill_9
     let term_a = term_in(&fa).expect("a's term");
     let b = elect(&s, "cli:elect", "b", &fb);
     // b campaigns (in the server's queue) but runs nothing while a leads.
-    std::thread::sleep(ms(2000));
+    let c = LockClient::open_with(&s.url(), ClientOptions::new()).unwrap();
+    assert!(support::eventually(PATIENCE, || c.info("cli:elect").ok().flatten().is_some_and(|i| i.waiters == 1)));
+    std::thread::sleep(ms(500));
     assert!(!fb.exists(), "b's command must not run while a leads");
     let o = cli(&["leader", "--url", &s.url(), "cli:elect"]);
     assert_eq!(o.status.code(), Some(0));

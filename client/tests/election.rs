@@ -138,13 +138,13 @@ fn candidates_take_over_in_term_order_after_kill_9_and_observers_see_every_term(
     let observers = [observe_blocking(&c, key), observe_async(&c, key), observe_blocking(&c, key)];
     let mut a = Candidate::start(&s.url(), key, "a", 1500);
     assert!(eventually(|| c.election(key).leader().ok().flatten().is_some_and(|l| l.value == "a")));
-    let b = Candidate::start(&s.url(), key, "b", 1500);
-    // b queues behind a: a stays the leader, with its term.
-    thread::sleep(ms(500));
+    let waiters = |n: u64| c.info(key).ok().flatten().is_some_and(|i| i.waiters == n);
+    let mut b = Candidate::start(&s.url(), key, "b", 1500);
+    // b queues behind a (in the server: a waiter), and a stays the leader.
+    assert!(eventually(|| waiters(1)), "b waits in the key's queue");
     let term_a = c.election(key).leader().unwrap().expect("a leads").term;
-    let mut b = b;
     let cc = Candidate::start(&s.url(), key, "c", 1500);
-    thread::sleep(ms(500));
+    assert!(eventually(|| waiters(2)), "c waits behind b");
     a.kill9();
     let next = |c: &LockClient| c.election(key).leader().ok().flatten().filter(|l| l.value != "a");
     assert!(eventually(|| next(&c).is_some()), "someone leads after a's kill -9");
@@ -228,8 +228,8 @@ fn a_proclaim_that_finds_no_leadership_loses_it() {
 fn max_hold_caps_renewals_and_the_watchdog_reports_max_hold() {
     let s = Server::start();
     let c = client(&s);
-    let opts = LockOptions::new().watchdog(WatchdogOptions::new()).max_hold(ms(4000));
-    let lock = c.acquire_with("lease:maxhold", ms(1500), Duration::ZERO, &opts).unwrap();
+    let opts = LockOptions::new().watchdog(WatchdogOptions::new()).max_hold(ms(7000));
+    let lock = c.acquire_with("lease:maxhold", ms(3000), Duration::ZERO, &opts).unwrap();
     let reason = lock.lost_signal().wait_timeout(PATIENCE);
     assert_eq!(reason, Some(LossReason::MaxHold));
     assert!(eventually(|| c.try_acquire("lease:maxhold", LONG).is_ok()), "the key is free after the limit");
@@ -249,10 +249,10 @@ fn max_hold_caps_renewals_and_the_watchdog_reports_max_hold() {
     let renewed: i64 = redis::cmd("LOCK.RENEW").arg("lease:raw").arg("tok").arg(10_000).query(&mut con).unwrap();
     assert_eq!(renewed, 2, "capped: the grant + 10 s is before now + 10 s");
     // Through the client, a capped renewal is a renewal, up to the limit.
-    let opts = LockOptions::new().max_hold(ms(3000));
-    let lock = c.acquire_with("lease:manual", ms(2000), Duration::ZERO, &opts).unwrap();
-    thread::sleep(ms(1200));
-    lock.renew(ms(2000)).expect("a capped renewal is a renewal");
+    let opts = LockOptions::new().max_hold(ms(6000));
+    let lock = c.acquire_with("lease:manual", ms(4000), Duration::ZERO, &opts).unwrap();
+    thread::sleep(ms(2500));
+    lock.renew(ms(4000)).expect("a capped renewal is a renewal");
     assert!(lock.is_held());
     assert_eq!(lock.lost_signal().wait_timeout(PATIENCE), Some(LossReason::MaxHold));
 }
