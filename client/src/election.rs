@@ -69,8 +69,9 @@ impl Election {
     }
 
     /// [`Election::campaign`] with options: token, watchdog, lock-delay,
-    /// hold limit, replicas (the backoff does not apply: a campaign always
-    /// waits in the server).
+    /// hold limit, replicas, and the backoff of a campaign that polls (on
+    /// a client built from one connection, which cannot block a
+    /// connection of its own in the server's queue).
     pub fn campaign_with(&self, value: &str, ttl: Duration, wait: Duration, opts: &LockOptions) -> Result<Leadership> {
         self.client.core.transport.serves(Api::Sync)?;
         let (me, value, opts) = (self.clone(), value.to_string(), opts.clone());
