@@ -303,6 +303,10 @@ fn lease_options_are_checked_before_sending() {
         client(&plain).election("k").campaign("v", ms(1000), Duration::ZERO),
         Err(Error::Unsupported { command: "LOCK.ELECT" })
     ));
+    assert!(matches!(client(&plain).election("k").leader(), Err(Error::Unsupported { command: "LOCK.LEADER" })));
+    let mut it = client(&plain).election("k").observe_blocking().unwrap();
+    assert!(matches!(it.next(), Some(Err(Error::Unsupported { command: "LOCK.OBSERVE" }))));
+    assert!(it.next().is_none(), "the error is the stream's last item");
 }
 
 /// In a cluster, an observer blocked on the slot's owner follows the slot
