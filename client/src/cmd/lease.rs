@@ -1,16 +1,14 @@
 //! [`Lease`]: the lease rules a grant may ask the server to enforce,
 //! `LOCKDELAY ms` and `MAXHOLD ms` (docs/commands.md), checked before
-//! anything is sent.
+//! anything is sent, with the module's own words (`redis_lock_rules::args`).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::Cmd;
-use redis_lock_rules::args;
+use redis_lock_rules::args::{self, MAX_LOCK_DELAY_MS};
+use redis_lock_rules::ArgError;
 
 use crate::error::{Error, Result};
-
-/// The longest lock-delay the server accepts, in ms.
-pub(crate) const MAX_LOCK_DELAY_MS: u64 = 60_000;
 
 /// `LOCKDELAY` and `MAXHOLD` of one grant, in whole milliseconds; both
 /// absent by default (no delay after an involuntary end, no hold limit).
@@ -28,23 +26,18 @@ impl Lease {
     pub(crate) fn new(lock_delay: Option<Duration>, max_hold: Option<Duration>, ttl: Duration) -> Result<Lease> {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         let lock_delay_ms = lock_delay.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        if lock_delay_ms.is_some_and(|ms| ms > MAX_LOCK_DELAY_MS) {
-            return Err(Error::InvalidArgument(format!(
-                "LOCKDELAY must be an integer from 0 to {MAX_LOCK_DELAY_MS} (milliseconds)"
-            )));
+        if lock_delay_ms.is_some_and(|ms| ms > MAX_LOCK_DELAY_MS.unsigned_abs()) {
+            return Err(ArgError::LockDelayInvalid.into());
         }
         let max_hold_ms = max_hold.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         if let Some(ms) = max_hold_ms {
             if ms < ttl_ms {
-                return Err(Error::InvalidArgument("MAXHOLD must be at least ttl-ms".into()));
+                return Err(ArgError::MaxHoldBelowTtl.into());
             }
             let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
             let now = i64::try_from(now).unwrap_or(i64::MAX);
-            // The server's wording (its ArgError::MaxHoldTooLarge).
-            let too_large =
-                || Error::InvalidArgument("MAXHOLD or LOCKDELAY is too large: the hold limit would overflow".into());
-            let ms = i64::try_from(ms).map_err(|_| too_large())?;
-            args::expiry_at(now, ms).map_err(|_| too_large())?;
+            let ms = i64::try_from(ms).map_err(|_| Error::from(ArgError::MaxHoldTooLarge))?;
+            args::expiry_at(now, ms).map_err(|_| Error::from(ArgError::MaxHoldTooLarge))?;
         }
         Ok(Lease { lock_delay_ms, max_hold_ms })
     }
