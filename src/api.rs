@@ -48,6 +48,7 @@ required!(
     RedisModule_RegisterInfoFunc,
     RedisModule_InfoAddSection,
     RedisModule_InfoAddFieldULongLong,
+    RedisModule_InfoAddFieldCString,
     RedisModule_ReplyWithArray,
     RedisModule_ReplyWithStringBuffer,
     RedisModule_ReplyWithNull,

@@ -16,6 +16,7 @@ use crate::fence;
 use crate::key::{bytes, Ctx, LockKey, NewValue};
 use crate::reply::{Argv, Failure, Reply, Value};
 use crate::stats::{self, Counter};
+use crate::timings;
 use crate::wait;
 
 type Outcome = Result<Reply, Failure>;
@@ -77,6 +78,7 @@ fn acquire_with(
     let granted = lock::may_acquire(k.entry());
     if granted {
         k.set(NewValue::Arg(token), at);
+        timings::hold_started(ctx, key, timings::Family::Exclusive, now);
     } else if let Some(deadline) = wait_until.filter(|_| wait::may_block(ctx)) {
         if !wait::has_room() {
             return Err(Failure::TooManyWaiters);
@@ -150,6 +152,7 @@ pub fn release(ctx: Ctx, argv: Argv) -> Outcome {
     if granted {
         k.delete();
         drop(k);
+        timings::hold_ended(ctx, key, timings::End::Released, ctx.now_ms());
         // Hand over in the same step: nobody can slip in between.
         wait::grant_next(ctx, key);
     }
@@ -169,7 +172,8 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
         return acquire_with(ctx, key, token, ttl, opts);
     }
     let (token_str, run_str) = (check_utf8(token_bytes)?, check_utf8(run_bytes)?);
-    let at = expiry_at(ctx.now_ms(), ttl)?;
+    let now = ctx.now_ms();
+    let at = expiry_at(now, ttl)?;
     check_fence_space(ctx, opts)?;
     let mut k = open_behind_waiters(ctx, key);
     let takeover = lock::take_over(k.entry(), run_bytes, ttl, || k.remaining())?;
@@ -179,7 +183,11 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
         Takeover::StaleLegacy => stats::TAKEOVERS_STALE_LEGACY.add(),
         Takeover::Free => {}
     }
+    if !matches!(takeover, Takeover::Free) {
+        timings::hold_ended(ctx, key, timings::End::TakenOver, now);
+    }
     k.set(NewValue::Composed(&structured_value(token_str, run_str)), at);
+    timings::hold_started(ctx, key, timings::Family::Exclusive, now);
     grant_reply(ctx, true, opts)
 }
 

@@ -85,6 +85,7 @@ pub fn elect(ctx: Ctx, argv: Argv) -> Outcome {
     if lock::may_acquire(k.entry()) {
         let term = fence::issue(ctx, now).ok_or(Failure::FencesExhausted)?;
         k.set(NewValue::Composed(&elected(token_str, term, value_str)), at);
+        crate::timings::hold_started(ctx, key, crate::timings::Family::Election, now);
         return Ok(Reply::Int(fence::grant_reply(ctx, Some(term), &stats::ELECTIONS)));
     }
     if let Some(deadline) = wait_until.filter(|_| wait::may_block(ctx)) {

@@ -23,6 +23,7 @@ mod reply;
 mod rwlock;
 mod semaphore;
 mod stats;
+mod timings;
 mod wait;
 
 use std::ffi::c_int;
@@ -41,6 +42,10 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         api::rm!(RedisModule_RegisterInfoFunc)(ctx.ctx, Some(stats::info));
         if !cluster_fence::register(ctx.ctx) {
             ctx.log_warning("lock: could not register the command filter for cluster fences");
+            return Status::Err;
+        }
+        if !timings::register(ctx.ctx) {
+            ctx.log_warning("lock: could not register the command filter for CONFIG RESETSTAT");
             return Status::Err;
         }
         if !config::register(ctx.ctx) {

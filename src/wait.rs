@@ -55,6 +55,7 @@ use crate::fence;
 use crate::holders::{Edit, HoldersKey};
 use crate::key::{bytes, Ctx, LockKey, NewValue};
 use crate::stats::{self, waiting, WAITING};
+use crate::timings;
 
 /// How often a grant held back by paused writes is retried.
 pub const PAUSE_RETRY_MS: i64 = 10;
@@ -75,6 +76,17 @@ pub enum Claim {
     /// granted as `Lock`, storing the election value with the grant's
     /// fence as term and revision. `value` is retained while it waits.
     Elect { value: *mut RedisModuleString },
+}
+
+impl Claim {
+    /// The family its wait is counted in.
+    pub fn family(self) -> timings::Family {
+        match self {
+            Claim::Lock => timings::Family::Exclusive,
+            Claim::Elect { .. } => timings::Family::Election,
+            Claim::Holder(want) => timings::Family::of_holders(want.family()),
+        }
+    }
 }
 
 /// What a waiter asks for, as its command said.
@@ -99,6 +111,8 @@ struct Waiter {
     deadline: Option<i64>,
     /// The timer of the deadline, or of the next piece of a long wait.
     timeout: Option<RedisModuleTimerID>,
+    /// When the wait began (Unix ms), for `INFO lock`'s wait times.
+    since: i64,
 }
 
 impl Waiter {
@@ -123,6 +137,7 @@ impl Waiter {
     /// Not from the timeout timer's own callback (Redis frees that timer
     /// after the callback returns).
     fn let_go(&self, ctx: Ctx) {
+        timings::waited(self.claim.family(), self.since, ctx.now_ms());
         unsafe { rm!(RedisModule_FreeString)(std::ptr::null_mut(), self.token) };
         if let Claim::Elect { value } = self.claim {
             unsafe { rm!(RedisModule_FreeString)(std::ptr::null_mut(), value) };
@@ -236,7 +251,7 @@ pub fn block(
     let timeout = deadline.map(|at| start_timer(ctx, at - ctx.now_ms(), on_wait_timeout, WaitTimeout { client, seq }));
     let key = (db(ctx), bytes(name).to_vec());
     let expiry = LockKey::open(ctx, name).expires_at();
-    let waiter = Waiter { bc, token, ttl, fence, claim, deadline, timeout };
+    let waiter = Waiter { bc, token, ttl, fence, claim, deadline, timeout, since: ctx.now_ms() };
     state().0.queues.push(key.clone(), client, seq, waiter, expiry);
     WAITING.fetch_add(1, Ordering::Relaxed);
     stats::WAITS_STARTED.add();
@@ -322,6 +337,7 @@ fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId) -> Step {
         _ => k.set(NewValue::Arg(w.token), at),
     }
     drop(k);
+    timings::hold_started(ctx, name, w.claim.family(), now);
     saw_expiry(key, Some(at));
     let grants = if matches!(w.claim, Claim::Elect { .. }) { &stats::ELECTIONS } else { &stats::GRANTS };
     answer_grant(ctx, w, fence, grants);
