@@ -40,7 +40,7 @@ use crate::stats;
 pub const MAX_TRACKED: usize = 1 << 20;
 
 /// The families `INFO lock` reports, in its order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Family {
     Exclusive = 0,
     Semaphore = 1,

@@ -44,6 +44,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 use redis_lock_rules::holders::{admit, lease_end, tag_after_grant, Admit, Want};
 pub use redis_lock_rules::queue::MAX_TIMER_MS;
 use redis_lock_rules::queue::{next_piece, Arm, Left, Queues};
+use redis_lock_rules::top::Contended;
 use redis_lock_rules::{election, lock};
 use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisModuleString, RedisModuleTimerID};
 
@@ -202,6 +203,26 @@ pub fn waiters_on(ctx: Ctx, key: &[u8]) -> usize {
         return 0;
     }
     state().0.queues.waiters_on(&(db(ctx), key.to_vec()))
+}
+
+/// The keys of the context's database that have waiters (LOCK.TOP): each
+/// with its waiter count, when its head (the longest waiting) queued, and
+/// the family the head waits in. O(queues); nothing when nobody waits.
+pub fn contended(ctx: Ctx) -> Vec<Contended<(Vec<u8>, timings::Family)>> {
+    if waiting() == 0 {
+        return Vec::new();
+    }
+    let db = db(ctx);
+    let s = state();
+    let q = &s.0.queues;
+    q.keys()
+        .filter(|k| k.0 == db)
+        .filter_map(|k| {
+            let head = q.head(k)?;
+            let key = (k.1.clone(), head.claim.family());
+            Some(Contended { key, waiters: q.waiters_on(k), oldest_since: head.since })
+        })
+        .collect()
 }
 
 /// Whether a command may block here: not inside MULTI, a script, or any

@@ -37,6 +37,8 @@ pub enum ArgError {
     ValueNotUtf8,
     /// LOCK.OBSERVE's `AFTER rev` is not a non-negative integer.
     RevInvalid,
+    /// LOCK.TOP's `COUNT n` is not an integer from 1 to 1000.
+    TopCountInvalid,
 }
 
 impl ArgError {
@@ -59,6 +61,7 @@ impl ArgError {
             ArgError::CountInvalid => c"ERR COUNT must be a positive integer",
             ArgError::ValueNotUtf8 => c"ERR token and value must be valid UTF-8",
             ArgError::RevInvalid => c"ERR AFTER rev must be a non-negative integer",
+            ArgError::TopCountInvalid => c"ERR COUNT must be an integer from 1 to 1000",
         }
     }
 
