@@ -45,10 +45,6 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             ctx.log_warning("lock: could not register the command filter for cluster fences");
             return Status::Err;
         }
-        if !timings::register(ctx.ctx) {
-            ctx.log_warning("lock: could not register the command filter for CONFIG RESETSTAT");
-            return Status::Err;
-        }
         if !config::register(ctx.ctx) {
             ctx.log_warning("lock: could not register or load the module's configs");
             return Status::Err;

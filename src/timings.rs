@@ -29,7 +29,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use redis_lock_rules::histogram::Histogram;
 use redis_lock_rules::holders::Family as HolderFamily;
-use redis_module::raw::{self, RedisModuleCommandFilterCtx, RedisModuleCtx, RedisModuleInfoCtx, RedisModuleString};
+use redis_module::raw::{self, RedisModuleCtx, RedisModuleInfoCtx, RedisModuleString};
 
 use crate::api::rm;
 use crate::key::{bytes, Ctx};
@@ -113,6 +113,9 @@ struct Timings {
     base: [u64; 4],
     held: HashMap<u64, Held, BuildHasherDefault<Pass>>,
     subscribed: bool,
+    /// Redis's `total_commands_processed` and `total_connections_received`
+    /// at the last `INFO lock` read.
+    stat_seen: (u64, u64),
 }
 
 /// Tells `INFO lock` readers nothing was tracked, without taking the lock.
@@ -253,11 +256,10 @@ fn holder_ends() -> [u64; 4] {
     [stats::SEM_RELEASES.get(), stats::SEM_EXPIRED.get(), stats::RW_RELEASES.get(), stats::RW_EXPIRED.get()]
 }
 
-/// `CONFIG RESETSTAT`: the distributions and hold-end counters start over.
-/// Holds in progress stay timed (they end after the reset).
-pub fn reset() {
-    let mut s = state();
-    let s = &mut *s;
+/// `CONFIG RESETSTAT` (noticed by [`notice_resetstat`]): the distributions
+/// and hold-end counters start over. Holds in progress stay timed (they end
+/// after the reset).
+fn reset_locked(s: &mut Timings) {
     for h in s.wait.iter_mut().chain(s.hold.iter_mut()) {
         h.reset();
     }
@@ -267,41 +269,47 @@ pub fn reset() {
     s.base = holder_ends();
 }
 
-/// Registers the command filter that sees `CONFIG RESETSTAT` (Redis has no
-/// server event for it). It runs before every command: it only compares
-/// the argument count before anything else.
-pub fn register(ctx: *mut RedisModuleCtx) -> bool {
-    let filter = unsafe {
-        rm!(RedisModule_RegisterCommandFilter)(ctx, Some(on_command), raw::REDISMODULE_CMDFILTER_NOSELF as c_int)
+/// Notices a `CONFIG RESETSTAT` since the last `INFO lock` read, and then
+/// resets (see [`reset_locked`]). Redis has no event for it, and a command filter
+/// (which would see the command) runs before every command of the server,
+/// a cost every GET and SET would pay. Instead: RESETSTAT zeroes Redis's
+/// own `total_commands_processed` and `total_connections_received`, which
+/// otherwise only grow; if either is below what the last read saw, a reset
+/// happened in between. Missed only if more commands and connections came
+/// after the reset than before it since the previous read.
+fn notice_resetstat(s: &mut Timings) {
+    // SAFETY: plain reads of the API table; a NULL context is allowed
+    // (it only serves automatic memory management).
+    let apis = unsafe {
+        (raw::RedisModule_GetServerInfo, raw::RedisModule_ServerInfoGetFieldUnsigned, raw::RedisModule_FreeServerInfo)
     };
-    !filter.is_null()
-}
-
-/// Argument `i` of a filtered command, if there is one.
-unsafe fn arg<'a>(f: *mut RedisModuleCommandFilterCtx, i: c_int) -> Option<&'a [u8]> {
-    let s = rm!(RedisModule_CommandFilterArgGet)(f, i);
-    if s.is_null() {
-        return None;
-    }
-    Some(bytes(s))
-}
-
-unsafe extern "C" fn on_command(f: *mut RedisModuleCommandFilterCtx) {
-    if rm!(RedisModule_CommandFilterArgsCount)(f) != 2 {
-        return;
-    }
-    let _ = std::panic::catch_unwind(|| {
-        if arg(f, 0).is_some_and(|a| a.eq_ignore_ascii_case(b"config"))
-            && arg(f, 1).is_some_and(|a| a.eq_ignore_ascii_case(b"resetstat"))
-        {
-            reset();
+    let (Some(get), Some(field), Some(free)) = apis else { return };
+    let seen = unsafe {
+        let data = get(std::ptr::null_mut(), c"stats".as_ptr());
+        if data.is_null() {
+            return;
         }
-    });
+        let mut err: c_int = 0;
+        let mut read = |name: &std::ffi::CStr| {
+            let v = field(data, name.as_ptr(), &mut err);
+            (err == 0).then_some(v)
+        };
+        let seen = (read(c"total_commands_processed"), read(c"total_connections_received"));
+        free(std::ptr::null_mut(), data);
+        seen
+    };
+    let (Some(commands), Some(connections)) = seen else { return };
+    let went_down = commands < s.stat_seen.0 || connections < s.stat_seen.1;
+    s.stat_seen = (commands, connections);
+    if went_down {
+        reset_locked(s);
+    }
 }
 
 /// Adds the fields of issue 23 to the `lock` section (after the counters).
 pub unsafe fn info(ctx: *mut RedisModuleInfoCtx) {
-    let s = state();
+    let mut s = state();
+    notice_resetstat(&mut s);
     let ends = holder_ends();
     let since_reset = |i: usize| ends[i].saturating_sub(s.base[i]);
     for family in FAMILIES {
