@@ -141,6 +141,15 @@ fn holds_end_released_expired_or_taken_over() {
     let i = info(&mut c);
     assert_eq!(count(&i, "holds_expired_exclusive"), 1);
     assert_eq!(count(&i, "holds_released_exclusive"), 1);
+    // With LOCKDELAY the ended lease lives on as a tombstone: the next
+    // command on the key settles it, and the hold counts as expired then.
+    let r: i64 =
+        redis::cmd("LOCK.ACQUIRE").arg("e").arg("t").arg(100).arg("LOCKDELAY").arg(60_000).query(&mut c).unwrap();
+    assert_eq!(r, 1);
+    thread::sleep(Duration::from_millis(250));
+    let r: i64 = redis::cmd("LOCK.ACQUIRE").arg("e").arg("u").arg(1000).query(&mut c).unwrap();
+    assert_eq!(r, 0, "refused during the delay");
+    assert_eq!(count(&info(&mut c), "holds_expired_exclusive"), 2);
     // A takeover by the same run ends the first hold and starts another.
     for token in ["t1", "t2"] {
         let r: i64 = redis::cmd("LOCK.TAKEOVER").arg("c").arg(token).arg("run-1").arg(LEASE_MS).query(&mut c).unwrap();
@@ -149,7 +158,7 @@ fn holds_end_released_expired_or_taken_over() {
     let i = info(&mut c);
     assert_eq!(count(&i, "holds_taken_over_exclusive"), 1);
     // The second holder's hold is still running: not counted yet.
-    assert_eq!(count(&i, "holds_released_exclusive") + count(&i, "holds_expired_exclusive"), 2);
+    assert_eq!(count(&i, "holds_released_exclusive") + count(&i, "holds_expired_exclusive"), 3);
     // A lock the module did not grant (a plain SET) is not timed.
     let _: () = redis::cmd("SET").arg("d").arg("t").query(&mut c).unwrap();
     assert_eq!(release(&mut c, "d", "t"), 1);
