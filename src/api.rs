@@ -73,6 +73,7 @@ required!(
     RedisModule_CallReplyStringPtr,
     RedisModule_FreeCallReply,
     RedisModule_RegisterNumericConfig,
+    RedisModule_RegisterBoolConfig,
     RedisModule_LoadConfigs,
     RedisModule_RegisterCommandFilter,
     RedisModule_CommandFilterArgsCount,

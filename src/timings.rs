@@ -15,6 +15,11 @@
 //! subscribe to (`DEL`, `RENAME`: subscribing to those would put a callback
 //! on the module's own writes) stays until its key is granted again.
 //!
+//! Hold timing (the map, and the `expired`/`evicted` subscription that
+//! ends its entries) is off unless `lock.hold-timing` is on: it costs every
+//! grant a map insert, and every keyspace event of the server (native
+//! commands' too) a call into the module. Wait times are always on.
+//!
 //! Semaphore and read-write holders are not timed (that would need an
 //! entry per holder); their ends are counted where the module already sees
 //! them: releases, and leases found ended.
@@ -156,8 +161,12 @@ pub fn waited(family: Family, since: i64, now: i64) {
     state().wait[family as usize].record(now.saturating_sub(since).max(0) as u64);
 }
 
-/// The module granted `name` (an exclusive key) at `now`.
+/// The module granted `name` (an exclusive key) at `now`. Nothing unless
+/// `lock.hold-timing` is on.
 pub fn hold_started(ctx: Ctx, name: *mut RedisModuleString, family: Family, now: i64) {
+    if !crate::config::hold_timing() {
+        return;
+    }
     let h = key_hash(db(ctx), bytes(name));
     let mut s = state();
     if s.held.len() >= MAX_TRACKED && !s.held.contains_key(&h) {
@@ -172,7 +181,8 @@ pub fn hold_started(ctx: Ctx, name: *mut RedisModuleString, family: Family, now:
     }
 }
 
-/// The hold of `name` ended at `now` as `end`, if the module granted it.
+/// The hold of `name` ended at `now` as `end`, if the module granted it
+/// with `lock.hold-timing` on (with it off the map is empty: one load).
 pub fn hold_ended(ctx: Ctx, name: *mut RedisModuleString, end: End, now: i64) {
     if TRACKED.load(Ordering::Relaxed) == 0 {
         return;
@@ -194,9 +204,22 @@ fn end_hold(h: u64, end: End, now: i64) {
     *counter = counter.saturating_add(1);
 }
 
+/// `lock.hold-timing` turned off: holds in progress are forgotten (never
+/// recorded), and the map's memory goes. The subscription taken by
+/// [`subscribe`] stays (Redis 7.0 has no way to drop one); its callback
+/// then returns at its first load.
+pub fn stop_holds() {
+    let mut s = state();
+    s.held.clear();
+    s.held.shrink_to_fit();
+    TRACKED.store(0, Ordering::Relaxed);
+}
+
 /// Subscribes to what ends a hold without a command of ours: expiry, and
 /// eviction and flushes (dropped from the map unrecorded). Not `del` and
 /// the other generic events: the module raises those itself on every write.
+/// Taken at the first grant timed (the config's setter has no context to
+/// subscribe with; no hold is timed before that grant), once.
 fn subscribe(ctx: Ctx) {
     let flush = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
     let swap = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_SWAPDB, dataver: 1 };
