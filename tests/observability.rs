@@ -118,9 +118,86 @@ fn timed_out_and_granted_waits_fall_in_the_buckets_the_test_measured() {
     assert_eq!(count(&i, "waits_semaphore"), 0);
 }
 
+/// A server with `lock.hold-timing` on from the start.
+fn timing_holds() -> Server {
+    Server::builder().arg("lock.hold-timing", "yes").start()
+}
+
+fn hold_timing(c: &mut redis::Connection) -> String {
+    let got: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("lock.hold-timing").query(c).expect("CONFIG GET");
+    assert_eq!(got.len(), 2, "{got:?}");
+    got[1].clone()
+}
+
+#[test]
+fn by_default_holds_are_not_timed() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(hold_timing(&mut c), "no");
+    acquire(&mut c, "a", "t");
+    assert_eq!(release(&mut c, "a", "t"), 1);
+    let r: i64 = redis::cmd("LOCK.TAKEOVER").arg("b").arg("t1").arg("run-1").arg(LEASE_MS).query(&mut c).unwrap();
+    assert_eq!(r, 1);
+    let r: i64 = redis::cmd("LOCK.TAKEOVER").arg("b").arg("t2").arg("run-1").arg(LEASE_MS).query(&mut c).unwrap();
+    assert_eq!(r, 1);
+    let i = info(&mut c);
+    assert_eq!(count(&i, "releases"), 1, "the release took effect");
+    for family in ["exclusive", "election"] {
+        assert!(!i.contains_key(&format!("hold_ms_{family}")), "{i:?}");
+        for end in ["released", "expired", "taken_over"] {
+            assert_eq!(count(&i, &format!("holds_{end}_{family}")), 0, "{end} {family}");
+        }
+    }
+    // Waits are timed all the same.
+    acquire(&mut c, "k", "t");
+    let _: i64 = redis::cmd("LOCK.ACQUIRE").arg("k").arg("w").arg(1000).arg("WAIT").arg(50).query(&mut c).unwrap();
+    assert_eq!(count(&info(&mut c), "waits_exclusive"), 1);
+}
+
+#[test]
+fn config_set_turns_hold_timing_on_and_off() {
+    let server = Server::start();
+    let mut c = server.conn();
+    acquire(&mut c, "before", "t");
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("lock.hold-timing").arg("yes").query(&mut c).unwrap();
+    assert_eq!(hold_timing(&mut c), "yes");
+    // Granted before it was on: not timed.
+    assert_eq!(release(&mut c, "before", "t"), 1);
+    assert_eq!(count(&info(&mut c), "holds_released_exclusive"), 0);
+    acquire(&mut c, "a", "t");
+    assert_eq!(release(&mut c, "a", "t"), 1);
+    // The subscription taken at the grant sees an expiry.
+    let _: i64 = redis::cmd("LOCK.ACQUIRE").arg("b").arg("t").arg(100).query(&mut c).unwrap();
+    thread::sleep(Duration::from_millis(250));
+    let gone: Option<String> = redis::cmd("GET").arg("b").query(&mut c).unwrap();
+    assert_eq!(gone, None);
+    let i = info(&mut c);
+    assert_eq!(count(&i, "holds_released_exclusive"), 1);
+    assert_eq!(count(&i, "holds_expired_exclusive"), 1);
+    assert!(i.contains_key("hold_ms_exclusive"));
+    // Off: a hold in progress is forgotten; the figures so far stay.
+    acquire(&mut c, "c", "t");
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("lock.hold-timing").arg("no").query(&mut c).unwrap();
+    assert_eq!(hold_timing(&mut c), "no");
+    assert_eq!(release(&mut c, "c", "t"), 1);
+    acquire(&mut c, "d", "t");
+    assert_eq!(release(&mut c, "d", "t"), 1);
+    let i = info(&mut c);
+    assert_eq!(count(&i, "holds_released_exclusive"), 1);
+    assert!(i.contains_key("hold_ms_exclusive"));
+    // On again: timed again.
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("lock.hold-timing").arg("yes").query(&mut c).unwrap();
+    acquire(&mut c, "e", "t");
+    assert_eq!(release(&mut c, "e", "t"), 1);
+    assert_eq!(count(&info(&mut c), "holds_released_exclusive"), 2);
+    let err = redis::cmd("CONFIG").arg("SET").arg("lock.hold-timing").arg("maybe").query::<Value>(&mut c).unwrap_err();
+    assert!(err.to_string().contains("hold-timing"), "{err}");
+    assert_eq!(hold_timing(&mut c), "yes");
+}
+
 #[test]
 fn holds_end_released_expired_or_taken_over() {
-    let server = Server::start();
+    let server = timing_holds();
     let mut c = server.conn();
     let before = Instant::now();
     acquire(&mut c, "a", "t");
@@ -176,7 +253,7 @@ fn holds_end_released_expired_or_taken_over() {
 
 #[test]
 fn config_resetstat_resets_the_distributions_and_hold_end_counters() {
-    let server = Server::start();
+    let server = timing_holds();
     let mut c = server.conn();
     acquire(&mut c, "k", "t");
     let _: i64 = redis::cmd("LOCK.ACQUIRE").arg("k").arg("w").arg(1000).arg("WAIT").arg(50).query(&mut c).unwrap();
