@@ -45,6 +45,8 @@ pub enum ArgError {
     ValueNotUtf8,
     /// LOCK.OBSERVE's `AFTER rev` is not a non-negative integer.
     RevInvalid,
+    /// LOCK.TOP's `COUNT n` is not an integer from 1 to 1000.
+    TopCountInvalid,
 }
 
 impl ArgError {
@@ -71,6 +73,7 @@ impl ArgError {
             ArgError::MaxHoldTooLarge => c"ERR MAXHOLD is too large: the hold limit would overflow",
             ArgError::ValueNotUtf8 => c"ERR token and value must be valid UTF-8",
             ArgError::RevInvalid => c"ERR AFTER rev must be a non-negative integer",
+            ArgError::TopCountInvalid => c"ERR COUNT must be an integer from 1 to 1000",
         }
     }
 
