@@ -211,6 +211,8 @@ class Server:
                    "--dir", self.dir, "--logfile", "server.log", "--daemonize", "no", *extra]
             if module:
                 cmd += ["--loadmodule", module]
+                # e.g. "lock.hold-timing yes": module configs, for the module's runs only.
+                cmd += os.environ.get("REDIS_LOCK_MODULE_CONFIG", "").split()
             if callgrind:
                 # hz 1: serverCron runs per wall-clock second, and a server
                 # under callgrind is ~50x slower, so at the default hz 10 its

@@ -17,6 +17,7 @@ use crate::key::{bytes, Ctx, LockKey, NewValue};
 use crate::lease;
 use crate::reply::{Argv, Failure, Reply, Value};
 use crate::stats::{self, Counter};
+use crate::timings;
 use crate::wait;
 
 type Outcome = Result<Reply, Failure>;
@@ -81,6 +82,7 @@ fn acquire_with(
     let granted = lock::may_acquire(k.entry());
     if granted {
         k.set(lease::lock_value(bytes(token), &grant).new_value(token), grant.pxat);
+        timings::hold_started(ctx, key, timings::Family::Exclusive, now);
     } else if let Some(deadline) = wait_until.filter(|_| wait::may_block(ctx)) {
         if !wait::has_room() {
             return Err(Failure::TooManyWaiters);
@@ -187,6 +189,7 @@ pub fn release(ctx: Ctx, argv: Argv) -> Outcome {
     if granted {
         k.delete();
         drop(k);
+        timings::hold_ended(ctx, key, timings::End::Released, ctx.now_ms());
         // Hand over in the same step: nobody can slip in between.
         wait::grant_next(ctx, key);
     }
@@ -223,7 +226,11 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
         Takeover::StaleLegacy => stats::TAKEOVERS_STALE_LEGACY.add(),
         Takeover::Free => {}
     }
+    if !matches!(takeover, Takeover::Free) {
+        timings::hold_ended(ctx, key, timings::End::TakenOver, now);
+    }
     k.set(NewValue::Composed(&lease::takeover_value(token_str, run_str, &grant)), grant.pxat);
+    timings::hold_started(ctx, key, timings::Family::Exclusive, now);
     grant_reply(ctx, true, opts)
 }
 

@@ -3,7 +3,7 @@
 //! (`CONFIG SET lock.max-waiters 10000`); `CONFIG GET lock.*` shows it.
 
 use std::ffi::{c_char, c_int, c_longlong, c_void};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 
@@ -37,6 +37,34 @@ unsafe extern "C" fn set_max_waiters(
     raw::REDISMODULE_OK as c_int
 }
 
+static HOLD_TIMING: AtomicBool = AtomicBool::new(false);
+
+/// `lock.hold-timing`: whether the module times the holds of the exclusive
+/// locks and elections it grants (`INFO lock`'s `lock_hold_ms_*`). Off by
+/// default: timing costs every grant a map insert and every keyspace event
+/// of the server a callback into the module (docs/performance.md).
+pub fn hold_timing() -> bool {
+    HOLD_TIMING.load(Ordering::Relaxed)
+}
+
+unsafe extern "C" fn get_hold_timing(_name: *const c_char, _privdata: *mut c_void) -> c_int {
+    c_int::from(hold_timing())
+}
+
+unsafe extern "C" fn set_hold_timing(
+    _name: *const c_char,
+    value: c_int,
+    _privdata: *mut c_void,
+    _err: *mut *mut RedisModuleString,
+) -> c_int {
+    let on = value != 0;
+    HOLD_TIMING.store(on, Ordering::Relaxed);
+    if !on {
+        crate::timings::stop_holds();
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
 /// Registers the configs and applies the values given at load.
 pub fn register(ctx: *mut RedisModuleCtx) -> bool {
     unsafe {
@@ -53,6 +81,16 @@ pub fn register(ctx: *mut RedisModuleCtx) -> bool {
             None,
             std::ptr::null_mut(),
         ) == ok
+            && rm!(RedisModule_RegisterBoolConfig)(
+                ctx,
+                c"hold-timing".as_ptr(),
+                0,
+                raw::REDISMODULE_CONFIG_DEFAULT,
+                Some(get_hold_timing),
+                Some(set_hold_timing),
+                None,
+                std::ptr::null_mut(),
+            ) == ok
             && rm!(RedisModule_LoadConfigs)(ctx) == ok
     }
 }

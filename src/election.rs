@@ -98,6 +98,7 @@ pub fn elect(ctx: Ctx, argv: Argv) -> Outcome {
             elected(token_str, term, value_str)
         };
         k.set(NewValue::Composed(&stored), grant.pxat);
+        crate::timings::hold_started(ctx, key, crate::timings::Family::Election, now);
         return Ok(Reply::Int(fence::grant_reply(ctx, Some(term), &stats::ELECTIONS)));
     }
     if let Some(deadline) = wait_until.filter(|_| wait::may_block(ctx)) {

@@ -46,25 +46,11 @@ pub fn send(ctx: *mut RedisModuleCtx, outcome: Result<Reply, Failure>) -> c_int 
             // The client is blocked: its reply comes when the wait ends.
             Ok(Reply::Blocked) => raw::REDISMODULE_OK as c_int,
             Ok(Reply::Ok) => rm!(RedisModule_ReplyWithSimpleString)(ctx, c"OK".as_ptr()),
-            Ok(Reply::Fields(fields)) => {
-                rm!(RedisModule_ReplyWithArray)(ctx, 2 * fields.len() as std::ffi::c_long);
-                for (name, value) in fields {
-                    let name = name.to_bytes();
-                    rm!(RedisModule_ReplyWithStringBuffer)(ctx, name.as_ptr().cast(), name.len());
-                    match value {
-                        Value::Int(n) => rm!(RedisModule_ReplyWithLongLong)(ctx, n),
-                        Value::Bytes(b) => rm!(RedisModule_ReplyWithStringBuffer)(ctx, b.as_ptr().cast(), b.len()),
-                        Value::Nil => rm!(RedisModule_ReplyWithNull)(ctx),
-                        // A flat array: token, ttl-ms, token, ttl-ms, … (as ZRANGE … WITHSCORES).
-                        Value::Holders(holders) => {
-                            rm!(RedisModule_ReplyWithArray)(ctx, 2 * holders.len() as std::ffi::c_long);
-                            for (token, ttl) in holders {
-                                rm!(RedisModule_ReplyWithStringBuffer)(ctx, token.as_ptr().cast(), token.len());
-                                rm!(RedisModule_ReplyWithLongLong)(ctx, ttl);
-                            }
-                            raw::REDISMODULE_OK as c_int
-                        }
-                    };
+            Ok(Reply::Fields(fields)) => send_fields(ctx, fields),
+            Ok(Reply::List(entries)) => {
+                rm!(RedisModule_ReplyWithArray)(ctx, entries.len() as std::ffi::c_long);
+                for fields in entries {
+                    send_fields(ctx, fields);
                 }
                 raw::REDISMODULE_OK as c_int
             }
@@ -77,6 +63,30 @@ pub fn send(ctx: *mut RedisModuleCtx, outcome: Result<Reply, Failure>) -> c_int 
             Err(Failure::Error(e)) => rm!(RedisModule_ReplyWithError)(ctx, e.as_ptr()),
             Err(Failure::LimitDiffers(limit)) => rm!(RedisModule_ReplyWithError)(ctx, limit_differs(limit).as_ptr()),
             Err(Failure::DelayDiffers(ms)) => rm!(RedisModule_ReplyWithError)(ctx, delay_differs(ms).as_ptr()),
+        };
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Sends field/value pairs as one flat array.
+unsafe fn send_fields(ctx: *mut RedisModuleCtx, fields: Vec<(&'static std::ffi::CStr, Value)>) -> c_int {
+    rm!(RedisModule_ReplyWithArray)(ctx, 2 * fields.len() as std::ffi::c_long);
+    for (name, value) in fields {
+        let name = name.to_bytes();
+        rm!(RedisModule_ReplyWithStringBuffer)(ctx, name.as_ptr().cast(), name.len());
+        match value {
+            Value::Int(n) => rm!(RedisModule_ReplyWithLongLong)(ctx, n),
+            Value::Bytes(b) => rm!(RedisModule_ReplyWithStringBuffer)(ctx, b.as_ptr().cast(), b.len()),
+            Value::Nil => rm!(RedisModule_ReplyWithNull)(ctx),
+            // A flat array: token, ttl-ms, token, ttl-ms, … (as ZRANGE … WITHSCORES).
+            Value::Holders(holders) => {
+                rm!(RedisModule_ReplyWithArray)(ctx, 2 * holders.len() as std::ffi::c_long);
+                for (token, ttl) in holders {
+                    rm!(RedisModule_ReplyWithStringBuffer)(ctx, token.as_ptr().cast(), token.len());
+                    rm!(RedisModule_ReplyWithLongLong)(ctx, ttl);
+                }
+                raw::REDISMODULE_OK as c_int
+            }
         };
     }
     raw::REDISMODULE_OK as c_int

@@ -106,6 +106,11 @@ pub struct LockKey {
 }
 
 impl LockKey {
+    /// The context and key name it was opened with.
+    pub fn ctx_and_name(&self) -> (Ctx, *mut RedisModuleString) {
+        (self.ctx, self.name)
+    }
+
     /// Opens `name` for reading and writing. An expired key is deleted here,
     /// as any write command's lookup would.
     pub fn open(ctx: Ctx, name: *mut RedisModuleString) -> LockKey {

@@ -36,13 +36,16 @@ pub fn settle(k: &mut LockKey, now: i64) {
         _ => return,
     };
     match verdict {
-        Settle::Keep => {}
+        Settle::Keep => return,
         Settle::Tombstone { until } => {
             k.set(NewValue::Composed(&value::tombstone(until)), until);
             stats::DELAYS_STARTED.add();
         }
         Settle::Delete => k.delete(),
     }
+    // The lease ran out while held (its key lives on as the tombstone).
+    let (ctx, name) = k.ctx_and_name();
+    crate::timings::hold_ended(ctx, name, crate::timings::End::Expired, now);
 }
 
 /// Whether the open key is in a lock-delay (holds a tombstone).

@@ -24,6 +24,8 @@ mod reply;
 mod rwlock;
 mod semaphore;
 mod stats;
+mod timings;
+mod top;
 mod wait;
 
 use std::ffi::c_int;

@@ -11,7 +11,7 @@ use redis_module::raw::{self, RedisModuleCommandArg, RedisModuleCommandKeySpec, 
 use crate::api::rm;
 use crate::commands;
 use crate::entry::command_fn;
-use crate::{election, guard, rwlock, semaphore};
+use crate::{election, guard, rwlock, semaphore, top};
 
 command_fn!(acquire_cmd => commands::acquire);
 command_fn!(renew_cmd => commands::renew);
@@ -31,6 +31,7 @@ command_fn!(rw_acquire_cmd => rwlock::rw_acquire);
 command_fn!(rw_renew_cmd => rwlock::rw_renew);
 command_fn!(rw_release_cmd => rwlock::rw_release);
 command_fn!(rw_info_cmd => rwlock::rw_info);
+command_fn!(top_cmd => top::top);
 
 type CommandFn = unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
 
@@ -329,6 +330,19 @@ const COMMANDS: &[Command] = &[
         summary: c"Describes a read-write lock: mode, holders with their remaining lease (all, or the COUNT earliest to end), waiters",
         complexity: c"O(log(N) + M) where N is the number of holders and M the number of holders listed (all of them without COUNT)",
         args: &[Arg::Key(c"key"), Arg::Option(c"count", c"COUNT")],
+    },
+    // LOCK.TOP declares no key: the keys come from the module's queues, and
+    // it lists only those the caller may read (see `crate::top`). Not
+    // `fast`: its cost follows the number of contended keys.
+    Command {
+        name: c"lock.top",
+        handler: top_cmd,
+        flags: c"readonly",
+        key: None,
+        acl: c"read slow",
+        summary: c"Lists the keys clients wait on now, most contended first, with their waiters, oldest wait, holders and remaining lease",
+        complexity: c"O(K + n log(n)) where K is the number of keys with waiters in the database and n the number listed, plus O(log(N) + M) per listed key with N holders and M ended leases it passes over (at most 1000)",
+        args: &[Arg::Option(c"count", c"COUNT")],
     },
 ];
 

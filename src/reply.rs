@@ -58,6 +58,8 @@ pub enum Reply {
     Blocked,
     /// Field/value pairs (LOCK.INFO).
     Fields(Vec<(&'static CStr, Value)>),
+    /// An array of field/value lists (LOCK.TOP).
+    List(Vec<Vec<(&'static CStr, Value)>>),
     /// What an inner command replied, forwarded as it is (LOCK.GUARD).
     Call(CallReply),
 }

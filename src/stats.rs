@@ -148,6 +148,7 @@ pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c
     for (name, value) in fields {
         rm!(RedisModule_InfoAddFieldULongLong)(ctx, name.as_ptr(), value);
     }
+    crate::timings::info(ctx);
 }
 
 /// The grant counter of an acquirer of a semaphore or read-write lock.

@@ -46,6 +46,7 @@ use redis_lock_rules::lease::{self as rules_lease, Terms};
 use redis_lock_rules::lock;
 pub use redis_lock_rules::queue::MAX_TIMER_MS;
 use redis_lock_rules::queue::{next_piece, Arm, Left, Queues};
+use redis_lock_rules::top::Contended;
 use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisModuleString, RedisModuleTimerID};
 
 use crate::api::rm;
@@ -57,6 +58,7 @@ use crate::holders::{Edit, HoldersKey};
 use crate::key::{bytes, Ctx, LockKey};
 use crate::lease::{self, Granted};
 use crate::stats::{self, waiting, WAITING};
+use crate::timings;
 
 /// How often a grant held back by paused writes is retried.
 pub const PAUSE_RETRY_MS: i64 = 10;
@@ -77,6 +79,17 @@ pub enum Claim {
     /// granted as `Lock`, storing the election value with the grant's
     /// fence as term and revision. `value` is retained while it waits.
     Elect { value: *mut RedisModuleString },
+}
+
+impl Claim {
+    /// The family its wait is counted in.
+    pub fn family(self) -> timings::Family {
+        match self {
+            Claim::Lock => timings::Family::Exclusive,
+            Claim::Elect { .. } => timings::Family::Election,
+            Claim::Holder(want) => timings::Family::of_holders(want.family()),
+        }
+    }
 }
 
 /// What a waiter asks for, as its command said.
@@ -104,6 +117,8 @@ struct Waiter {
     deadline: Option<i64>,
     /// The timer of the deadline, or of the next piece of a long wait.
     timeout: Option<RedisModuleTimerID>,
+    /// When the wait began (Unix ms), for `INFO lock`'s wait times.
+    since: i64,
 }
 
 impl Waiter {
@@ -128,6 +143,7 @@ impl Waiter {
     /// Not from the timeout timer's own callback (Redis frees that timer
     /// after the callback returns).
     fn let_go(&self, ctx: Ctx) {
+        timings::waited(self.claim.family(), self.since, ctx.now_ms());
         unsafe { rm!(RedisModule_FreeString)(std::ptr::null_mut(), self.token) };
         if let Claim::Elect { value } = self.claim {
             unsafe { rm!(RedisModule_FreeString)(std::ptr::null_mut(), value) };
@@ -194,6 +210,26 @@ pub fn waiters_on(ctx: Ctx, key: &[u8]) -> usize {
     state().0.queues.waiters_on(&(db(ctx), key.to_vec()))
 }
 
+/// The keys of the context's database that have waiters (LOCK.TOP): each
+/// with its waiter count, when its head (the longest waiting) queued, and
+/// the family the head waits in. O(queues); nothing when nobody waits.
+pub fn contended(ctx: Ctx) -> Vec<Contended<(Vec<u8>, timings::Family)>> {
+    if waiting() == 0 {
+        return Vec::new();
+    }
+    let db = db(ctx);
+    let s = state();
+    let q = &s.0.queues;
+    q.keys()
+        .filter(|k| k.0 == db)
+        .filter_map(|k| {
+            let head = q.head(k)?;
+            let key = (k.1.clone(), head.claim.family());
+            Some(Contended { key, waiters: q.waiters_on(k), oldest_since: head.since })
+        })
+        .collect()
+}
+
 /// Whether a command may block here: not inside MULTI, a script, or any
 /// context that forbids blocking (WAIT then degrades to a single attempt).
 pub fn may_block(ctx: Ctx) -> bool {
@@ -241,7 +277,7 @@ pub fn block(
     let timeout = deadline.map(|at| start_timer(ctx, at - ctx.now_ms(), on_wait_timeout, WaitTimeout { client, seq }));
     let key = (db(ctx), bytes(name).to_vec());
     let expiry = LockKey::open(ctx, name).expires_at();
-    let waiter = Waiter { bc, token, ttl, fence, claim, terms, deadline, timeout };
+    let waiter = Waiter { bc, token, ttl, fence, claim, terms, deadline, timeout, since: ctx.now_ms() };
     state().0.queues.push(key.clone(), client, seq, waiter, expiry);
     WAITING.fetch_add(1, Ordering::Relaxed);
     stats::WAITS_STARTED.add();
@@ -333,6 +369,7 @@ fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId) -> Step {
     let at = g.pxat;
     k.set(value.new_value(w.token), at);
     drop(k);
+    timings::hold_started(ctx, name, w.claim.family(), now);
     // The key's expiry, delay included: the Redis 8 last-millisecond rule
     // (`freed_too_early`) is about the key, not the lease inside it.
     saw_expiry(key, Some(at));

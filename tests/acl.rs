@@ -81,9 +81,9 @@ fn commands_carry_their_native_twins_acl_categories() {
                 "lock.proclaim",
             ],
         ),
-        ("read", &["lock.info", "lock.leader", "lock.observe"]),
+        ("read", &["lock.info", "lock.leader", "lock.observe", "lock.top"]),
         ("blocking", &["lock.acquire", "lock.elect", "lock.observe"]),
-        ("slow", &["lock.acquire", "lock.guard", "lock.elect", "lock.observe"]),
+        ("slow", &["lock.acquire", "lock.guard", "lock.elect", "lock.observe", "lock.top"]),
         (
             "fast",
             &[
@@ -113,6 +113,7 @@ fn commands_carry_their_native_twins_acl_categories() {
             "lock.proclaim",
             "lock.leader",
             "lock.observe",
+            "lock.top",
         ] {
             assert_eq!(listed.iter().any(|c| c == cmd), commands.contains(&cmd), "@{category} and {cmd}: {listed:?}");
         }
@@ -133,6 +134,7 @@ fn commands_carry_their_native_twins_acl_categories() {
             "lock.release",
             "lock.renew",
             "lock.takeover",
+            "lock.top",
         ]
         .to_vec();
         all.extend([

@@ -26,6 +26,8 @@ fn counters(conn: &mut redis::Connection) -> std::collections::HashMap<String, u
     text.lines()
         .filter_map(|l| l.strip_prefix("lock_"))
         .filter_map(|l| l.split_once(':'))
+        // The distributions (`lock_wait_ms_exclusive:p50=…`) are text.
+        .filter(|(k, _)| !k.contains("_ms_"))
         .map(|(k, v)| (k.to_string(), v.trim().parse().expect("numeric counter")))
         .collect()
 }
@@ -132,6 +134,7 @@ fn command_docs_describe_every_command_and_its_arguments() {
         ("lock.proclaim", &["key", "token", "value"]),
         ("lock.leader", &["key"]),
         ("lock.observe", &["key", "rev", "timeout-ms"]),
+        ("lock.top", &["count"]),
     ] {
         let docs: Value = redis::cmd("COMMAND").arg("DOCS").arg(name).query(&mut c).unwrap();
         let words = strings_in(&docs);

@@ -48,6 +48,8 @@ pub enum ArgError {
     /// A semaphore's limit above 2^32 with a lock-delay (the tag's score
     /// could not carry both exactly, see `holders::Tag`).
     LimitTooLargeForDelay,
+    /// LOCK.TOP's `COUNT n` is not an integer from 1 to 1000.
+    TopCountInvalid,
 }
 
 impl ArgError {
@@ -75,6 +77,7 @@ impl ArgError {
             ArgError::ValueNotUtf8 => c"ERR token and value must be valid UTF-8",
             ArgError::RevInvalid => c"ERR AFTER rev must be a non-negative integer",
             ArgError::LimitTooLargeForDelay => c"ERR limit must be at most 4294967296 with LOCKDELAY",
+            ArgError::TopCountInvalid => c"ERR COUNT must be an integer from 1 to 1000",
         }
     }
 

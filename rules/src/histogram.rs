@@ -102,6 +102,20 @@ impl Histogram {
         out
     }
 
+    /// The raw histogram `B=C,B=C,…`: each non-empty bucket's upper bound
+    /// (ms) and count, ascending, so that a reader can subtract two readings
+    /// and compute percentiles over the interval between them.
+    pub fn raw(&self) -> String {
+        let mut out = String::new();
+        for (i, &c) in self.counts.iter().enumerate().filter(|(_, &c)| c > 0) {
+            if !out.is_empty() {
+                out.push(',');
+            }
+            out.push_str(&format!("{}={c}", bucket_max(i)));
+        }
+        out
+    }
+
     pub fn reset(&mut self) {
         *self = Histogram::default();
     }
@@ -170,5 +184,18 @@ mod tests {
         let p999 = h.percentile(99.9).unwrap();
         assert_eq!(bucket_of(p999), bucket_of(5_000));
         assert_eq!(h.summary(), format!("p50=2,p99=2,p99.9={p999}"));
+        assert_eq!(h.raw(), format!("2=990,{}=10", bucket_max(bucket_of(5_000))));
+    }
+
+    #[test]
+    fn the_raw_form_lists_non_empty_buckets_in_order() {
+        let mut h = Histogram::default();
+        assert_eq!(h.raw(), "");
+        for ms in [40, 3, 3, 17, 1_000_000] {
+            h.record(ms);
+        }
+        // 17 and 40 share no bucket; their bounds are 17 and 41.
+        assert_eq!(h.raw(), "3=2,17=1,41=1,1015807=1");
+        assert_eq!(bucket_max(bucket_of(1_000_000)), 1_015_807);
     }
 }

@@ -2,6 +2,31 @@
 //! keys with a queue are ever looked at, so the cost follows contention,
 //! never the size of the keyspace.
 
+use crate::args::{parse_ttl, ArgError};
+
+/// LOCK.TOP lists this many keys unless told otherwise.
+pub const DEFAULT_COUNT: usize = 10;
+/// And never more than this many (its reply is built in one piece).
+pub const MAX_COUNT: usize = 1000;
+
+/// LOCK.TOP's options: `[COUNT n]`, n from 1 to [`MAX_COUNT`].
+pub fn parse_top_options<'a>(options: impl IntoIterator<Item = &'a [u8]>) -> Result<usize, ArgError> {
+    let mut it = options.into_iter();
+    let mut count = DEFAULT_COUNT;
+    while let Some(option) = it.next() {
+        if !option.eq_ignore_ascii_case(b"COUNT") {
+            return Err(ArgError::Syntax);
+        }
+        let n = it.next().ok_or(ArgError::Syntax)?;
+        count = parse_ttl(n)
+            .ok()
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|&n| n <= MAX_COUNT)
+            .ok_or(ArgError::TopCountInvalid)?;
+    }
+    Ok(count)
+}
+
 /// One contended key as the queues see it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Contended<K> {
@@ -46,6 +71,20 @@ mod tests {
         assert_eq!(names(most_contended(keys.clone(), 4)), ["c", "e", "b", "d"]);
         assert!(most_contended(keys, 0).is_empty());
         assert!(most_contended(Vec::<Contended<String>>::new(), 3).is_empty());
+    }
+
+    #[test]
+    fn count_is_one_to_a_thousand() {
+        let p = |opts: &[&str]| parse_top_options(opts.iter().map(|o| o.as_bytes()));
+        assert_eq!(p(&[]), Ok(10));
+        assert_eq!(p(&["count", "1"]), Ok(1));
+        assert_eq!(p(&["COUNT", "1000"]), Ok(1000));
+        for bad in ["0", "1001", "-1", "x", "1.5", "+3", " 3"] {
+            assert_eq!(p(&["COUNT", bad]), Err(ArgError::TopCountInvalid), "{bad}");
+        }
+        assert_eq!(p(&["COUNT"]), Err(ArgError::Syntax));
+        assert_eq!(p(&["LIMIT", "3"]), Err(ArgError::Syntax));
+        assert_eq!(p(&["COUNT", "3", "x"]), Err(ArgError::Syntax));
     }
 
     #[test]
