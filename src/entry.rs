@@ -11,7 +11,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 
 use crate::api::rm;
-use crate::errors::{limit_differs, EXHAUSTED, INTERNAL, TOO_MANY_WAITERS, WRONGTYPE};
+use crate::errors::{delay_differs, limit_differs, EXHAUSTED, INTERNAL, TOO_MANY_WAITERS, WRONGTYPE};
 use crate::key::Ctx;
 use crate::reply::{Argv, Failure, Reply, Value};
 
@@ -62,6 +62,7 @@ pub fn send(ctx: *mut RedisModuleCtx, outcome: Result<Reply, Failure>) -> c_int 
             Err(Failure::TooManyWaiters) => rm!(RedisModule_ReplyWithError)(ctx, TOO_MANY_WAITERS.as_ptr()),
             Err(Failure::Error(e)) => rm!(RedisModule_ReplyWithError)(ctx, e.as_ptr()),
             Err(Failure::LimitDiffers(limit)) => rm!(RedisModule_ReplyWithError)(ctx, limit_differs(limit).as_ptr()),
+            Err(Failure::DelayDiffers(ms)) => rm!(RedisModule_ReplyWithError)(ctx, delay_differs(ms).as_ptr()),
         };
     }
     raw::REDISMODULE_OK as c_int

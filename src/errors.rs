@@ -14,3 +14,10 @@ pub fn limit_differs(stored: u64) -> CString {
     // Digits only: no NUL can occur.
     CString::new(format!("ERR limit differs from the semaphore's: its limit is {stored}")).unwrap_or_default()
 }
+
+/// A semaphore or read-write lock acquired with a lock-delay other than
+/// the one its key stores (ms; 0: none).
+pub fn delay_differs(stored: i64) -> CString {
+    // Digits only: no NUL can occur.
+    CString::new(format!("ERR LOCKDELAY differs from the key's: its lock-delay is {stored} ms")).unwrap_or_default()
+}

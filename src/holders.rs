@@ -22,7 +22,7 @@ use std::ffi::c_int;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_lock_rules::encode::decimal;
-use redis_lock_rules::holders::{last_after, Change, Kind, Last, NotOurs, Summary, PRUNE_BOUND, TAG};
+use redis_lock_rules::holders::{last_after, Change, Last, NotOurs, Summary, Tag, PRUNE_BOUND, TAG};
 use redis_module::raw::{self, RedisModuleKey, RedisModuleString};
 
 use crate::api::rm;
@@ -34,9 +34,10 @@ use crate::stats::Counter;
 pub enum Edit {
     /// Nothing (a refusal).
     Keep,
-    /// `token`'s lease ends at `at` (a grant or a renewal); `tag`: the kind
-    /// to tag the key with, when it changes (`tag_after_grant`).
-    Put { token: *mut RedisModuleString, at: i64, tag: Option<Kind> },
+    /// `token`'s place ends at `at` (a grant or a renewal: its lease end
+    /// plus the key's delay); `tag`: the kind and delay to tag the key
+    /// with, when they change (`tag_after_grant`).
+    Put { token: *mut RedisModuleString, at: i64, tag: Option<Tag> },
     /// `token` leaves (a release of a live lease).
     Remove { token: *mut RedisModuleString },
 }
@@ -108,13 +109,13 @@ impl HoldersKey {
         found.then_some(score)
     }
 
-    /// The tag's kind: `None` for an absent key, `NotOurs` for another type
-    /// or a sorted set without a valid tag.
-    pub fn kind(&self) -> Result<Option<Kind>, NotOurs> {
+    /// The tag (kind and delay): `None` for an absent key, `NotOurs` for
+    /// another type or a sorted set without a valid tag.
+    pub fn tag(&self) -> Result<Option<Tag>, NotOurs> {
         match self.key_type() {
             t if t == raw::REDISMODULE_KEYTYPE_EMPTY as u32 => Ok(None),
             t if t == raw::REDISMODULE_KEYTYPE_ZSET as u32 => {
-                self.score(tag_member()).and_then(Kind::from_score).map(Some).ok_or(NotOurs)
+                self.score(tag_member()).and_then(Tag::from_score).map(Some).ok_or(NotOurs)
             }
             _ => Err(NotOurs),
         }
@@ -125,8 +126,8 @@ impl HoldersKey {
     pub fn scan(&mut self, now: i64, token: Option<*mut RedisModuleString>) -> Result<Option<Summary>, NotOurs> {
         self.forget_ended();
         self.now = now;
-        let Some(kind) = self.kind()? else { return Ok(None) };
-        if self.collect_ended(now) && !self.count_left(now, kind) {
+        let Some(tag) = self.tag()? else { return Ok(None) };
+        if self.collect_ended(now) && !self.count_left(now, tag) {
             // The key expired while it was counted: absent now.
             return Ok(None);
         }
@@ -136,7 +137,7 @@ impl HoldersKey {
         // the rules read a hand-edited fraction: the same test for now >= 0).
         let own = token.and_then(|t| self.score(t)).filter(|&s| s >= now as f64).map(|s| s as i64);
         let last = if live > 0 { self.edge_live(now, true) } else { None };
-        Ok(Some(Summary { kind, live, own, last }))
+        Ok(Some(Summary { kind: tag.kind, delay: tag.delay, live, own, last }))
     }
 
     /// Collects up to [`PRUNE_BOUND`] ended leases (scores below `now`),
@@ -173,7 +174,7 @@ impl HoldersKey {
     /// `ZCOUNT` (O(log N); the module API has no rank). The key is closed
     /// around the call: a lookup outside a command may expire the key, which
     /// must not happen under an open handle. False if the key is gone.
-    fn count_left(&mut self, now: i64, kind: Kind) -> bool {
+    fn count_left(&mut self, now: i64, tag: Tag) -> bool {
         unsafe { rm!(RedisModule_CloseKey)(self.key) };
         let mut digits = [0u8; 20];
         // "(now": scores below now, as the range that collected the rest.
@@ -197,11 +198,11 @@ impl HoldersKey {
             unsafe { rm!(RedisModule_FreeCallReply)(reply) };
         }
         self.key = unsafe { rm!(RedisModule_OpenKey)(self.ctx.0, self.name, self.mode) };
-        if self.kind() != Ok(Some(kind)) {
+        if self.tag() != Ok(Some(tag)) {
             self.forget_ended();
             return false;
         }
-        let tag_ended = u64::from((kind.score() as f64) < now as f64);
+        let tag_ended = u64::from(tag.score() < now as f64);
         self.left = count.saturating_sub(tag_ended + self.ended.len() as u64);
         true
     }
@@ -348,13 +349,19 @@ impl HoldersKey {
             let mut args = Vec::with_capacity(4);
             let mut scores = Vec::with_capacity(2);
             let own = summary.and_then(|s| s.own);
-            for (score, member) in tag.map(|k| (k.score(), tag_member())).into_iter().chain(
+            for (score, member) in tag.map(|t| (t.score(), tag_member())).into_iter().chain(
                 // A renewal to the same end writes nothing.
-                (own != Some(at)).then_some((at, token)),
+                // Place ends are integers below 2^53 (place_end): exact as doubles.
+                (own != Some(at)).then_some((at as f64, token)),
             ) {
-                let score_str = ctx.string(decimal(score, &mut digits));
-                // Scores are integers below 2^53 (lease_end, parse_limit): exact as doubles.
-                unsafe { rm!(RedisModule_ZsetAdd)(self.key, score as f64, member, std::ptr::null_mut()) };
+                let score_str = if score.fract() == 0.0 {
+                    ctx.string(decimal(score as i64, &mut digits))
+                } else {
+                    // A tag with a delay: the shortest decimal that reads
+                    // back as this very double, on replicas and in the AOF.
+                    ctx.string(format!("{score}").as_bytes())
+                };
+                unsafe { rm!(RedisModule_ZsetAdd)(self.key, score, member, std::ptr::null_mut()) };
                 args.extend([score_str, member]);
                 scores.push(score_str);
             }

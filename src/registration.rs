@@ -250,6 +250,7 @@ const COMMANDS: &[Command] = &[
             Arg::Int(c"ttl-ms"),
             Arg::Flag(c"fence", c"FENCE"),
             Arg::Option(c"timeout-ms", c"WAIT"),
+            Arg::Option(c"lock-delay-ms", c"LOCKDELAY"),
         ],
     },
     Command {
@@ -297,6 +298,7 @@ const COMMANDS: &[Command] = &[
             Arg::Int(c"ttl-ms"),
             Arg::Flag(c"fence", c"FENCE"),
             Arg::Option(c"timeout-ms", c"WAIT"),
+            Arg::Option(c"lock-delay-ms", c"LOCKDELAY"),
         ],
     },
     Command {

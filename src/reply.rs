@@ -30,6 +30,9 @@ pub enum Failure {
     Error(&'static CStr),
     /// A semaphore acquired with another limit than its stored one (this).
     LimitDiffers(u64),
+    /// A semaphore or read-write lock acquired with another lock-delay
+    /// than its key's (this, ms).
+    DelayDiffers(i64),
 }
 
 impl From<ArgError> for Failure {

@@ -12,7 +12,7 @@ use crate::semaphore::{acquire, info, release, renew};
 
 type Outcome = Result<Reply, Failure>;
 
-/// RWLOCK.ACQUIRE key token READ|WRITE ttl-ms [FENCE] [WAIT timeout-ms]
+/// RWLOCK.ACQUIRE key token READ|WRITE ttl-ms [FENCE] [WAIT timeout-ms] [LOCKDELAY ms]
 pub fn rw_acquire(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, mode, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;

@@ -13,8 +13,8 @@ use redis_lock_rules::args::{
     check_key_and_token, parse_grant_options, parse_ttl, wait_deadline, Grammar, GrantOptions,
 };
 use redis_lock_rules::holders::{
-    admit, lease_end, parse_info_options, parse_limit, refused_early, tag_after_grant, Admit, Family, Kind, Summary,
-    Want,
+    admit, check_tag, parse_info_options, parse_limit, place_end, refused_early, tag_after_grant, Admit, Family, Kind,
+    Summary, Want,
 };
 use redis_lock_rules::lease::Terms;
 use redis_module::raw::RedisModuleString;
@@ -29,7 +29,7 @@ use crate::wait::{self, Claim};
 
 type Outcome = Result<Reply, Failure>;
 
-/// SEM.ACQUIRE key token limit ttl-ms [FENCE] [WAIT timeout-ms]
+/// SEM.ACQUIRE key token limit ttl-ms [FENCE] [WAIT timeout-ms] [LOCKDELAY ms]
 pub fn sem_acquire(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, limit, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
@@ -66,14 +66,17 @@ pub fn acquire(
     opts: GrantOptions,
 ) -> Outcome {
     let now = ctx.now_ms();
-    let at = lease_end(now, ttl)?;
+    // The key's delay, like its limit: every acquirer names the same.
+    let delay = opts.lock_delay.unwrap_or(0);
+    check_tag(want, delay)?;
+    let at = place_end(now, ttl, delay)?;
     let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
     check_fence_space(ctx, opts)?;
     let counters = holder_counters(want.family());
     let mut queued = wait::waiters_on(ctx, bytes(key)) > 0;
     let mut k = HoldersKey::open(ctx, key);
     let mut summary = k.scan(now, Some(token)).map_err(|_| Failure::WrongType)?;
-    if let Some(error) = refused_early(summary.as_ref(), want, queued) {
+    if let Some(error) = refused_early(summary.as_ref(), want, delay, queued) {
         return Err(failure(error));
     }
     if queued {
@@ -84,12 +87,12 @@ pub fn acquire(
         k = HoldersKey::open(ctx, key);
         summary = k.scan(now, Some(token)).map_err(|_| Failure::WrongType)?;
     }
-    match admit(summary.as_ref(), want) {
-        error @ (Admit::LimitDiffers(_) | Admit::WrongFamily) => return Err(failure(error)),
+    match admit(summary.as_ref(), want, delay) {
+        error @ (Admit::LimitDiffers(_) | Admit::DelayDiffers(_) | Admit::WrongFamily) => return Err(failure(error)),
         Admit::Grant if !queued => {
             // Issued before the key changes: an exhausted space refuses.
             let fence = opts.fence.then(|| fence::issue(ctx, now).ok_or(Failure::FencesExhausted)).transpose()?;
-            let tag = tag_after_grant(summary.as_ref(), want);
+            let tag = tag_after_grant(summary.as_ref(), want, delay);
             k.commit(summary.as_ref(), Edit::Put { token, at, tag }, counters.expired);
             return Ok(Reply::Int(fence::grant_reply(ctx, fence, holder_grants(want))));
         }
@@ -107,7 +110,7 @@ pub fn acquire(
                     ttl,
                     fence: opts.fence,
                     deadline,
-                    terms: Terms::default(),
+                    terms: Terms { lock_delay: opts.lock_delay, max_hold: None },
                 };
                 wait::block(ctx, key, token, request, next);
                 return Ok(Reply::Blocked);
@@ -123,6 +126,7 @@ pub fn acquire(
 fn failure(verdict: Admit) -> Failure {
     match verdict {
         Admit::LimitDiffers(limit) => Failure::LimitDiffers(limit),
+        Admit::DelayDiffers(delay) => Failure::DelayDiffers(delay),
         _ => Failure::WrongType,
     }
 }
@@ -142,12 +146,16 @@ pub fn renew(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     let &[_, key, token, ttl] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
     let now = ctx.now_ms();
-    let at = lease_end(now, parse_ttl(bytes(ttl))?)?;
+    let ttl = parse_ttl(bytes(ttl))?;
+    place_end(now, ttl, 0)?;
     let counters = holder_counters(family);
     let mut k = HoldersKey::open(ctx, key);
     let summary = k.scan(now, Some(token)).map_err(|_| Failure::WrongType)?;
     match live_of(family, summary)? {
-        Some(live) if live.own.is_some() => {
+        // A place in its lock-delay is no longer its holder's to renew.
+        Some(live) if live.own_lease(now).is_some() => {
+            // The key's delay follows the new lease end (nothing is written on error).
+            let at = place_end(now, ttl, live.delay)?;
             k.commit(Some(&live), Edit::Put { token, at, tag: None }, counters.expired);
             counters.renewals.add();
             Ok(Reply::Int(1))
@@ -167,9 +175,11 @@ pub fn release(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     check_key_and_token(bytes(key), bytes(token))?;
     let counters = holder_counters(family);
     let mut k = HoldersKey::open(ctx, key);
-    let summary = k.scan(ctx.now_ms(), Some(token)).map_err(|_| Failure::WrongType)?;
+    let now = ctx.now_ms();
+    let summary = k.scan(now, Some(token)).map_err(|_| Failure::WrongType)?;
     match live_of(family, summary)? {
-        Some(live) if live.own.is_some() => {
+        // A lease that ended keeps its place through the delay: not released.
+        Some(live) if live.own_lease(now).is_some() => {
             k.commit(Some(&live), Edit::Remove { token }, counters.expired);
             drop(k);
             counters.releases.add();
@@ -192,25 +202,28 @@ pub fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     let count = parse_info_options(options.iter().map(|&o| bytes(o)))?.unwrap_or(usize::MAX);
     let now = ctx.now_ms();
     let k = HoldersKey::open_read(ctx, key);
-    let Some(kind) = k.kind().map_err(|_| Failure::WrongType)? else { return Ok(Reply::Nil) };
+    let Some(tag) = k.tag().map_err(|_| Failure::WrongType)? else { return Ok(Reply::Nil) };
     // COUNT is at least 1: an empty list means no live holder.
     let holders = k.live_holders(now, count);
     if holders.is_empty() {
         return Ok(Reply::Nil);
     }
-    if kind.family() != family {
+    if tag.family() != family {
         return Err(Failure::WrongType);
     }
-    let (name, value) = match kind {
+    let (name, value) = match tag.kind {
         Kind::Semaphore { limit } => (c"limit", Value::Int(limit as i64)),
         Kind::ReadWrite { writer } => {
             (c"mode", Value::Bytes(if writer { b"write".to_vec() } else { b"read".to_vec() }))
         }
     };
-    let holders = holders.into_iter().map(|(token, end)| (token, end - now)).collect();
+    // What is left of each lease: negative for a place in its lock-delay
+    // (its lease ended that long ago; the place is free `lock-delay-ms` later).
+    let holders = holders.into_iter().map(|(token, end)| (token, end - tag.delay - now)).collect();
     Ok(Reply::Fields(vec![
         (name, value),
         (c"holders", Value::Holders(holders)),
         (c"waiters", Value::Int(wait::waiters_on(ctx, bytes(key)) as i64)),
+        (c"lock-delay-ms", Value::Int(tag.delay)),
     ]))
 }

@@ -41,7 +41,7 @@ use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
-use redis_lock_rules::holders::{admit, lease_end, tag_after_grant, Admit, Want};
+use redis_lock_rules::holders::{admit, place_end, tag_after_grant, Admit, Want};
 use redis_lock_rules::lease::{self as rules_lease, Terms};
 use redis_lock_rules::lock;
 pub use redis_lock_rules::queue::MAX_TIMER_MS;
@@ -416,7 +416,8 @@ fn answer_grant(ctx: Ctx, w: Waiter, fence: Option<u64>, grants: &stats::Counter
 /// can never admit (another type, another family, another limit, a token
 /// that already holds) is answered as its command would be now.
 fn grant_holder(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId, want: Want) -> Step {
-    let Some(token) = head_token(key) else { return Step::Done };
+    let Some((token, terms)) = head_token(key) else { return Step::Done };
+    let delay = terms.lock_delay.unwrap_or(0);
     let mut k = HoldersKey::open(ctx, name);
     // Read after the key is opened: outside a command (this runs from
     // timers and key events) Redis expires keys against its live clock as
@@ -432,7 +433,7 @@ fn grant_holder(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId, want: Wan
     if summary.is_none() && freed_too_early(ctx, key, now) {
         return Step::Done;
     }
-    let answer = match admit(summary.as_ref(), want) {
+    let answer = match admit(summary.as_ref(), want, delay) {
         Admit::Grant => None,
         Admit::Wait => {
             k.commit(summary.as_ref(), Edit::Keep, counters.expired);
@@ -448,17 +449,18 @@ fn grant_holder(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId, want: Wan
         // Its own command would be refused now: 0, or nil with FENCE.
         Admit::AlreadyHolds => Some(None),
         Admit::LimitDiffers(limit) => Some(Some(Answer::Error(errors::limit_differs(limit)))),
+        Admit::DelayDiffers(ms) => Some(Some(Answer::Error(errors::delay_differs(ms)))),
         Admit::WrongFamily => Some(Some(Answer::Error(errors::WRONGTYPE.into()))),
     };
     if let Some(answer) = answer {
         drop(k);
         return answer_head(ctx, key, answer);
     }
-    let (w, at, fence) = match take_head(ctx, key, now, |now, w: &Waiter| lease_end(now, w.ttl).ok()) {
+    let (w, at, fence) = match take_head(ctx, key, now, |now, w: &Waiter| place_end(now, w.ttl, delay).ok()) {
         Ok(head) => head,
         Err(step) => return step,
     };
-    let tag = tag_after_grant(summary.as_ref(), want);
+    let tag = tag_after_grant(summary.as_ref(), want, delay);
     k.commit(summary.as_ref(), Edit::Put { token: w.token, at, tag }, counters.expired);
     drop(k);
     saw_expiry(key, Some(at).max(summary.as_ref().and_then(|s| s.last)));
@@ -485,9 +487,9 @@ fn freed_too_early(ctx: Ctx, key: &QueueId, now: i64) -> bool {
     true
 }
 
-/// The head's token (retained by the queue while it waits).
-fn head_token(key: &QueueId) -> Option<*mut RedisModuleString> {
-    state().0.queues.head(key).map(|w| w.token)
+/// The head's token (retained by the queue while it waits) and lease terms.
+fn head_token(key: &QueueId) -> Option<(*mut RedisModuleString, Terms)> {
+    state().0.queues.head(key).map(|w| (w.token, w.terms))
 }
 
 /// Ends the head's wait with `answer` (none: its refusal); it is not granted.

@@ -45,6 +45,9 @@ pub enum ArgError {
     ValueNotUtf8,
     /// LOCK.OBSERVE's `AFTER rev` is not a non-negative integer.
     RevInvalid,
+    /// A semaphore's limit above 2^32 with a lock-delay (the tag's score
+    /// could not carry both exactly, see `holders::Tag`).
+    LimitTooLargeForDelay,
     /// LOCK.TOP's `COUNT n` is not an integer from 1 to 1000.
     TopCountInvalid,
 }
@@ -73,6 +76,7 @@ impl ArgError {
             ArgError::MaxHoldTooLarge => c"ERR MAXHOLD is too large: the hold limit would overflow",
             ArgError::ValueNotUtf8 => c"ERR token and value must be valid UTF-8",
             ArgError::RevInvalid => c"ERR AFTER rev must be a non-negative integer",
+            ArgError::LimitTooLargeForDelay => c"ERR limit must be at most 4294967296 with LOCKDELAY",
             ArgError::TopCountInvalid => c"ERR COUNT must be an integer from 1 to 1000",
         }
     }
@@ -147,8 +151,9 @@ pub enum Grammar {
     Acquire,
     /// LOCK.TAKEOVER: `[FENCE] [LOCKDELAY ms] [MAXHOLD ms]`.
     Takeover,
-    /// SEM.ACQUIRE and RWLOCK.ACQUIRE: `[FENCE] [WAIT timeout-ms]` (their
-    /// sorted sets keep no per-holder lease terms, see `docs/lease.md`).
+    /// SEM.ACQUIRE and RWLOCK.ACQUIRE: `[FENCE] [WAIT timeout-ms]
+    /// [LOCKDELAY ms]` (their sorted sets keep one delay per key and no
+    /// per-holder hold limit yet, see `docs/lease.md`).
     Holders,
 }
 
@@ -157,8 +162,11 @@ impl Grammar {
         matches!(self, Grammar::Acquire | Grammar::Holders)
     }
 
-    /// `LOCKDELAY` and `MAXHOLD`.
-    fn takes_lease_terms(self) -> bool {
+    fn takes_lock_delay(self) -> bool {
+        matches!(self, Grammar::Acquire | Grammar::Takeover | Grammar::Holders)
+    }
+
+    fn takes_max_hold(self) -> bool {
         matches!(self, Grammar::Acquire | Grammar::Takeover)
     }
 }
@@ -176,9 +184,9 @@ pub fn parse_grant_options<'a>(
         } else if arg.eq_ignore_ascii_case(b"WAIT") && grammar.takes_wait() {
             let timeout = args.next().ok_or(ArgError::Syntax)?;
             opts.wait = Some(parse_timeout(timeout)?);
-        } else if arg.eq_ignore_ascii_case(b"LOCKDELAY") && grammar.takes_lease_terms() {
+        } else if arg.eq_ignore_ascii_case(b"LOCKDELAY") && grammar.takes_lock_delay() {
             opts.lock_delay = Some(parse_lock_delay(args.next().ok_or(ArgError::Syntax)?)?);
-        } else if arg.eq_ignore_ascii_case(b"MAXHOLD") && grammar.takes_lease_terms() {
+        } else if arg.eq_ignore_ascii_case(b"MAXHOLD") && grammar.takes_max_hold() {
             opts.max_hold =
                 Some(parse_ttl(args.next().ok_or(ArgError::Syntax)?).map_err(|_| ArgError::MaxHoldInvalid)?);
         } else {
@@ -316,7 +324,9 @@ mod tests {
         }
         let full = parse(Grammar::Acquire, &[b"fence", b"maxhold", b"10", b"wait", b"5", b"lockdelay", b"7"]);
         assert_eq!(full, Ok(GrantOptions { fence: true, wait: Some(5), lock_delay: Some(7), max_hold: Some(10) }));
-        assert_eq!(parse(Grammar::Holders, &[b"LOCKDELAY", b"5"]), Err(ArgError::Syntax));
+        let holders = parse(Grammar::Holders, &[b"lockdelay", b"5", b"WAIT", b"10", b"fence"]);
+        assert_eq!(holders, Ok(GrantOptions { fence: true, wait: Some(10), lock_delay: Some(5), max_hold: None }));
+        assert_eq!(parse(Grammar::Holders, &[b"LOCKDELAY", b"60001"]), Err(ArgError::LockDelayInvalid));
         assert_eq!(parse(Grammar::Holders, &[b"MAXHOLD", b"5"]), Err(ArgError::Syntax));
     }
 

@@ -15,6 +15,17 @@
 //!
 //! A lease is held through its last millisecond, as a key's TTL is: a
 //! holder whose deadline is `d` is live while `now <= d`.
+//!
+//! **Lock-delay** (`LOCKDELAY ms`, issue 22): one delay per key, kept in the
+//! tag's score as a fraction, `ms / 100000` (`2.05`: 2 permits, 5,000 ms;
+//! `0.05` readers, `-1.05` a writer), so a key without a delay is stored
+//! exactly as before and a module that does not know delays reads a delayed
+//! key as `WRONGTYPE`, never as something else. A holder's score is then its
+//! *place's* end, lease end + delay: every rule that reads scores as places
+//! (live holders, pruning, the key's expiry, the queue's timer) is unchanged,
+//! and only renew and release read the lease, `score - delay`. A holder
+//! whose lease ended keeps its place until the delay passed, and can neither
+//! renew nor release it.
 
 use crate::args::ArgError;
 
@@ -32,7 +43,74 @@ pub enum Family {
     ReadWrite,
 }
 
-/// What the tag says.
+/// The longest lock-delay (ms), as the exclusive lock's (`LOCKDELAY`).
+pub const MAX_DELAY: i64 = crate::args::MAX_LOCK_DELAY_MS;
+
+/// A delay is kept as `ms / DELAY_SCALE` in the tag's fractional part.
+const DELAY_SCALE: f64 = 100_000.0;
+
+/// The largest semaphore limit that can carry a delay: the fraction must
+/// stay exact enough to read back (a double's step at 2^32 is 2^-20, a
+/// tenth of a millisecond of delay at this scale).
+pub const MAX_LIMIT_WITH_DELAY: u64 = 1 << 32;
+
+/// What the tag says: the kind, and the key's lock-delay (ms, 0: none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tag {
+    pub kind: Kind,
+    pub delay: i64,
+}
+
+impl Tag {
+    /// The tag's score: the kind's, plus the delay as a fraction away from
+    /// zero (`limit + ms/100000`, `ms/100000`, `-1 - ms/100000`).
+    pub fn score(self) -> f64 {
+        let base = self.kind.score() as f64;
+        let frac = self.delay as f64 / DELAY_SCALE;
+        match self.kind {
+            Kind::ReadWrite { writer: true } => base - frac,
+            _ => base + frac,
+        }
+    }
+
+    /// The tag a score stands for: only scores [`Tag::score`] writes (a
+    /// delay of 0 to [`MAX_DELAY`] that reads back to the same double).
+    pub fn from_score(score: f64) -> Option<Tag> {
+        if !score.is_finite() {
+            return None;
+        }
+        let (kind, frac) = if score >= 1.0 {
+            let limit = score.floor();
+            (Kind::from_score(limit)?, score - limit)
+        } else if score >= 0.0 {
+            (Kind::ReadWrite { writer: false }, score)
+        } else if score <= -1.0 {
+            (Kind::ReadWrite { writer: true }, -1.0 - score)
+        } else {
+            return None;
+        };
+        let delay = (frac * DELAY_SCALE).round();
+        if !(0.0..=MAX_DELAY as f64).contains(&delay) {
+            return None;
+        }
+        let tag = Tag { kind, delay: delay as i64 };
+        (tag.score() == score).then_some(tag)
+    }
+
+    pub fn family(self) -> Family {
+        self.kind.family()
+    }
+}
+
+/// The error of a grant of `want` with `delay` that its tag could not carry.
+pub fn check_tag(want: Want, delay: i64) -> Result<(), ArgError> {
+    match want {
+        Want::Permit { limit } if delay > 0 && limit > MAX_LIMIT_WITH_DELAY => Err(ArgError::LimitTooLargeForDelay),
+        _ => Ok(()),
+    }
+}
+
+/// The kind of a tag without a delay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Semaphore { limit: u64 },
@@ -84,6 +162,11 @@ pub enum Want {
 }
 
 impl Want {
+    /// The tag a grant of this with `delay` stores as the key's first holder.
+    pub fn tag(self, delay: i64) -> Tag {
+        Tag { kind: self.kind(), delay }
+    }
+
     /// The kind a grant of this stores when it is the key's first holder.
     pub fn kind(self) -> Kind {
         match self {
@@ -111,13 +194,29 @@ pub const PRUNE_BOUND: usize = 1000;
 pub struct Summary {
     /// What the tag says (also when no lease is live any more).
     pub kind: Kind,
-    /// The holders whose lease has not ended: the set's members minus the
-    /// tag minus the ended leases, whether or not they are pruned yet.
+    /// The key's lock-delay (ms; 0: none), from the tag.
+    pub delay: i64,
+    /// The holders whose place has not ended (their lease, or the delay
+    /// after it): the set's members minus the tag minus the ended ones,
+    /// whether or not they are pruned yet.
     pub live: u64,
-    /// The caller's lease end, when it holds a live lease.
+    /// The caller's place end (its score), when it holds a place.
     pub own: Option<i64>,
-    /// The last live lease end (`None` when `live` is 0): the key's expiry.
+    /// The last place end (`None` when `live` is 0): the key's expiry.
     pub last: Option<i64>,
+}
+
+impl Summary {
+    pub fn tag(&self) -> Tag {
+        Tag { kind: self.kind, delay: self.delay }
+    }
+
+    /// The caller's lease end, when its lease has not ended at `now` (a
+    /// place in its delay is held, but no longer the caller's to renew or
+    /// release).
+    pub fn own_lease(&self, now: i64) -> Option<i64> {
+        self.own.map(|end| end.saturating_sub(self.delay)).filter(|&lease| lease >= now)
+    }
 }
 
 /// The key is not one of this family's (another type, a sorted set without
@@ -141,26 +240,31 @@ pub enum Admit {
     LimitDiffers(u64),
     /// The key belongs to the other family: `WRONGTYPE`.
     WrongFamily,
+    /// A key whose stored lock-delay (ms) differs from the one asked for:
+    /// an error naming it, as for the limit.
+    DelayDiffers(i64),
 }
 
-/// The error an acquirer of `want` gets from a key of `kind`, if any.
-pub fn conflict(kind: Kind, want: Want) -> Option<Admit> {
-    if kind.family() != want.family() {
+/// The error an acquirer of `want` with lock-delay `delay` gets from a key
+/// tagged `stored`, if any.
+pub fn conflict(stored: Tag, want: Want, delay: i64) -> Option<Admit> {
+    if stored.family() != want.family() {
         return Some(Admit::WrongFamily);
     }
-    match (kind, want) {
+    match (stored.kind, want) {
         (Kind::Semaphore { limit: stored }, Want::Permit { limit }) if stored != limit => {
             Some(Admit::LimitDiffers(stored))
         }
+        _ if stored.delay != delay => Some(Admit::DelayDiffers(stored.delay)),
         _ => None,
     }
 }
 
-pub fn admit(key: Option<&Summary>, want: Want) -> Admit {
+pub fn admit(key: Option<&Summary>, want: Want, delay: i64) -> Admit {
     // A key with no live holder is free, whatever it was: its tag goes with
     // its last holder.
     let Some(s) = key.filter(|s| s.live > 0) else { return Admit::Grant };
-    if let Some(error) = conflict(s.kind, want) {
+    if let Some(error) = conflict(s.tag(), want, delay) {
         return error;
     }
     if s.own.is_some() {
@@ -183,16 +287,17 @@ pub fn admit(key: Option<&Summary>, want: Want) -> Admit {
 /// is served): from the live holders' kind, or, while others wait, from
 /// the stored tag even if every lease has ended — the queue is about to
 /// grant the key under it, and the newcomer would only be served after.
-pub fn refused_early(key: Option<&Summary>, want: Want, queued: bool) -> Option<Admit> {
-    key.filter(|s| s.live > 0 || queued).and_then(|s| conflict(s.kind, want))
+pub fn refused_early(key: Option<&Summary>, want: Want, delay: i64, queued: bool) -> Option<Admit> {
+    key.filter(|s| s.live > 0 || queued).and_then(|s| conflict(s.tag(), want, delay))
 }
 
-/// The tag a grant of `want` writes: on an absent key, or on one whose
-/// leases all ended and whose tag says another kind. `None`: it stays.
-pub fn tag_after_grant(key: Option<&Summary>, want: Want) -> Option<Kind> {
+/// The tag a grant of `want` with `delay` writes: on an absent key, or on
+/// one whose places all ended and whose tag says another kind or delay.
+/// `None`: it stays.
+pub fn tag_after_grant(key: Option<&Summary>, want: Want, delay: i64) -> Option<Tag> {
     match key {
-        Some(s) if s.live > 0 || s.kind == want.kind() => None,
-        _ => Some(want.kind()),
+        Some(s) if s.live > 0 || s.tag() == want.tag(delay) => None,
+        _ => Some(want.tag(delay)),
     }
 }
 
@@ -237,7 +342,17 @@ pub fn last_after(key: Option<&Summary>, change: Change) -> Last {
 /// The end of a lease of `ttl_ms` granted or renewed at `now_ms`: it must
 /// fit a score exactly (see [`MAX_EXACT`]).
 pub fn lease_end(now_ms: i64, ttl_ms: i64) -> Result<i64, ArgError> {
-    now_ms.checked_add(ttl_ms).filter(|&at| at <= MAX_EXACT).ok_or(ArgError::TtlTooLarge)
+    place_end(now_ms, ttl_ms, 0)
+}
+
+/// The score of a lease of `ttl_ms` granted or renewed at `now_ms` on a key
+/// with lock-delay `delay`: the end of its place, lease end + delay.
+pub fn place_end(now_ms: i64, ttl_ms: i64, delay: i64) -> Result<i64, ArgError> {
+    now_ms
+        .checked_add(ttl_ms)
+        .and_then(|at| at.checked_add(delay))
+        .filter(|&at| at <= MAX_EXACT)
+        .ok_or(ArgError::TtlTooLarge)
 }
 
 /// `limit`: a positive integer in Redis's strict syntax, at most 2^53.
@@ -279,11 +394,11 @@ mod tests {
     use super::*;
 
     fn sem(limit: u64, live: u64, own: Option<i64>, last: Option<i64>) -> Summary {
-        Summary { kind: Kind::Semaphore { limit }, live, own, last }
+        Summary { kind: Kind::Semaphore { limit }, delay: 0, live, own, last }
     }
 
     fn rw(writer: bool, live: u64, own: Option<i64>) -> Summary {
-        Summary { kind: Kind::ReadWrite { writer }, live, own, last: Some(100) }
+        Summary { kind: Kind::ReadWrite { writer }, delay: 0, live, own, last: Some(100) }
     }
 
     #[test]
@@ -305,29 +420,29 @@ mod tests {
     #[test]
     fn a_semaphore_admits_up_to_its_limit_and_names_a_different_one() {
         let p = Want::Permit { limit: 2 };
-        assert_eq!(admit(None, p), Admit::Grant);
+        assert_eq!(admit(None, p, 0), Admit::Grant);
         let one = sem(2, 1, None, Some(10));
-        assert_eq!(admit(Some(&one), p), Admit::Grant);
-        assert_eq!(admit(Some(&sem(2, 1, Some(10), Some(10))), p), Admit::AlreadyHolds);
+        assert_eq!(admit(Some(&one), p, 0), Admit::Grant);
+        assert_eq!(admit(Some(&sem(2, 1, Some(10), Some(10))), p, 0), Admit::AlreadyHolds);
         let full = sem(2, 2, None, Some(10));
-        assert_eq!(admit(Some(&full), p), Admit::Wait);
-        assert_eq!(admit(Some(&full), Want::Permit { limit: 3 }), Admit::LimitDiffers(2));
-        assert_eq!(admit(Some(&full), Want::Read), Admit::WrongFamily);
+        assert_eq!(admit(Some(&full), p, 0), Admit::Wait);
+        assert_eq!(admit(Some(&full), Want::Permit { limit: 3 }, 0), Admit::LimitDiffers(2));
+        assert_eq!(admit(Some(&full), Want::Read, 0), Admit::WrongFamily);
         // No live holder: free, whatever the tag said.
-        assert_eq!(admit(Some(&sem(2, 0, None, None)), Want::Write), Admit::Grant);
-        assert_eq!(admit(Some(&sem(2, 0, None, None)), Want::Permit { limit: 3 }), Admit::Grant);
+        assert_eq!(admit(Some(&sem(2, 0, None, None)), Want::Write, 0), Admit::Grant);
+        assert_eq!(admit(Some(&sem(2, 0, None, None)), Want::Permit { limit: 3 }, 0), Admit::Grant);
     }
 
     #[test]
     fn readers_share_and_a_writer_is_alone() {
         let readers = rw(false, 2, None);
-        assert_eq!(admit(Some(&readers), Want::Read), Admit::Grant);
-        assert_eq!(admit(Some(&readers), Want::Write), Admit::Wait);
-        assert_eq!(admit(Some(&readers), Want::Permit { limit: 1 }), Admit::WrongFamily);
+        assert_eq!(admit(Some(&readers), Want::Read, 0), Admit::Grant);
+        assert_eq!(admit(Some(&readers), Want::Write, 0), Admit::Wait);
+        assert_eq!(admit(Some(&readers), Want::Permit { limit: 1 }, 0), Admit::WrongFamily);
         let writer = rw(true, 1, None);
-        assert_eq!(admit(Some(&writer), Want::Read), Admit::Wait);
-        assert_eq!(admit(Some(&writer), Want::Write), Admit::Wait);
-        assert_eq!(admit(Some(&rw(true, 1, Some(100))), Want::Write), Admit::AlreadyHolds);
+        assert_eq!(admit(Some(&writer), Want::Read, 0), Admit::Wait);
+        assert_eq!(admit(Some(&writer), Want::Write, 0), Admit::Wait);
+        assert_eq!(admit(Some(&rw(true, 1, Some(100))), Want::Write, 0), Admit::AlreadyHolds);
     }
 
     #[test]
@@ -335,25 +450,31 @@ mod tests {
         let ended = sem(1, 0, None, None);
         let p2 = Want::Permit { limit: 2 };
         // Free and nobody waits: any limit starts it anew.
-        assert_eq!(refused_early(Some(&ended), p2, false), None);
+        assert_eq!(refused_early(Some(&ended), p2, 0, false), None);
         // Free but others wait: the queue grants under the stored tag first.
-        assert_eq!(refused_early(Some(&ended), p2, true), Some(Admit::LimitDiffers(1)));
-        assert_eq!(refused_early(Some(&ended), Want::Write, true), Some(Admit::WrongFamily));
-        assert_eq!(refused_early(Some(&sem(2, 1, None, Some(5))), Want::Read, false), Some(Admit::WrongFamily));
-        assert_eq!(refused_early(Some(&sem(2, 1, None, Some(5))), p2, true), None);
-        assert_eq!(refused_early(None, p2, true), None);
+        assert_eq!(refused_early(Some(&ended), p2, 0, true), Some(Admit::LimitDiffers(1)));
+        assert_eq!(refused_early(Some(&ended), Want::Write, 0, true), Some(Admit::WrongFamily));
+        assert_eq!(refused_early(Some(&sem(2, 1, None, Some(5))), Want::Read, 0, false), Some(Admit::WrongFamily));
+        assert_eq!(refused_early(Some(&sem(2, 1, None, Some(5))), p2, 0, true), None);
+        assert_eq!(refused_early(None, p2, 0, true), None);
     }
 
     #[test]
     fn a_grant_writes_the_tag_only_when_it_changes() {
         let p = Want::Permit { limit: 2 };
-        assert_eq!(tag_after_grant(None, p), Some(Kind::Semaphore { limit: 2 }));
-        assert_eq!(tag_after_grant(Some(&sem(2, 1, None, Some(5))), p), None);
-        assert_eq!(tag_after_grant(Some(&sem(2, 0, None, None)), p), None);
-        assert_eq!(tag_after_grant(Some(&sem(3, 0, None, None)), p), Some(Kind::Semaphore { limit: 2 }));
+        assert_eq!(tag_after_grant(None, p, 0), Some(Tag { kind: Kind::Semaphore { limit: 2 }, delay: 0 }));
+        assert_eq!(tag_after_grant(Some(&sem(2, 1, None, Some(5))), p, 0), None);
+        assert_eq!(tag_after_grant(Some(&sem(2, 0, None, None)), p, 0), None);
+        assert_eq!(
+            tag_after_grant(Some(&sem(3, 0, None, None)), p, 0),
+            Some(Tag { kind: Kind::Semaphore { limit: 2 }, delay: 0 })
+        );
         // Readers after a writer whose lease ended.
-        assert_eq!(tag_after_grant(Some(&rw(true, 0, None)), Want::Read), Some(Kind::ReadWrite { writer: false }));
-        assert_eq!(tag_after_grant(Some(&rw(false, 3, None)), Want::Read), None);
+        assert_eq!(
+            tag_after_grant(Some(&rw(true, 0, None)), Want::Read, 0),
+            Some(Tag { kind: Kind::ReadWrite { writer: false }, delay: 0 })
+        );
+        assert_eq!(tag_after_grant(Some(&rw(false, 3, None)), Want::Read, 0), None);
     }
 
     #[test]
@@ -376,6 +497,72 @@ mod tests {
         let early = sem(5, 3, Some(40), Some(100));
         assert_eq!(last_after(Some(&early), Change::Put(60)), Last::At(100));
         assert_eq!(last_after(Some(&early), Change::Remove), Last::At(100));
+    }
+
+    #[test]
+    fn delays_ride_on_the_tag_and_read_back_exactly() {
+        for kind in [
+            Kind::Semaphore { limit: 1 },
+            Kind::Semaphore { limit: 7 },
+            Kind::Semaphore { limit: MAX_LIMIT_WITH_DELAY },
+            Kind::ReadWrite { writer: false },
+            Kind::ReadWrite { writer: true },
+        ] {
+            for delay in [0, 1, 7, 5_000, 33_333, MAX_DELAY] {
+                let tag = Tag { kind, delay };
+                assert_eq!(Tag::from_score(tag.score()), Some(tag), "{tag:?}");
+                // What a replica parses from the replicated decimal.
+                assert_eq!(Tag::from_score(format!("{}", tag.score()).parse().unwrap()), Some(tag));
+            }
+        }
+        // No delay: the same scores as before delays existed.
+        assert_eq!(Tag { kind: Kind::Semaphore { limit: 2 }, delay: 0 }.score(), 2.0);
+        assert_eq!(Tag { kind: Kind::ReadWrite { writer: true }, delay: 0 }.score(), -1.0);
+        assert_eq!(Tag { kind: Kind::Semaphore { limit: 2 }, delay: 5_000 }.score(), 2.05);
+        assert_eq!(Tag { kind: Kind::ReadWrite { writer: true }, delay: 5_000 }.score(), -1.05);
+        assert_eq!(Tag::from_score(1.0 + 1.0 / 3.0), None);
+        for bad in [-0.5, -2.5, 0.7, 2.61, 2.000001, f64::NAN, f64::INFINITY, (1u64 << 54) as f64] {
+            assert_eq!(Tag::from_score(bad), None, "{bad}");
+        }
+        assert_eq!(check_tag(Want::Permit { limit: MAX_LIMIT_WITH_DELAY }, 1), Ok(()));
+        assert_eq!(
+            check_tag(Want::Permit { limit: MAX_LIMIT_WITH_DELAY + 1 }, 1),
+            Err(ArgError::LimitTooLargeForDelay)
+        );
+        assert_eq!(check_tag(Want::Permit { limit: MAX_EXACT as u64 }, 0), Ok(()));
+    }
+
+    #[test]
+    fn a_place_in_its_delay_is_held_but_not_the_holders_any_more() {
+        let p = Want::Permit { limit: 2 };
+        // Scores are place ends: lease end + delay. Now = 100, delay 50.
+        let delayed = Summary { delay: 50, ..sem(2, 2, Some(120), Some(160)) };
+        assert_eq!(delayed.own_lease(100), None);
+        assert_eq!(delayed.own_lease(70), Some(70));
+        assert_eq!(Summary { own: Some(150), ..delayed }.own_lease(100), Some(100));
+        assert_eq!(Summary { own: None, ..delayed }.own_lease(0), None);
+        // Both places are taken, one of them by its own delay: a newcomer
+        // waits, the former holder is refused as holding (it would wait for itself).
+        assert_eq!(admit(Some(&Summary { own: None, ..delayed }), p, 50), Admit::Wait);
+        assert_eq!(admit(Some(&delayed), p, 50), Admit::AlreadyHolds);
+        // The delay is the key's, like the limit: another one is an error.
+        assert_eq!(admit(Some(&delayed), p, 0), Admit::DelayDiffers(50));
+        assert_eq!(admit(Some(&delayed), Want::Permit { limit: 3 }, 0), Admit::LimitDiffers(2));
+        assert_eq!(refused_early(Some(&delayed), p, 49, false), Some(Admit::DelayDiffers(50)));
+        let ended = Summary { delay: 50, ..sem(2, 0, None, None) };
+        assert_eq!(refused_early(Some(&ended), p, 0, false), None);
+        assert_eq!(refused_early(Some(&ended), p, 0, true), Some(Admit::DelayDiffers(50)));
+        // A free key takes the newcomer's delay.
+        assert_eq!(admit(Some(&ended), p, 0), Admit::Grant);
+        assert_eq!(tag_after_grant(Some(&ended), p, 0), Some(Tag { kind: Kind::Semaphore { limit: 2 }, delay: 0 }));
+        assert_eq!(tag_after_grant(Some(&ended), p, 50), None);
+        assert_eq!(
+            tag_after_grant(None, Want::Read, 9),
+            Some(Tag { kind: Kind::ReadWrite { writer: false }, delay: 9 })
+        );
+        assert_eq!(place_end(1_000, 500, 50), Ok(1_550));
+        assert_eq!(place_end(0, MAX_EXACT - 5, 5), Ok(MAX_EXACT));
+        assert_eq!(place_end(0, MAX_EXACT - 5, 6), Err(ArgError::TtlTooLarge));
     }
 
     #[test]
