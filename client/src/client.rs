@@ -282,11 +282,11 @@ impl LockClient {
         flavor: Flavor,
     ) -> Result<Lock> {
         let lease = lease_of(opts, ttl)?;
-        if kind != LockKind::Exclusive && !lease.is_empty() {
-            // The server keeps them on a plain lock's value only.
+        if kind != LockKind::Exclusive && lease.max_hold().is_some() {
+            // SEM/RWLOCK.ACQUIRE take LOCKDELAY (the key's, in its tag) but
+            // keep no per-holder hold limit (docs/lease.md).
             return Err(Error::InvalidArgument(
-                "lock_delay and max_hold apply to exclusive locks and elections, not semaphores or read-write locks"
-                    .into(),
+                "max_hold applies to exclusive locks and elections, not semaphores or read-write locks".into(),
             ));
         }
         let cmd = LockCmd::acquire_of(kind, key, &token_of(opts), ttl)?.with_lease(lease);

@@ -292,8 +292,19 @@ fn lease_options_are_checked_before_sending() {
     assert!(matches!(c.try_acquire_with("k", ms(1000), &bad), Err(Error::InvalidArgument(_))));
     let bad = LockOptions::new().lock_delay(ms(60_001));
     assert!(matches!(c.try_acquire_with("k", ms(1000), &bad), Err(Error::InvalidArgument(_))));
+    // Semaphores and read-write locks keep one lock-delay per key (every
+    // holder names the same) but no hold limit.
     let sem = LockOptions::new().lock_delay(ms(10));
-    assert!(matches!(c.semaphore("s", 2).try_acquire_with(ms(1000), &sem), Err(Error::InvalidArgument(_))));
+    let held = c.semaphore("s", 2).try_acquire_with(ms(1000), &sem).expect("LOCKDELAY on a semaphore");
+    let other_delay = LockOptions::new().lock_delay(ms(20));
+    match c.semaphore("s", 2).try_acquire_with(ms(1000), &other_delay) {
+        Err(Error::Redis(e)) => assert!(e.to_string().contains("LOCKDELAY differs"), "{e}"),
+        other => panic!("another delay than the key's: {other:?}"),
+    }
+    held.release().unwrap();
+    let capped = LockOptions::new().max_hold(ms(5000));
+    assert!(matches!(c.semaphore("s", 2).try_acquire_with(ms(1000), &capped), Err(Error::InvalidArgument(_))));
+    assert!(matches!(c.rw_lock("rw").read().try_acquire_with(ms(1000), &capped), Err(Error::InvalidArgument(_))));
     let plain = Server::builder().without_module().start();
     assert!(matches!(
         client(&plain).try_acquire_with("k", ms(1000), &sem),
