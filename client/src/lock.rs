@@ -92,6 +92,11 @@ impl Lock {
         Lock { held: Holding::new(core, shared, opts, flavor, fence) }
     }
 
+    /// Opens its hold's span (see `Shared::trace_held`).
+    pub(crate) fn trace_held(&self, acquire: &tracing::Span, server: impl FnOnce() -> String) {
+        self.held.shared.trace_held(acquire, self.held.fence, server);
+    }
+
     /// The TTL it was granted (and is renewed) for.
     pub(crate) fn ttl(&self) -> Duration {
         self.held.shared.ttl()

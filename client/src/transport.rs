@@ -78,6 +78,10 @@ pub(crate) trait Transport: Send + Sync + 'static {
     fn call<'a>(&'a self, key: &'a str, cmd: &'a redis::Cmd) -> BoxFuture<'a, Result<redis::Value>>;
 
     fn is_cluster(&self) -> bool;
+
+    /// The server of `key` as traces name it (`host:port`), from what is
+    /// known already: never a round trip.
+    fn server_of(&self, key: &str) -> String;
 }
 
 /// A client's transport, options and renewal engine.
