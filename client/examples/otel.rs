@@ -29,10 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let filter = tracing_subscriber::filter::Targets::new()
         .with_target(redis_lock_client::trace::TARGET, tracing::Level::DEBUG)
         .with_target("otel", tracing::Level::INFO);
-    tracing_subscriber::registry()
-        .with(tracing_opentelemetry::layer().with_tracer(tracer))
-        .with(filter)
-        .init();
+    tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(tracer)).with(filter).init();
 
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
     let client = LockClient::open(&url)?;

@@ -7,6 +7,7 @@
 //! redis-lock info [--url URL] [--cluster] KEY
 //! redis-lock release [--url URL]... [--cluster] KEY TOKEN
 //! redis-lock list [--url URL]... [--cluster] [--json] [--count N] [PATTERN]
+//! redis-lock top [--url URL]... [--cluster] [--once] [--json] [--count N] [--interval SECONDS] [--sort S]
 //! redis-lock completions bash|zsh|fish|elvish|powershell
 //! ```
 //!
@@ -17,6 +18,7 @@
 
 mod args;
 mod fail;
+mod frame;
 mod info;
 mod list;
 mod masters;
@@ -24,8 +26,10 @@ mod release;
 mod render;
 mod run;
 mod scan;
+mod stats;
 mod supervise;
 mod target;
+mod top;
 
 use std::process::ExitCode;
 
@@ -54,6 +58,7 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode, Fail> {
         Cmd::Info { target, key } => info::cmd_info(&target, &key),
         Cmd::Release { target, key, token } => release::cmd_release(&target, &key, &token),
         Cmd::List(a) => list::cmd_list(a),
+        Cmd::Top(a) => top::cmd_top(a),
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "redis-lock", &mut std::io::stdout());
             Ok(ExitCode::SUCCESS)
