@@ -3,17 +3,18 @@
 //! run before the key is opened, so a rejected call changes nothing.
 
 use redis_lock_rules::args::{
-    check_key_and_token, check_utf8, expiry_at, parse_fence, parse_grant_options, parse_renew_options, parse_ttl,
-    wait_deadline, Grammar, GrantOptions,
+    check_key_and_token, check_lease_terms, check_utf8, expiry_at, parse_fence, parse_grant_options,
+    parse_renew_options, parse_ttl, wait_deadline, Grammar, GrantOptions,
 };
-use redis_lock_rules::encode::structured_value;
-
+use redis_lock_rules::lease::{self as rules_lease, Shown, Terms, View};
 use redis_lock_rules::lock::{self, Takeover};
+use redis_lock_rules::value;
 use redis_lock_rules::{Entry, Remaining};
 use redis_module::raw::RedisModuleString;
 
 use crate::fence;
 use crate::key::{bytes, Ctx, LockKey, NewValue};
+use crate::lease;
 use crate::reply::{Argv, Failure, Reply, Value};
 use crate::stats::{self, Counter};
 use crate::wait;
@@ -53,7 +54,7 @@ pub fn check_fence_space(ctx: Ctx, opts: GrantOptions) -> Result<(), Failure> {
     Ok(())
 }
 
-/// LOCK.ACQUIRE key token ttl-ms [FENCE] [WAIT timeout-ms]
+/// LOCK.ACQUIRE key token ttl-ms [FENCE] [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms]
 pub fn acquire(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
@@ -70,13 +71,16 @@ fn acquire_with(
     opts: GrantOptions,
 ) -> Outcome {
     let now = ctx.now_ms();
-    let at = expiry_at(now, ttl)?;
+    check_lease_terms(&opts, ttl)?;
+    let terms = Terms::of(&opts);
+    let grant = rules_lease::grant(now, ttl, terms)?;
+    lease::check_token(bytes(token), terms)?;
     let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
     check_fence_space(ctx, opts)?;
-    let mut k = open_behind_waiters(ctx, key);
+    let mut k = open_behind_waiters(ctx, key, now);
     let granted = lock::may_acquire(k.entry());
     if granted {
-        k.set(NewValue::Arg(token), at);
+        k.set(lease::lock_value(bytes(token), &grant).new_value(token), grant.pxat);
     } else if let Some(deadline) = wait_until.filter(|_| wait::may_block(ctx)) {
         if !wait::has_room() {
             return Err(Failure::TooManyWaiters);
@@ -87,18 +91,21 @@ fn acquire_with(
             ctx,
             key,
             token,
-            wait::Request { claim: wait::Claim::Lock, ttl, fence: opts.fence, deadline },
+            wait::Request { claim: wait::Claim::Lock, ttl, fence: opts.fence, deadline, terms },
             holder,
         );
         return Ok(Reply::Blocked);
+    } else if lease::delayed(&k) {
+        stats::DELAYED_ACQUIRES.add();
     }
     grant_reply(ctx, granted, opts)
 }
 
-/// Opens `key` for a newcomer. A free key that others wait on goes to the
-/// head of their queue first, so nobody jumps the line.
-pub fn open_behind_waiters(ctx: Ctx, key: *mut RedisModuleString) -> LockKey {
-    let k = LockKey::open(ctx, key);
+/// Opens `key` for a newcomer at `now`, settling an ended lease. A free
+/// key that others wait on goes to the head of their queue first, so
+/// nobody jumps the line.
+pub fn open_behind_waiters(ctx: Ctx, key: *mut RedisModuleString, now: i64) -> LockKey {
+    let k = lease::open(ctx, key, now);
     if stats::waiting() == 0 || !matches!(k.entry(), Entry::Absent) {
         return k;
     }
@@ -108,26 +115,55 @@ pub fn open_behind_waiters(ctx: Ctx, key: *mut RedisModuleString) -> LockKey {
 }
 
 /// LOCK.RENEW key token ttl-ms [FLOOR fence]
+///
+/// Replies 1, or 2 when the lock's MAXHOLD cut the new lease short.
 pub fn renew(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
-    let at = expiry_at(ctx.now_ms(), parse_ttl(bytes(ttl))?)?;
+    let now = ctx.now_ms();
+    let ttl = parse_ttl(bytes(ttl))?;
+    let at = expiry_at(now, ttl)?;
     let floor = parse_renew_options(options.iter().map(|&o| bytes(o)))?;
     if let Some(f) = floor {
         check_floor(ctx, f)?;
     }
-    let mut k = LockKey::open(ctx, key);
+    let mut k = lease::open(ctx, key, now);
     let granted = lock::may_renew(k.entry(), bytes(token))?;
-    if granted {
-        k.expire_at(at);
-        // Only a holder raises the mark: a quorum lock confirms its fence on
-        // every node it holds (see the README's Quorum section).
-        if let Some(f) = floor {
-            fence::raise(f);
-            ctx.replicate_fence_floor(f);
-        }
+    if !granted {
+        stats::REFUSALS.add();
+        return Ok(Reply::Int(0));
     }
-    verdict(granted, &stats::RENEWALS)
+    let renewal = match k.entry() {
+        Entry::Str(v) if rules_lease::may_have_lease(v) => match value::parse(v) {
+            Some(stored) => rules_lease::renew(&stored, now, ttl)?,
+            None => None,
+        },
+        _ => None,
+    };
+    let capped = match renewal {
+        None => {
+            k.expire_at(at);
+            false
+        }
+        Some(r) => {
+            match &r.value {
+                Some(v) => k.set(NewValue::Composed(v), r.pxat),
+                None => k.expire_at(r.pxat),
+            }
+            r.capped
+        }
+    };
+    // Only a holder raises the mark: a quorum lock confirms its fence on
+    // every node it holds (see the README's Quorum section).
+    if let Some(f) = floor {
+        fence::raise(f);
+        ctx.replicate_fence_floor(f);
+    }
+    stats::RENEWALS.add();
+    if capped {
+        stats::CAPPED_RENEWALS.add();
+    }
+    Ok(Reply::Int(rules_lease::renew_reply(capped)))
 }
 
 /// A client may raise the fence mark at most [`redis_lock_rules::fence::HORIZON`]
@@ -145,7 +181,8 @@ fn check_floor(ctx: Ctx, floor: u64) -> Result<(), Failure> {
 pub fn release(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
-    let mut k = LockKey::open(ctx, key);
+    // A lease that ended is settled first: its owner no longer holds it.
+    let mut k = lease::open(ctx, key, ctx.now_ms());
     let granted = lock::may_release(k.entry(), bytes(token))?;
     if granted {
         k.delete();
@@ -156,7 +193,7 @@ pub fn release(ctx: Ctx, argv: Argv) -> Outcome {
     verdict(granted, &stats::RELEASES)
 }
 
-/// LOCK.TAKEOVER key token run-id ttl-ms [FENCE]
+/// LOCK.TAKEOVER key token run-id ttl-ms [FENCE] [LOCKDELAY ms] [MAXHOLD ms]
 pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, run_id, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
     let (token_bytes, run_bytes) = (bytes(token), bytes(run_id));
@@ -169,17 +206,24 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
         return acquire_with(ctx, key, token, ttl, opts);
     }
     let (token_str, run_str) = (check_utf8(token_bytes)?, check_utf8(run_bytes)?);
-    let at = expiry_at(ctx.now_ms(), ttl)?;
+    check_lease_terms(&opts, ttl)?;
+    let now = ctx.now_ms();
+    let grant = rules_lease::grant(now, ttl, Terms::of(&opts))?;
     check_fence_space(ctx, opts)?;
-    let mut k = open_behind_waiters(ctx, key);
+    let mut k = open_behind_waiters(ctx, key, now);
     let takeover = lock::take_over(k.entry(), run_bytes, ttl, || k.remaining())?;
     match takeover {
-        Takeover::Refused => return grant_reply(ctx, false, opts),
+        Takeover::Refused => {
+            if lease::delayed(&k) {
+                stats::DELAYED_ACQUIRES.add();
+            }
+            return grant_reply(ctx, false, opts);
+        }
         Takeover::SameRun => stats::TAKEOVERS_SAME_RUN.add(),
         Takeover::StaleLegacy => stats::TAKEOVERS_STALE_LEGACY.add(),
         Takeover::Free => {}
     }
-    k.set(NewValue::Composed(&structured_value(token_str, run_str)), at);
+    k.set(NewValue::Composed(&lease::takeover_value(token_str, run_str, &grant)), grant.pxat);
     grant_reply(ctx, true, opts)
 }
 
@@ -200,18 +244,25 @@ pub fn fence_floor(ctx: Ctx, argv: Argv) -> Outcome {
 /// LOCK.INFO key
 pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key] = argv else { return Err(Failure::Arity) };
+    // Read-only (it runs on replicas): an ended lease is shown as it will
+    // be once a write settles it, and nothing is written here.
     let k = LockKey::open_read(ctx, key);
     let value = match k.entry() {
         Entry::Absent => return Ok(Reply::Nil),
         Entry::OtherType => return Err(Failure::WrongType),
         Entry::Str(value) => value,
     };
-    let d = lock::describe(value);
+    let (d, view) = match rules_lease::show(value, k.expires_at(), ctx.now_ms()) {
+        Shown::Absent => return Ok(Reply::Nil),
+        Shown::Value { bytes, view } => (lock::describe(bytes.as_deref().unwrap_or(value)), view),
+    };
     let ttl = match k.remaining() {
         Remaining::Persistent => -1,
         Remaining::Ms(ms) => ms,
     };
     let bytes_or_nil = |b: Option<Vec<u8>>| b.map_or(Value::Nil, Value::Bytes);
+    let int_or_nil = |n: Option<i64>| n.map_or(Value::Nil, Value::Int);
+    let View { lock_delay, hold_until, lease_end, delayed_until } = view;
     Ok(Reply::Fields(vec![
         (c"owner", bytes_or_nil(d.owner)),
         (c"run-id", bytes_or_nil(d.run_id)),
@@ -220,5 +271,9 @@ pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
         // The server keeps no per-lock fence (see redis_lock_rules::fence).
         (c"fence", Value::Nil),
         (c"waiters", Value::Int(wait::waiters_on(ctx, bytes(key)) as i64)),
+        (c"lock-delay-ms", int_or_nil(lock_delay)),
+        (c"hold-until", int_or_nil(hold_until)),
+        (c"lease-end", int_or_nil(lease_end)),
+        (c"delayed-until", int_or_nil(delayed_until)),
     ]))
 }

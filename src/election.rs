@@ -4,18 +4,20 @@
 //! `crate::observe`, candidates in the key's one line (`crate::wait`).
 
 use redis_lock_rules::args::{
-    check_key_and_token, check_utf8, expiry_at, parse_grant_options, parse_ttl, wait_deadline, Grammar,
+    check_key_and_token, check_lease_terms, check_utf8, parse_grant_options, parse_ttl, wait_deadline, Grammar,
 };
 use redis_lock_rules::election::{
     check_value, elected, leadership, led_by, observe_ready, parse_observe_options, proclaimed, seen_rev, Leadership,
     Proclaim,
 };
+use redis_lock_rules::lease::{self as rules_lease, Settle, Terms};
 use redis_lock_rules::{lock, ArgError, Entry};
 use redis_module::raw::RedisModuleString;
 
 use crate::commands::{check_fence_space, open_behind_waiters};
 use crate::fence;
 use crate::key::{bytes, Ctx, LockKey, NewValue};
+use crate::lease;
 use crate::observe;
 use crate::reply::{Argv, Failure, Reply, Value};
 use crate::stats;
@@ -23,7 +25,8 @@ use crate::wait;
 
 type Outcome = Result<Reply, Failure>;
 
-/// A key's leadership and when its lease ends (Unix ms; none: no expiry).
+/// A key's leadership and when its lease ends (Unix ms; none: no expiry):
+/// with LOCKDELAY, before the key's own expiry (`docs/lease.md`).
 pub struct Led {
     pub leadership: Leadership,
     pub expires_at: Option<i64>,
@@ -31,15 +34,18 @@ pub struct Led {
 
 /// Who leads `name` now: `None` when leaderless; WRONGTYPE when the key
 /// is no string. Opens the key read-only: on a replica, an expired key is
-/// gone, as for GET.
+/// gone, as for GET. A lease that has ended (LOCKDELAY, MAXHOLD) leads no
+/// more, settled or not: observers armed for its end see it leaderless.
 pub fn read(ctx: Ctx, name: *mut RedisModuleString) -> Result<Option<Led>, Failure> {
     let k = LockKey::open_read(ctx, name);
-    let leadership = match k.entry() {
+    let pxat = k.expires_at();
+    let (leadership, expires_at) = match k.entry() {
         Entry::Absent => return Ok(None),
         Entry::OtherType => return Err(Failure::WrongType),
-        Entry::Str(value) => leadership(value),
+        Entry::Str(value) if rules_lease::settle(value, pxat, ctx.now_ms()) != Settle::Keep => return Ok(None),
+        Entry::Str(value) => (leadership(value), rules_lease::held_until(value, pxat)),
     };
-    Ok(leadership.map(|leadership| Led { leadership, expires_at: k.expires_at() }))
+    Ok(leadership.map(|leadership| Led { leadership, expires_at }))
 }
 
 /// The revision a reading of the key stands for (another type: none, 0).
@@ -63,7 +69,7 @@ pub fn leader_reply(current: Option<&Led>, now: i64) -> Reply {
     ])
 }
 
-/// LOCK.ELECT key token ttl-ms value [WAIT timeout-ms]
+/// LOCK.ELECT key token ttl-ms value [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms]
 pub fn elect(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, ttl, value, ref options @ ..] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
@@ -77,14 +83,21 @@ pub fn elect(ctx: Ctx, argv: Argv) -> Outcome {
         return Err(Failure::Arg(ArgError::Syntax));
     }
     opts.fence = true;
+    check_lease_terms(&opts, ttl)?;
+    let terms = Terms::of(&opts);
     let now = ctx.now_ms();
-    let at = expiry_at(now, ttl)?;
+    let grant = rules_lease::grant(now, ttl, terms)?;
     let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
     check_fence_space(ctx, opts)?;
-    let mut k = open_behind_waiters(ctx, key);
+    let mut k = open_behind_waiters(ctx, key, now);
     if lock::may_acquire(k.entry()) {
         let term = fence::issue(ctx, now).ok_or(Failure::FencesExhausted)?;
-        k.set(NewValue::Composed(&elected(token_str, term, value_str)), at);
+        let stored = if terms.stores_fields() {
+            lease::elect_value(bytes(token), term, bytes(value), &grant)
+        } else {
+            elected(token_str, term, value_str)
+        };
+        k.set(NewValue::Composed(&stored), grant.pxat);
         return Ok(Reply::Int(fence::grant_reply(ctx, Some(term), &stats::ELECTIONS)));
     }
     if let Some(deadline) = wait_until.filter(|_| wait::may_block(ctx)) {
@@ -94,8 +107,11 @@ pub fn elect(ctx: Ctx, argv: Argv) -> Outcome {
         let holder = k.expires_at();
         drop(k);
         let claim = wait::Claim::Elect { value };
-        wait::block(ctx, key, token, wait::Request { claim, ttl, fence: true, deadline }, holder);
+        wait::block(ctx, key, token, wait::Request { claim, ttl, fence: true, deadline, terms }, holder);
         return Ok(Reply::Blocked);
+    }
+    if lease::delayed(&k) {
+        stats::DELAYED_ACQUIRES.add();
     }
     stats::REFUSALS.add();
     Ok(Reply::Nil)
@@ -106,7 +122,8 @@ pub fn proclaim(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, value] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
     let value = check_value(bytes(value))?;
-    let mut k = LockKey::open(ctx, key);
+    // A lease that ended leads no more: settled first, as by every write.
+    let mut k = lease::open(ctx, key, ctx.now_ms());
     let stored = match k.entry() {
         Entry::Absent => None,
         Entry::OtherType => return Err(Failure::WrongType),

@@ -11,7 +11,8 @@
 //!   still runs there);
 //! - `!`: the inner command's effects go to replicas and the AOF as Redis
 //!   propagates that command (relative expiries become `PXAT`/`PEXPIREAT`);
-//!   the check replicates nothing;
+//!   the check replicates nothing, unless it settles a lease that ended
+//!   (`crate::lease`: the tombstone's `SET … PXAT`, and then `NOTHELD`);
 //! - `E`: Redis's own refusals (unknown command, arity, ACL, OOM) come back
 //!   as error replies, sent to the caller unchanged;
 //! - `0`: the reply is in the caller's protocol (RESP2 or RESP3), so it is
@@ -37,7 +38,8 @@ use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 
 use crate::api::rm;
 use crate::entry;
-use crate::key::{bytes, Ctx, LockKey};
+use crate::key::{bytes, Ctx};
+use crate::lease;
 use crate::reply::{Argv, CallReply, Failure, Reply};
 use crate::stats;
 
@@ -62,7 +64,9 @@ pub fn guard(ctx: Ctx, argv: Argv) -> Result<Reply, Failure> {
     check_key_and_token(bytes(key), bytes(token))?;
     check_command(bytes(name)).map_err(|r| Failure::Error(r.reply_cstr()))?;
     // The key is closed before the inner command runs: it may change it.
-    let is_held = held(LockKey::open_read(ctx, key).entry(), bytes(token))?;
+    // A lease that ended (LOCKDELAY, MAXHOLD) is settled first, as by every
+    // write: a tombstone is held by no token.
+    let is_held = held(lease::open(ctx, key, ctx.now_ms()).entry(), bytes(token))?;
     if !is_held {
         stats::GUARD_REFUSALS.add();
         return Err(Failure::Error(guard::NOT_HELD));

@@ -17,6 +17,7 @@ mod fence;
 mod guard;
 mod holders;
 mod key;
+mod lease;
 mod observe;
 mod registration;
 mod reply;

@@ -18,7 +18,7 @@ pub fn rw_acquire(ctx: Ctx, argv: Argv) -> Outcome {
     check_key_and_token(bytes(key), bytes(token))?;
     let want = parse_mode(bytes(mode))?;
     let ttl = parse_ttl(bytes(ttl))?;
-    acquire(ctx, key, token, want, ttl, parse_grant_options(Grammar::Acquire, options.iter().map(|&o| bytes(o)))?)
+    acquire(ctx, key, token, want, ttl, parse_grant_options(Grammar::Holders, options.iter().map(|&o| bytes(o)))?)
 }
 
 /// RWLOCK.RENEW key token ttl-ms

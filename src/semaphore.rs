@@ -16,6 +16,7 @@ use redis_lock_rules::holders::{
     admit, lease_end, parse_info_options, parse_limit, refused_early, tag_after_grant, Admit, Family, Kind, Summary,
     Want,
 };
+use redis_lock_rules::lease::Terms;
 use redis_module::raw::RedisModuleString;
 
 use crate::commands::check_fence_space;
@@ -34,7 +35,7 @@ pub fn sem_acquire(ctx: Ctx, argv: Argv) -> Outcome {
     check_key_and_token(bytes(key), bytes(token))?;
     let want = Want::Permit { limit: parse_limit(bytes(limit))? };
     let ttl = parse_ttl(bytes(ttl))?;
-    acquire(ctx, key, token, want, ttl, parse_grant_options(Grammar::Acquire, options.iter().map(|&o| bytes(o)))?)
+    acquire(ctx, key, token, want, ttl, parse_grant_options(Grammar::Holders, options.iter().map(|&o| bytes(o)))?)
 }
 
 /// SEM.RENEW key token ttl-ms
@@ -101,7 +102,13 @@ pub fn acquire(
                 k.commit(summary.as_ref(), Edit::Keep, counters.expired);
                 let next = k.first_live();
                 drop(k);
-                let request = wait::Request { claim: Claim::Holder(want), ttl, fence: opts.fence, deadline };
+                let request = wait::Request {
+                    claim: Claim::Holder(want),
+                    ttl,
+                    fence: opts.fence,
+                    deadline,
+                    terms: Terms::default(),
+                };
                 wait::block(ctx, key, token, request, next);
                 return Ok(Reply::Blocked);
             }

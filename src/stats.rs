@@ -51,6 +51,14 @@ pub static WAITS_CANCELLED: Counter = Counter::new();
 pub static GUARDED: Counter = Counter::new();
 /// LOCK.GUARD replies of NOTHELD: nothing ran.
 pub static GUARD_REFUSALS: Counter = Counter::new();
+/// LOCK.ACQUIRE, LOCK.TAKEOVER and LOCK.ELECT refused because the key is in a
+/// lock-delay (holds a tombstone); also counted in `refusals`.
+pub static DELAYED_ACQUIRES: Counter = Counter::new();
+/// LOCK.RENEW replies of 2: MAXHOLD cut the new lease short (also counted
+/// in `renewals`).
+pub static CAPPED_RENEWALS: Counter = Counter::new();
+/// Leases with a LOCKDELAY found ended and settled to their tombstone.
+pub static DELAYS_STARTED: Counter = Counter::new();
 
 /// Semaphores (SEM.*): permits granted (also to waiters), replies of
 /// 0 or nil, renewals and releases that took effect, and holders removed at
@@ -100,7 +108,7 @@ pub fn waiting() -> u64 {
 
 /// The `INFO lock` section (fields appear as `lock_<name>`).
 pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c_int) {
-    let fields: [(&CStr, u64); 31] = [
+    let fields: [(&CStr, u64); 34] = [
         (c"grants", GRANTS.get()),
         (c"refusals", REFUSALS.get()),
         (c"renewals", RENEWALS.get()),
@@ -114,6 +122,9 @@ pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c
         (c"waiting", waiting()),
         (c"guarded", GUARDED.get()),
         (c"guard_refusals", GUARD_REFUSALS.get()),
+        (c"delayed_acquires", DELAYED_ACQUIRES.get()),
+        (c"capped_renewals", CAPPED_RENEWALS.get()),
+        (c"delays_started", DELAYS_STARTED.get()),
         (c"sem_grants", SEM_GRANTS.get()),
         (c"sem_refusals", SEM_REFUSALS.get()),
         (c"sem_renewals", SEM_RENEWALS.get()),

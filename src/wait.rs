@@ -42,9 +42,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use redis_lock_rules::holders::{admit, lease_end, tag_after_grant, Admit, Want};
+use redis_lock_rules::lease::{self as rules_lease, Terms};
+use redis_lock_rules::lock;
 pub use redis_lock_rules::queue::MAX_TIMER_MS;
 use redis_lock_rules::queue::{next_piece, Arm, Left, Queues};
-use redis_lock_rules::{election, lock};
 use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisModuleString, RedisModuleTimerID};
 
 use crate::api::rm;
@@ -53,7 +54,8 @@ use crate::config;
 use crate::errors;
 use crate::fence;
 use crate::holders::{Edit, HoldersKey};
-use crate::key::{bytes, Ctx, LockKey, NewValue};
+use crate::key::{bytes, Ctx, LockKey};
+use crate::lease::{self, Granted};
 use crate::stats::{self, waiting, WAITING};
 
 /// How often a grant held back by paused writes is retried.
@@ -86,6 +88,8 @@ pub struct Request {
     pub fence: bool,
     /// When the wait gives up (Unix ms; none: never).
     pub deadline: Option<i64>,
+    /// The exclusive lock's LOCKDELAY and MAXHOLD, stored with its grant.
+    pub terms: Terms,
 }
 
 struct Waiter {
@@ -95,6 +99,7 @@ struct Waiter {
     ttl: i64,
     fence: bool,
     claim: Claim,
+    terms: Terms,
     /// When the wait gives up (Unix ms; none: never).
     deadline: Option<i64>,
     /// The timer of the deadline, or of the next piece of a long wait.
@@ -212,7 +217,7 @@ pub fn block(
     ctx: Ctx,
     name: *mut RedisModuleString,
     token: *mut RedisModuleString,
-    Request { claim, ttl, fence, deadline }: Request,
+    Request { claim, ttl, fence, deadline, terms }: Request,
     expires_at: Option<i64>,
 ) {
     ensure_subscribed(ctx);
@@ -236,7 +241,7 @@ pub fn block(
     let timeout = deadline.map(|at| start_timer(ctx, at - ctx.now_ms(), on_wait_timeout, WaitTimeout { client, seq }));
     let key = (db(ctx), bytes(name).to_vec());
     let expiry = LockKey::open(ctx, name).expires_at();
-    let waiter = Waiter { bc, token, ttl, fence, claim, deadline, timeout };
+    let waiter = Waiter { bc, token, ttl, fence, claim, terms, deadline, timeout };
     state().0.queues.push(key.clone(), client, seq, waiter, expiry);
     WAITING.fetch_add(1, Ordering::Relaxed);
     stats::WAITS_STARTED.add();
@@ -291,12 +296,18 @@ fn head_claim(key: &QueueId) -> Option<Claim> {
     state().0.queues.head(key).map(|w| w.claim)
 }
 
-/// The exclusive lock's head: granted if the key is absent.
+/// The exclusive lock's head: granted if the key is absent. A lease that
+/// ended is settled first; its tombstone holds the key, and the queue,
+/// until the key's own expiry ends the lock-delay.
 fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId) -> Step {
     let mut k = LockKey::open(ctx, name);
+    // Read after the key is opened, as in `grant_holder`.
+    let now = ctx.now_ms();
+    lease::settle(&mut k, now);
     if !lock::may_acquire(k.entry()) {
         // Someone holds it (only a script or a non-module writer can
-        // take a key with a queue): wait for that holder's deadline.
+        // take a key with a queue), or it is in its lock-delay: wait for
+        // the key's deadline.
         let holder = k.expires_at();
         drop(k);
         saw_expiry(key, holder);
@@ -305,23 +316,25 @@ fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId) -> Step {
         }
         return Step::Done;
     }
-    // Read after the key is opened, as in `grant_holder`.
-    let now = ctx.now_ms();
     if freed_too_early(ctx, key, now) {
         return Step::Done;
     }
-    let (w, at, fence) = match take_head(ctx, key, now, |now, ttl| now.checked_add(ttl)) {
+    let end = |now, w: &Waiter| rules_lease::grant(now, w.ttl, w.terms).ok();
+    let (w, g, fence) = match take_head(ctx, key, now, end) {
         Ok(head) => head,
         Err(step) => return step,
     };
-    match (w.claim, fence) {
+    let value = match (w.claim, fence) {
         (Claim::Elect { value }, Some(term)) => {
-            let (token, value) = (String::from_utf8_lossy(bytes(w.token)), String::from_utf8_lossy(bytes(value)));
-            k.set(NewValue::Composed(&election::elected(&token, term, &value)), at);
+            Granted::Bytes(lease::elect_value(bytes(w.token), term, bytes(value), &g))
         }
-        _ => k.set(NewValue::Arg(w.token), at),
-    }
+        _ => lease::lock_value(bytes(w.token), &g),
+    };
+    let at = g.pxat;
+    k.set(value.new_value(w.token), at);
     drop(k);
+    // The key's expiry, delay included: the Redis 8 last-millisecond rule
+    // (`freed_too_early`) is about the key, not the lease inside it.
     saw_expiry(key, Some(at));
     let grants = if matches!(w.claim, Claim::Elect { .. }) { &stats::ELECTIONS } else { &stats::GRANTS };
     answer_grant(ctx, w, fence, grants);
@@ -329,18 +342,19 @@ fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId) -> Step {
     Step::Done
 }
 
-/// Takes the head for a grant at `now`: with its lease end (`end(now,
-/// ttl)`) and, with FENCE, its fence, issued before the key changes so that
-/// an exhausted fence space refuses the grant instead of granting with a
-/// nil reply. A head that cannot be served is answered: `Err(Step::Next)`.
-fn take_head(
+/// Takes the head for a grant at `now`: with what `grant(now, waiter)`
+/// makes of it (its lease end; a lock's value too) and, with FENCE, its
+/// fence, issued before the key changes so that an exhausted fence space
+/// refuses the grant instead of granting with a nil reply. A head that
+/// cannot be served is answered: `Err(Step::Next)`.
+fn take_head<G>(
     ctx: Ctx,
     key: &QueueId,
     now: i64,
-    end: impl Fn(i64, i64) -> Option<i64>,
-) -> Result<(Waiter, i64, Option<u64>), Step> {
+    grant: impl Fn(i64, &Waiter) -> Option<G>,
+) -> Result<(Waiter, G, Option<u64>), Step> {
     let w = pop_head(ctx, key).ok_or(Step::Done)?;
-    let Some(at) = end(now, w.ttl) else {
+    let Some(granted) = grant(now, &w) else {
         // now + ttl no longer fits: the wait cannot be served.
         finish(ctx, w.refusal(), w, &stats::WAITS_CANCELLED);
         return Err(Step::Next);
@@ -350,7 +364,7 @@ fn take_head(
             finish(ctx, Answer::FencesExhausted, w, &stats::WAITS_CANCELLED);
             Err(Step::Next)
         }
-        fence => Ok((w, at, fence.flatten())),
+        fence => Ok((w, granted, fence.flatten())),
     }
 }
 
@@ -403,7 +417,7 @@ fn grant_holder(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId, want: Wan
         drop(k);
         return answer_head(ctx, key, answer);
     }
-    let (w, at, fence) = match take_head(ctx, key, now, |now, ttl| lease_end(now, ttl).ok()) {
+    let (w, at, fence) = match take_head(ctx, key, now, |now, w: &Waiter| lease_end(now, w.ttl).ok()) {
         Ok(head) => head,
         Err(step) => return step,
     };

@@ -37,7 +37,24 @@ fn info_on_a_structured_lock_shows_owner_run_and_ttl() {
     let _: i64 = redis::cmd("LOCK.TAKEOVER").arg("k").arg("tok").arg("run-1").arg(600_000).query(&mut c).unwrap();
     let f = info_fields(&mut c, "k").expect("lock exists");
     let names: Vec<&str> = f.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names, ["owner", "run-id", "format", "ttl-ms", "fence", "waiters"]);
+    assert_eq!(
+        names,
+        [
+            "owner",
+            "run-id",
+            "format",
+            "ttl-ms",
+            "fence",
+            "waiters",
+            "lock-delay-ms",
+            "hold-until",
+            "lease-end",
+            "delayed-until"
+        ]
+    );
+    for lease_field in ["lock-delay-ms", "hold-until", "lease-end", "delayed-until"] {
+        assert_eq!(field(&f, lease_field), &Value::Nil, "{lease_field} of a lock without lease terms");
+    }
     assert_eq!(field(&f, "owner"), &Value::BulkString(b"tok".to_vec()));
     assert_eq!(field(&f, "run-id"), &Value::BulkString(b"run-1".to_vec()));
     assert_eq!(field(&f, "format"), &Value::BulkString(b"structured".to_vec()));
@@ -104,10 +121,10 @@ fn command_docs_describe_every_command_and_its_arguments() {
     let server = Server::start();
     let mut c = server.conn();
     for (name, args) in [
-        ("lock.acquire", &["key", "token", "ttl-ms", "fence", "timeout-ms"][..]),
+        ("lock.acquire", &["key", "token", "ttl-ms", "fence", "timeout-ms", "lock-delay-ms", "max-hold-ms"][..]),
         ("lock.renew", &["key", "token", "ttl-ms", "fence"]),
         ("lock.release", &["key", "token"]),
-        ("lock.takeover", &["key", "token", "run-id", "ttl-ms", "fence"]),
+        ("lock.takeover", &["key", "token", "run-id", "ttl-ms", "fence", "lock-delay-ms", "max-hold-ms"]),
         ("lock.info", &["key"]),
         ("lock.fencefloor", &["fence"]),
         ("lock.guard", &["key", "token", "command", "arg"]),
@@ -127,7 +144,7 @@ fn command_docs_describe_every_command_and_its_arguments() {
     }
     let docs: Value = redis::cmd("COMMAND").arg("DOCS").arg("lock.acquire").query(&mut c).unwrap();
     let words = strings_in(&docs);
-    for word in ["WAIT", "FENCE", "optional", "integer", "key", "pure-token"] {
+    for word in ["WAIT", "FENCE", "LOCKDELAY", "MAXHOLD", "optional", "integer", "key", "pure-token"] {
         assert!(words.iter().any(|w| w == word), "{word} in {words:?}");
     }
 }

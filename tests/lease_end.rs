@@ -25,10 +25,15 @@ const KEYS: usize = 24;
 const ROUNDS: usize = 12;
 /// The holders' lease: long enough for every waiter to block before it ends.
 const HOLD_MS: i64 = 400;
+/// The lock-delay of [`Family::Delayed`]'s holders.
+const HOLDER_DELAY_MS: i64 = 100;
 
 #[derive(Clone, Copy, Debug)]
 enum Family {
     Lock,
+    /// The exclusive lock whose holder has a LOCKDELAY: the key, and the
+    /// lease the rule is about, end with the delay.
+    Delayed,
     Semaphore,
     Write,
 }
@@ -36,13 +41,13 @@ enum Family {
 impl Family {
     fn acquire(self, key: &str, token: &str, ttl: i64) -> redis::Cmd {
         let mut c = match self {
-            Family::Lock => redis::cmd("LOCK.ACQUIRE"),
+            Family::Lock | Family::Delayed => redis::cmd("LOCK.ACQUIRE"),
             Family::Semaphore => redis::cmd("SEM.ACQUIRE"),
             Family::Write => redis::cmd("RWLOCK.ACQUIRE"),
         };
         c.arg(key).arg(token);
         match self {
-            Family::Lock => {}
+            Family::Lock | Family::Delayed => {}
             Family::Semaphore => {
                 c.arg(1);
             }
@@ -51,6 +56,9 @@ impl Family {
             }
         }
         c.arg(ttl);
+        if matches!(self, Family::Delayed) && token == "holder" {
+            c.arg("LOCKDELAY").arg(HOLDER_DELAY_MS);
+        }
         c
     }
 }
@@ -68,7 +76,8 @@ fn never_inside_the_ending_lease(family: Family) {
             pipe.add_command(family.acquire(k, "holder", HOLD_MS)).ignore();
         }
         pipe.query::<()>(&mut c).expect("holders");
-        // The holder's lease end is its key's expiry (either kind of key).
+        // The holder's lease end is its key's expiry (either kind of key;
+        // with a lock-delay, the delay's end, through which the key is held).
         let ends: Vec<i64> = keys.iter().map(|k| expiry_ms(&mut c, k)).collect();
         let waiters: Vec<_> = keys
             .iter()
@@ -117,6 +126,11 @@ fn never_inside_the_ending_lease(family: Family) {
 #[test]
 fn an_exclusive_lock_waiter_is_granted_after_the_last_millisecond() {
     never_inside_the_ending_lease(Family::Lock);
+}
+
+#[test]
+fn a_waiter_behind_a_lock_delay_is_granted_after_its_last_millisecond() {
+    never_inside_the_ending_lease(Family::Delayed);
 }
 
 #[test]

@@ -528,3 +528,45 @@ fn module_names(con: &mut redis::Connection) -> Vec<String> {
     let modules: Vec<Vec<Value>> = redis::cmd("MODULE").arg("LIST").query(con).unwrap();
     modules.iter().filter_map(|m| m.get(1)).map(|n| redis::from_redis_value(n.clone()).unwrap()).collect()
 }
+
+/// LOCKDELAY and MAXHOLD (docs/lease.md) propagate as effects with
+/// absolute times too: a grant and a renewal that rewrites `leaseEnd` as
+/// `SET … PXAT`, a renewal without a delay as `PEXPIREAT`, a release as
+/// `DEL`, and settling an ended lease as its tombstone's `SET … PXAT`
+/// with the expiry unchanged.
+#[test]
+fn lease_terms_propagate_as_set_pxat_pexpireat_and_del() {
+    let master = Server::builder().arg("repl-diskless-sync", "no").start();
+    let (mut link, buf) = attach_fake_replica(master.port());
+    let mut m = master.conn();
+    let get = |m: &mut Connection, k: &str| -> String { redis::cmd("GET").arg(k).query(m).unwrap() };
+    let expiry = |m: &mut Connection, k: &str| -> i64 { redis::cmd("PEXPIRETIME").arg(k).query(m).unwrap() };
+    let mut expected = Vec::new();
+    assert_eq!(lock(&mut m, &["LOCK.ACQUIRE", "r:l", "tok", "60000", "LOCKDELAY", "5000", "MAXHOLD", "90000"]), 1);
+    expected.push(format!("SET r:l {} PXAT {}", get(&mut m, "r:l"), expiry(&mut m, "r:l")));
+    assert_eq!(lock(&mut m, &["LOCK.RENEW", "r:l", "tok", "120000"]), 2);
+    let renewed = get(&mut m, "r:l");
+    assert!(renewed.contains(r#""lockDelay":5000,"leaseEnd":"#), "{renewed}");
+    expected.push(format!("SET r:l {renewed} PXAT {}", expiry(&mut m, "r:l")));
+    assert_eq!(lock(&mut m, &["LOCK.ACQUIRE", "r:m", "tok", "60000", "MAXHOLD", "90000"]), 1);
+    expected.push(format!("SET r:m {} PXAT {}", get(&mut m, "r:m"), expiry(&mut m, "r:m")));
+    assert_eq!(lock(&mut m, &["LOCK.RENEW", "r:m", "tok", "1000"]), 1);
+    expected.push(format!("PEXPIREAT r:m {}", expiry(&mut m, "r:m")));
+    assert_eq!(lock(&mut m, &["LOCK.RELEASE", "r:l", "tok"]), 1);
+    expected.push("DEL r:l".into());
+    assert_eq!(lock(&mut m, &["LOCK.ACQUIRE", "r:t", "tok", "100", "LOCKDELAY", "60000"]), 1);
+    expected.push(format!("SET r:t {} PXAT {}", get(&mut m, "r:t"), expiry(&mut m, "r:t")));
+    let pxat = expiry(&mut m, "r:t");
+    while now_ms(&mut m) <= pxat - 60_000 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(lock(&mut m, &["LOCK.ACQUIRE", "r:t", "other", "60000"]), 0);
+    assert_eq!(get(&mut m, "r:t"), format!(r#"{{"owner":null,"delayedUntil":{pxat}}}"#));
+    assert_eq!(expiry(&mut m, "r:t"), pxat, "settling kept the expiry");
+    expected.push(format!(r#"SET r:t {{"owner":null,"delayedUntil":{pxat}}} PXAT {pxat}"#));
+    expected.push("SET r:end 1".into());
+    let commands = read_stream_to_marker(&mut m, &mut link, buf);
+    let shown: Vec<String> =
+        commands.iter().filter(|c| !matches!(name(c).as_str(), "SELECT" | "PING" | "REPLCONF")).map(show).collect();
+    assert_eq!(shown, expected);
+}

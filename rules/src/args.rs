@@ -33,6 +33,14 @@ pub enum ArgError {
     ModeInvalid,
     /// `INFO … COUNT n` with an `n` that is not a positive integer.
     CountInvalid,
+    /// `LOCKDELAY ms` is not an integer from 0 to [`MAX_LOCK_DELAY_MS`].
+    LockDelayInvalid,
+    /// `MAXHOLD ms` is not a positive integer.
+    MaxHoldInvalid,
+    /// `MAXHOLD ms` is shorter than the grant's own ttl-ms.
+    MaxHoldBelowTtl,
+    /// now + `MAXHOLD` does not fit the 64-bit millisecond clock.
+    MaxHoldTooLarge,
     /// An election's value (a JSON string) that is not UTF-8.
     ValueNotUtf8,
     /// LOCK.OBSERVE's `AFTER rev` is not a non-negative integer.
@@ -57,6 +65,10 @@ impl ArgError {
             ArgError::LimitInvalid => c"ERR limit must be a positive integer (at most 9007199254740992)",
             ArgError::ModeInvalid => c"ERR mode must be READ or WRITE",
             ArgError::CountInvalid => c"ERR COUNT must be a positive integer",
+            ArgError::LockDelayInvalid => c"ERR LOCKDELAY must be an integer from 0 to 60000 (milliseconds)",
+            ArgError::MaxHoldInvalid => c"ERR MAXHOLD must be a positive integer (milliseconds)",
+            ArgError::MaxHoldBelowTtl => c"ERR MAXHOLD must be at least ttl-ms",
+            ArgError::MaxHoldTooLarge => c"ERR MAXHOLD is too large: the hold limit would overflow",
             ArgError::ValueNotUtf8 => c"ERR token and value must be valid UTF-8",
             ArgError::RevInvalid => c"ERR AFTER rev must be a non-negative integer",
         }
@@ -108,22 +120,44 @@ pub fn expiry_at(now_ms: i64, ttl_ms: i64) -> Result<i64, ArgError> {
     now_ms.checked_add(ttl_ms).ok_or(ArgError::TtlTooLarge)
 }
 
-/// Options after the fixed arguments of LOCK.ACQUIRE / LOCK.TAKEOVER.
+/// The longest `LOCKDELAY` (ms), as Consul caps its sessions' `LockDelay`.
+pub const MAX_LOCK_DELAY_MS: i64 = 60_000;
+
+/// Options after the fixed arguments of a grant command.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GrantOptions {
     /// `FENCE`: reply with the grant's fencing token (nil on refusal).
     pub fence: bool,
     /// `WAIT timeout-ms`: block until granted or timed out (0 = no timeout).
     pub wait: Option<i64>,
+    /// `LOCKDELAY ms`: after the lease ends involuntarily, the key refuses
+    /// every acquire for this long (see [`crate::lease`]).
+    pub lock_delay: Option<i64>,
+    /// `MAXHOLD ms`: renewals never end the lease past grant time + this.
+    pub max_hold: Option<i64>,
 }
 
 /// Which options a command takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Grammar {
-    /// LOCK.ACQUIRE: `[FENCE] [WAIT timeout-ms]`.
+    /// LOCK.ACQUIRE: `[FENCE] [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms]`.
     Acquire,
-    /// LOCK.TAKEOVER: `[FENCE]`.
+    /// LOCK.TAKEOVER: `[FENCE] [LOCKDELAY ms] [MAXHOLD ms]`.
     Takeover,
+    /// SEM.ACQUIRE and RWLOCK.ACQUIRE: `[FENCE] [WAIT timeout-ms]` (their
+    /// sorted sets keep no per-holder lease terms, see `docs/lease.md`).
+    Holders,
+}
+
+impl Grammar {
+    fn takes_wait(self) -> bool {
+        matches!(self, Grammar::Acquire | Grammar::Holders)
+    }
+
+    /// `LOCKDELAY` and `MAXHOLD`.
+    fn takes_lease_terms(self) -> bool {
+        matches!(self, Grammar::Acquire | Grammar::Takeover)
+    }
 }
 
 /// Parses the options (case-insensitive, any order; repeating one keeps the last).
@@ -136,14 +170,39 @@ pub fn parse_grant_options<'a>(
     while let Some(arg) = args.next() {
         if arg.eq_ignore_ascii_case(b"FENCE") {
             opts.fence = true;
-        } else if arg.eq_ignore_ascii_case(b"WAIT") && grammar == Grammar::Acquire {
+        } else if arg.eq_ignore_ascii_case(b"WAIT") && grammar.takes_wait() {
             let timeout = args.next().ok_or(ArgError::Syntax)?;
             opts.wait = Some(parse_timeout(timeout)?);
+        } else if arg.eq_ignore_ascii_case(b"LOCKDELAY") && grammar.takes_lease_terms() {
+            opts.lock_delay = Some(parse_lock_delay(args.next().ok_or(ArgError::Syntax)?)?);
+        } else if arg.eq_ignore_ascii_case(b"MAXHOLD") && grammar.takes_lease_terms() {
+            opts.max_hold =
+                Some(parse_ttl(args.next().ok_or(ArgError::Syntax)?).map_err(|_| ArgError::MaxHoldInvalid)?);
         } else {
             return Err(ArgError::Syntax);
         }
     }
     Ok(opts)
+}
+
+/// `LOCKDELAY ms`: 0 to [`MAX_LOCK_DELAY_MS`], in Redis's strict integer
+/// syntax (no sign, no leading zeros).
+fn parse_lock_delay(arg: &[u8]) -> Result<i64, ArgError> {
+    if arg == b"0" {
+        return Ok(0);
+    }
+    parse_ttl(arg).ok().filter(|&ms| ms <= MAX_LOCK_DELAY_MS).ok_or(ArgError::LockDelayInvalid)
+}
+
+/// The checks of `MAXHOLD` against the grant's ttl-ms, made before the key
+/// is opened: a hold limit shorter than the first lease would cap the grant
+/// itself. (Whether now + `MAXHOLD` fits the clock is checked with the
+/// clock, by [`crate::lease::grant`].)
+pub fn check_lease_terms(opts: &GrantOptions, ttl_ms: i64) -> Result<(), ArgError> {
+    match opts.max_hold {
+        Some(max) if max < ttl_ms => Err(ArgError::MaxHoldBelowTtl),
+        _ => Ok(()),
+    }
 }
 
 /// A WAIT timeout: 0 (wait forever) or a positive number of milliseconds.
@@ -218,20 +277,54 @@ mod tests {
     #[test]
     fn grant_options_are_case_insensitive_and_closed() {
         let acquire = |args: &[&[u8]]| parse_grant_options(Grammar::Acquire, args.iter().copied());
-        assert_eq!(acquire(&[]), Ok(GrantOptions { fence: false, wait: None }));
-        assert_eq!(acquire(&[b"fence"]), Ok(GrantOptions { fence: true, wait: None }));
-        assert_eq!(acquire(&[b"WaIt", b"250", b"FENCE"]), Ok(GrantOptions { fence: true, wait: Some(250) }));
-        assert_eq!(acquire(&[b"wait", b"0"]), Ok(GrantOptions { fence: false, wait: Some(0) }));
+        let opts = |fence, wait| GrantOptions { fence, wait, ..GrantOptions::default() };
+        assert_eq!(acquire(&[]), Ok(opts(false, None)));
+        assert_eq!(acquire(&[b"fence"]), Ok(opts(true, None)));
+        assert_eq!(acquire(&[b"WaIt", b"250", b"FENCE"]), Ok(opts(true, Some(250))));
+        assert_eq!(acquire(&[b"wait", b"0"]), Ok(opts(false, Some(0))));
         assert_eq!(acquire(&[b"wait"]), Err(ArgError::Syntax));
         for bad in [&b"-1"[..], b"1.5", b"x", b"01"] {
             assert_eq!(acquire(&[b"wait", bad]), Err(ArgError::TimeoutInvalid));
         }
         assert_eq!(acquire(&[b"fences"]), Err(ArgError::Syntax));
         assert_eq!(parse_grant_options(Grammar::Takeover, [&b"wait"[..], b"10"]), Err(ArgError::Syntax));
-        assert_eq!(
-            parse_grant_options(Grammar::Takeover, [&b"Fence"[..]]),
-            Ok(GrantOptions { fence: true, wait: None })
-        );
+        assert_eq!(parse_grant_options(Grammar::Takeover, [&b"Fence"[..]]), Ok(opts(true, None)));
+        assert_eq!(parse_grant_options(Grammar::Holders, [&b"wait"[..], b"10"]), Ok(opts(false, Some(10))));
+    }
+
+    #[test]
+    fn lease_terms_parse_on_lock_grants_only() {
+        let parse = |g, args: &[&[u8]]| parse_grant_options(g, args.iter().copied());
+        let terms = |lock_delay, max_hold| GrantOptions { lock_delay, max_hold, ..GrantOptions::default() };
+        for g in [Grammar::Acquire, Grammar::Takeover] {
+            assert_eq!(parse(g, &[b"lockdelay", b"5000"]), Ok(terms(Some(5000), None)));
+            assert_eq!(parse(g, &[b"MaxHold", b"90000", b"LOCKDELAY", b"0"]), Ok(terms(Some(0), Some(90_000))));
+            assert_eq!(parse(g, &[b"LOCKDELAY", b"60000"]), Ok(terms(Some(60_000), None)));
+            assert_eq!(parse(g, &[b"LOCKDELAY", b"1", b"LOCKDELAY", b"2"]), Ok(terms(Some(2), None)));
+            assert_eq!(parse(g, &[b"MAXHOLD", b"9223372036854775807"]), Ok(terms(None, Some(i64::MAX))));
+            assert_eq!(parse(g, &[b"LOCKDELAY"]), Err(ArgError::Syntax));
+            assert_eq!(parse(g, &[b"MAXHOLD"]), Err(ArgError::Syntax));
+            for bad in [&b"60001"[..], b"-1", b"+5", b"01", b"1.5", b"", b"x", b"99999999999999999999"] {
+                assert_eq!(parse(g, &[b"LOCKDELAY", bad]), Err(ArgError::LockDelayInvalid), "{bad:?}");
+            }
+            for bad in [&b"0"[..], b"-1", b"01", b"1e3", b"", b"9223372036854775808"] {
+                assert_eq!(parse(g, &[b"MAXHOLD", bad]), Err(ArgError::MaxHoldInvalid), "{bad:?}");
+            }
+        }
+        let full = parse(Grammar::Acquire, &[b"fence", b"maxhold", b"10", b"wait", b"5", b"lockdelay", b"7"]);
+        assert_eq!(full, Ok(GrantOptions { fence: true, wait: Some(5), lock_delay: Some(7), max_hold: Some(10) }));
+        assert_eq!(parse(Grammar::Holders, &[b"LOCKDELAY", b"5"]), Err(ArgError::Syntax));
+        assert_eq!(parse(Grammar::Holders, &[b"MAXHOLD", b"5"]), Err(ArgError::Syntax));
+    }
+
+    #[test]
+    fn max_hold_is_at_least_the_ttl() {
+        let max = |max_hold| GrantOptions { max_hold, ..GrantOptions::default() };
+        assert_eq!(check_lease_terms(&max(None), 30_000), Ok(()));
+        assert_eq!(check_lease_terms(&max(Some(30_000)), 30_000), Ok(()));
+        assert_eq!(check_lease_terms(&max(Some(29_999)), 30_000), Err(ArgError::MaxHoldBelowTtl));
+        assert!(ArgError::MaxHoldBelowTtl.reply().contains("MAXHOLD"));
+        assert!(ArgError::LockDelayInvalid.reply().contains("LOCKDELAY"));
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //! - [`guard`]: LOCK.GUARD's ownership rule and the inner commands it refuses.
 //! - [`histogram`]: fixed-size duration histograms (`INFO lock` percentiles).
 //! - [`holders`]: semaphores and read-write locks (several holders per key).
+//! - [`lease`]: LOCKDELAY and MAXHOLD: a grant's lease fields, renewals,
+//!   settling an ended lease to its tombstone, what LOCK.INFO shows.
 //! - [`queue`]: the wait queues' bookkeeping (FIFO per key, timers).
 //! - [`scripts`]: the reference Lua scripts.
 //! - [`top`]: LOCK.TOP's order of contended keys.
@@ -29,6 +31,7 @@ pub mod fence;
 pub mod guard;
 pub mod histogram;
 pub mod holders;
+pub mod lease;
 pub mod lock;
 pub mod observers;
 pub mod queue;

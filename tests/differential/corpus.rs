@@ -21,6 +21,19 @@ pub fn values() -> Vec<Vec<u8>> {
         "}",
         "[",
         "tok{",
+        // The lock-delay's tombstone (module-written: nobody owns it), and
+        // lease fields in anything but the module's exact encoding, which
+        // must stay plain values (an ended hold limit or lease is not
+        // settled, a renewal is not capped).
+        r#"{"owner":null,"delayedUntil":1}"#,
+        r#"{"owner":"tok","lockDelay":5000,"leaseEnd":1} "#,
+        r#"{"owner":"tok", "holdUntil":1}"#,
+        r#"{"owner":"tok","holdUntil":01}"#,
+        r#"{"owner":"tok","holdUntil":1.0}"#,
+        r#"{"owner":"t\u006fk","holdUntil":1}"#,
+        r#"{"leaseEnd":1,"owner":"tok","lockDelay":5000}"#,
+        r#"{"owner":"tok","leaseEnd":1,"lockDelay":5000}"#,
+        r#"{"owner":"tok","runId":"run-1","holdUntil":1,"x":1}"#,
         // Structured values as writers produce them.
         r#"{"owner":"tok","runId":"run-1"}"#,
         r#"{"runId":"run-1","owner":"tok"}"#,

@@ -1,0 +1,109 @@
+//! LOCKDELAY and MAXHOLD on the exclusive lock's key (the rules:
+//! `redis_lock_rules::lease`): what a grant stores, and settling a lease
+//! that has ended.
+//!
+//! Settling is lazy, as Redis's own expiry is: every module command that
+//! opens a lock key for writing first rewrites a canonical value whose
+//! lease has ended as its tombstone, keeping the key's expiry (replicated
+//! as `SET key tombstone PXAT <same>`), or deletes it when no delay is left
+//! to run. From then on the scripts see it as the module does: a value no
+//! token owns, that `SET NX` cannot replace, gone when its delay ends (the
+//! key's own expiry, which also wakes the key's waiters).
+
+use redis_lock_rules::args::{check_utf8, ArgError};
+use redis_lock_rules::encode::structured_value;
+use redis_lock_rules::lease::{self, Grant, Settle, Terms};
+use redis_lock_rules::value::{self, Election, Stored};
+use redis_lock_rules::Entry;
+use redis_module::raw::RedisModuleString;
+
+use crate::key::{Ctx, LockKey, NewValue};
+use crate::stats;
+
+/// Opens `name` for a write command at `now`, settling an ended lease first.
+pub fn open(ctx: Ctx, name: *mut RedisModuleString, now: i64) -> LockKey {
+    let mut k = LockKey::open(ctx, name);
+    settle(&mut k, now);
+    k
+}
+
+/// Settles the open key's lease if it ended by `now`.
+pub fn settle(k: &mut LockKey, now: i64) {
+    // The value's last bytes first: most keys hold no lease field, and
+    // for them the expiry is not even read.
+    let verdict = match k.entry() {
+        Entry::Str(v) if lease::may_have_lease(v) => lease::settle(v, k.expires_at(), now),
+        _ => return,
+    };
+    match verdict {
+        Settle::Keep => {}
+        Settle::Tombstone { until } => {
+            k.set(NewValue::Composed(&value::tombstone(until)), until);
+            stats::DELAYS_STARTED.add();
+        }
+        Settle::Delete => k.delete(),
+    }
+}
+
+/// Whether the open key is in a lock-delay (holds a tombstone).
+pub fn delayed(k: &LockKey) -> bool {
+    matches!(k.entry(), Entry::Str(v) if value::parse_tombstone(v).is_some())
+}
+
+/// What a lock grant stores.
+pub enum Granted {
+    /// The token argument itself (`SET key token PXAT …`).
+    Token,
+    /// A value the module composed.
+    Bytes(Vec<u8>),
+}
+
+impl Granted {
+    /// The value to store for `token`.
+    pub fn new_value(&self, token: *mut RedisModuleString) -> NewValue<'_> {
+        match self {
+            Granted::Token => NewValue::Arg(token),
+            Granted::Bytes(v) => NewValue::Composed(v),
+        }
+    }
+}
+
+/// Checks, before the key is opened, what a lock grant with `terms` needs
+/// of its token: with lease fields the value is structured, so the token
+/// must be UTF-8 (Go's JSON carries nothing else unchanged).
+pub fn check_token(token: &[u8], terms: Terms) -> Result<(), ArgError> {
+    if terms.stores_fields() {
+        check_utf8(token)?;
+    }
+    Ok(())
+}
+
+/// The value of a takeover's grant `g`: `{"owner":…,"runId":…}` as it
+/// always was, followed by the lease fields if any. Composed only once the
+/// takeover is granted (a refusal costs no encoding).
+pub fn takeover_value(token: &str, run_id: &str, g: &Grant) -> Vec<u8> {
+    if g.hold_until.is_none() && g.delay.is_none() {
+        return structured_value(token, run_id);
+    }
+    lease::encode_with(Stored { run_id: Some(run_id.to_owned()), ..Stored::owned_by(token) }, g)
+}
+
+/// The value of a lock grant `g` to `token` (a waiter's, checked as
+/// UTF-8 when it called if its terms store fields): the bare token without
+/// lease fields, else the structured value.
+pub fn lock_value(token: &[u8], g: &Grant) -> Granted {
+    if g.hold_until.is_none() && g.delay.is_none() {
+        return Granted::Token;
+    }
+    let owner = String::from_utf8_lossy(token);
+    Granted::Bytes(lease::encode_with(Stored::owned_by(&owner), g))
+}
+
+/// The value of an election grant `g` to `token` with fence `term` and
+/// `value` (both checked as UTF-8 when the candidate called): the grant
+/// is the term's first revision.
+pub fn elect_value(token: &[u8], term: u64, value: &[u8], g: &Grant) -> Vec<u8> {
+    let (owner, value) = (String::from_utf8_lossy(token), String::from_utf8_lossy(value));
+    let election = Election { term, rev: term, value: value.into_owned() };
+    lease::encode_with(Stored { election: Some(election), ..Stored::owned_by(&owner) }, g)
+}
