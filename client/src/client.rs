@@ -10,7 +10,7 @@ use redis::aio::{ConnectionManager, MultiplexedConnection};
 use tracing::Instrument as _;
 
 use crate::cluster::{self, Cluster};
-use crate::cmd::{random_token, Backend, Grant, LockCmd, LockKind};
+use crate::cmd::{random_token, Backend, Grant, Lease, LockCmd, LockKind};
 use crate::error::{Error, Result};
 use crate::holding::Flavor;
 use crate::info::LockInfo;
@@ -283,7 +283,15 @@ impl LockClient {
         opts: &LockOptions,
         flavor: Flavor,
     ) -> Result<Lock> {
-        let cmd = LockCmd::acquire_of(kind, key, &token_of(opts), ttl)?;
+        let lease = lease_of(opts, ttl)?;
+        if kind != LockKind::Exclusive && !lease.is_empty() {
+            // The server keeps them on a plain lock's value only.
+            return Err(Error::InvalidArgument(
+                "lock_delay and max_hold apply to exclusive locks and elections, not semaphores or read-write locks"
+                    .into(),
+            ));
+        }
+        let cmd = LockCmd::acquire_of(kind, key, &token_of(opts), ttl)?.with_lease(lease);
         let span = acquire_span(&cmd, "acquire", wait);
         let started = Instant::now();
         let r = self.acquire_cmd(&cmd, ttl, wait, opts, flavor).instrument(span.clone()).await;
@@ -316,7 +324,9 @@ impl LockClient {
         r
     }
 
-    async fn acquire_cmd(
+    /// An acquire of `cmd` (any grant: a lock of any kind, a campaign),
+    /// waiting up to `wait`.
+    pub(crate) async fn acquire_cmd(
         &self,
         cmd: &LockCmd,
         ttl: Duration,
@@ -330,14 +340,16 @@ impl LockClient {
         loop {
             if let Some(left) = t.may_block(backoff.left(Instant::now())) {
                 match t.clone().wait_acquire(cmd, ttl, left).await? {
-                    Waited::Granted { fence, sent } => return self.hand_out(cmd, sent, ttl, opts, flavor, fence).await,
+                    Waited::Granted { fence, sent, asked } => {
+                        return self.hand_out(cmd, Handed { fence, sent, asked }, ttl, opts, flavor).await
+                    }
                     Waited::Refused => return Err(Error::NotAcquired { key: key.into() }),
                     Waited::Unsupported => {}
                 }
             }
             let sent = Instant::now();
-            if let Grant::Granted(fence) = t.run(cmd, Some(backoff.deadline())).await? {
-                return self.hand_out(cmd, sent, ttl, opts, flavor, fence).await;
+            if let g @ Grant::Granted(_) = t.run(cmd, Some(backoff.deadline())).await? {
+                return self.hand_out(cmd, Handed { fence: g.fence(), sent, asked: sent }, ttl, opts, flavor).await;
             }
             // This first attempt found the module: wait in its queue from now.
             if t.may_block(backoff.left(Instant::now())).is_some() {
@@ -359,13 +371,15 @@ impl LockClient {
         opts: &LockOptions,
         flavor: Flavor,
     ) -> Result<Lock> {
-        let cmd = LockCmd::takeover(key, &token_of(opts), run_id, ttl)?;
+        let cmd = LockCmd::takeover(key, &token_of(opts), run_id, ttl)?.with_lease(lease_of(opts, ttl)?);
         let span = acquire_span(&cmd, "takeover", Duration::ZERO);
         let sent = Instant::now();
         let r = async {
             match self.core.run(&cmd).await? {
-                Grant::Granted(fence) => self.hand_out(&cmd, sent, ttl, opts, flavor, fence).await,
-                Grant::Refused => Err(Error::NotAcquired { key: key.into() }),
+                g if g.took_effect() => {
+                    self.hand_out(&cmd, Handed { fence: g.fence(), sent, asked: sent }, ttl, opts, flavor).await
+                }
+                _ => Err(Error::NotAcquired { key: key.into() }),
             }
         }
         .instrument(span.clone())
@@ -377,13 +391,15 @@ impl LockClient {
     async fn hand_out(
         &self,
         cmd: &LockCmd,
-        sent: Instant,
+        h: Handed,
         ttl: Duration,
         opts: &LockOptions,
         flavor: Flavor,
-        fence: Option<u64>,
     ) -> Result<Lock> {
-        let lock = Lock::new(self.core.clone(), cmd, sent, ttl, opts, flavor, fence);
+        let lock = Lock::new(self.core.clone(), cmd, h.sent, ttl, opts, flavor, h.fence);
+        if let Some(max_hold) = cmd.lease().max_hold() {
+            lock.limit_hold(h.asked, max_hold);
+        }
         replicas::confirm(&self.core, lock, opts.replicas).await
     }
 }
@@ -405,6 +421,19 @@ fn acquire_span(cmd: &LockCmd, op: &'static str, wait: Duration) -> tracing::Spa
     )
 }
 
+/// A grant to hand out: its fence, when its validity counts from, and
+/// when the command that made it was sent (a hold limit counts from then).
+struct Handed {
+    fence: Option<u64>,
+    sent: Instant,
+    asked: Instant,
+}
+
+/// `LOCKDELAY` / `MAXHOLD` of a grant of `ttl`, from the options.
+pub(crate) fn lease_of(opts: &LockOptions, ttl: Duration) -> Result<Lease> {
+    Lease::new(opts.lock_delay, opts.max_hold, ttl)
+}
+
 fn released(key: &str, took_effect: bool) -> Result<()> {
     if took_effect {
         Ok(())
@@ -415,7 +444,7 @@ fn released(key: &str, took_effect: bool) -> Result<()> {
 
 /// The runtime that will run the lock's release on drop (if the engine
 /// cannot). Checked up front: tokio would panic outside a runtime.
-fn runtime() -> Result<tokio::runtime::Handle> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Handle> {
     tokio::runtime::Handle::try_current()
         .map_err(|_| Error::InvalidArgument("the _async methods must run inside a tokio runtime".into()))
 }
@@ -428,6 +457,6 @@ pub(crate) fn check_key(key: &str) -> Result<()> {
     Ok(())
 }
 
-fn token_of(opts: &LockOptions) -> String {
+pub(crate) fn token_of(opts: &LockOptions) -> String {
     opts.token.clone().unwrap_or_else(random_token)
 }

@@ -85,6 +85,28 @@ pub struct Holder {
     pub ttl: Duration,
 }
 
+/// An election's leader, from [`Election::leader`](crate::Election::leader)
+/// and [`Election::observe`](crate::Election::observe) (`LOCK.LEADER`,
+/// `LOCK.OBSERVE`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// What the leader proclaimed: the value it campaigned with, or its
+    /// latest [`Leadership::proclaim`](crate::Leadership::proclaim). Not
+    /// UTF-8 bytes show as U+FFFD (this client only writes UTF-8).
+    pub value: String,
+    /// The leadership's term: its grant's fence, strictly greater than
+    /// every earlier leader's of the key. A follower that passes it with
+    /// its requests lets a resource refuse a deposed leader's.
+    pub term: u64,
+    /// The revision of the leadership's state: a new fence at the grant
+    /// (equal to the term) and at every proclaim, so two observations with
+    /// the same rev saw the same leader with the same value.
+    pub rev: u64,
+    /// What is left of the leader's lease (it renews it); `None`: no expiry.
+    pub ttl: Option<Duration>,
+}
+
 /// `SEM.INFO key` or `RWLOCK.INFO key` (by `kind`'s family).
 pub(crate) fn holders_cmd(kind: LockKind, key: &str) -> redis::Cmd {
     let mut c = redis::cmd(kind.info_command());
@@ -182,6 +204,38 @@ pub(crate) fn parse(v: Value) -> RedisResult<Option<LockInfo>> {
         // An older module without the field has no waiters.
         waiters: waiters.unwrap_or(0),
     }))
+}
+
+/// A `LOCK.LEADER` or `LOCK.OBSERVE` reply: nil (no leader), or `value V
+/// term N rev N ttl-ms MS` as a flat array (a map under RESP3). Unknown
+/// fields are skipped, as in [`parse`].
+pub(crate) fn parse_leader(v: Value) -> RedisResult<Option<Leader>> {
+    let Some(pairs) = fields(v)? else { return Ok(None) };
+    let (mut value, mut term, mut rev, mut ttl_ms) = (None, None, None, None);
+    for (name, v) in pairs {
+        match name.as_str() {
+            "value" => value = opt_bytes(v)?,
+            "term" => term = Some(positive(v)?),
+            "rev" => rev = Some(positive(v)?),
+            "ttl-ms" => ttl_ms = Some(int(v)?),
+            _ => {}
+        }
+    }
+    let missing = |f: &str| unexpected(Value::SimpleString(format!("leader reply without {f}")));
+    let ttl_ms = ttl_ms.ok_or_else(|| missing("ttl-ms"))?;
+    Ok(Some(Leader {
+        value: value.ok_or_else(|| missing("value"))?,
+        term: term.ok_or_else(|| missing("term"))?,
+        rev: rev.ok_or_else(|| missing("rev"))?,
+        ttl: ttl(ttl_ms).ok_or_else(|| unexpected(Value::Int(ttl_ms)))?,
+    }))
+}
+
+fn positive(v: Value) -> RedisResult<u64> {
+    match v {
+        Value::Int(n) if n > 0 => Ok(n.unsigned_abs()),
+        other => Err(unexpected(other)),
+    }
 }
 
 /// A `SEM.INFO` or `RWLOCK.INFO` reply: `limit` N or `mode`
@@ -317,6 +371,48 @@ mod tests {
             .is_err(),
             "a token without its ttl"
         );
+    }
+
+    #[test]
+    fn parses_leader_replies_in_both_protocols() {
+        let flat = Value::Array(vec![
+            bulk("value"),
+            bulk("host-a:8080"),
+            bulk("term"),
+            Value::Int(7),
+            bulk("rev"),
+            Value::Int(9),
+            bulk("ttl-ms"),
+            Value::Int(2900),
+        ]);
+        let l = parse_leader(flat).unwrap().unwrap();
+        assert_eq!((l.value.as_str(), l.term, l.rev, l.ttl), ("host-a:8080", 7, 9, Some(Duration::from_millis(2900))));
+        let map = Value::Map(vec![
+            (Value::SimpleString("term".into()), Value::Int(3)),
+            (Value::SimpleString("rev".into()), Value::Int(3)),
+            (Value::SimpleString("value".into()), Value::BulkString(vec![0xff, b'x'])),
+            (Value::SimpleString("ttl-ms".into()), Value::Int(-1)),
+            (Value::SimpleString("future".into()), Value::Nil),
+        ]);
+        let l = parse_leader(map).unwrap().unwrap();
+        assert_eq!((l.value.as_str(), l.term, l.rev, l.ttl), ("\u{fffd}x", 3, 3, None));
+        assert_eq!(parse_leader(Value::Nil).unwrap(), None);
+        assert!(parse_leader(Value::Array(vec![bulk("value"), bulk("v"), bulk("ttl-ms"), Value::Int(1)])).is_err());
+        assert!(
+            parse_leader(Value::Array(vec![
+                bulk("value"),
+                bulk("v"),
+                bulk("term"),
+                Value::Int(0),
+                bulk("rev"),
+                Value::Int(1),
+                bulk("ttl-ms"),
+                Value::Int(1)
+            ]))
+            .is_err(),
+            "a term is a fence: positive"
+        );
+        assert!(parse_leader(Value::Int(1)).is_err());
     }
 
     #[test]

@@ -131,19 +131,53 @@
 //! from each key's node, led by its configEpoch, so a key's fences keep
 //! increasing across slot moves and failovers (see docs/cluster.md).
 //!
+//! # Elections
+//!
+//! [`LockClient::election`] gives an [`Election`]: [`campaign`](Election::campaign)
+//! waits in the server's queue and returns a [`Leadership`] with a term
+//! (its grant's fence, greater than every earlier leader's), renewed and
+//! lost like a [`Lock`]; [`proclaim`](Leadership::proclaim) changes its
+//! value, [`resign`](Leadership::resign) hands over. Anyone can read the
+//! [`leader`](Election::leader) and follow it with
+//! [`observe`](Election::observe), a `Stream` of changes that never misses
+//! the latest one and reconnects by itself ([`LeaderStream`]; blocking:
+//! [`Election::observe_blocking`]). Module only, one server or a cluster.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_lock_client::{LockClient, LockOptions, WatchdogOptions};
+//!
+//! fn main() -> Result<(), redis_lock_client::Error> {
+//!     let client = LockClient::open("redis://127.0.0.1:6379/")?;
+//!     let opts = LockOptions::new().watchdog(WatchdogOptions::new()).lock_delay(Duration::from_secs(5));
+//!     let lead = client.election("service:primary").campaign_with(
+//!         "10.0.0.7:8080",
+//!         Duration::from_secs(10),
+//!         Duration::from_secs(60),
+//!         &opts,
+//!     )?;
+//!     println!("leading with term {}", lead.term());
+//!     for state in client.election("service:primary").observe_blocking()?.take(2) {
+//!         println!("{:?}", state?);
+//!     }
+//!     lead.resign()
+//! }
+//! ```
+//!
 //! # Layers
 //!
 //! From the bottom: errors and options (`error`, `failure`, `options`);
 //! pure decisions taking `now` (`cmd` builds commands and reads replies,
 //! `watchdog` the renewal schedule, `retry` backoff, failure kinds and
 //! retries, `state` the lock state, `quorum::round`'s tally, `info`
-//! parsing); the background `runtime` and the renewal `engine`; the
+//! parsing, leaders' replies included); the background `runtime` and the renewal `engine`; the
 //! transport (`send`: each operation's steps, driven on a sync or an async
 //! connection; `transport`: the seam, with one server in `single`, a
 //! cluster in `cluster`, waits' shared rules in `wait`); the modes over it
 //! (`holding`, the lifecycle every held lock shares, `lock`, `replicas`,
-//! `quorum`); the facade (`client`, the named semaphore and read-write
-//! lock handles in `named`, this file). No module imports one above it
+//! `quorum`, `observe`: the leader stream over a transport's observer
+//! connection); the facade (`client`, the named semaphore and read-write
+//! lock handles in `named`, elections in `election`, this file). No module imports one above it
 //! (`tests/layers.rs` checks there is no cycle). Every operation is
 //! implemented once, async; the sync API drives the same future to
 //! completion on the calling thread.
@@ -163,6 +197,7 @@
 mod client;
 mod cluster;
 mod cmd;
+mod election;
 mod engine;
 mod error;
 mod failure;
@@ -170,6 +205,7 @@ mod holding;
 mod info;
 mod lock;
 mod named;
+mod observe;
 mod options;
 mod quorum;
 mod replicas;
@@ -186,11 +222,13 @@ mod watchdog;
 pub use client::LockClient;
 pub use cluster::{cluster_seed_urls, is_cluster_url, SCRIPTS_RECHECK};
 pub use cmd::{Backend, LockKind};
+pub use election::{Election, Leadership};
 pub use error::{Error, Result};
 pub use holding::HeldLock;
-pub use info::{Holder, HoldersInfo, LockFormat, LockInfo};
+pub use info::{Holder, HoldersInfo, Leader, LockFormat, LockInfo};
 pub use lock::Lock;
 pub use named::{NamedLock, RwLock};
+pub use observe::{LeaderIter, LeaderStream, OBSERVE_WAIT};
 pub use options::{ClientOptions, LockOptions, WatchdogOptions};
 pub use quorum::{QuorumClient, QuorumFailure, QuorumLock, QuorumOptions};
 pub use state::{LossReason, LostSignal};

@@ -13,7 +13,7 @@ use crate::holding::{held_lock, Flavor, Holder, Holding};
 use crate::options::LockOptions;
 use crate::runtime;
 use crate::state::{LossReason, LostSignal, Shared};
-use crate::transport::{Api, Core};
+use crate::transport::{renewal_took_effect, Api, Core};
 
 /// A held lock, exclusive lock or semaphore permit or read or write lease
 /// ([`Lock::kind`]). Released when dropped (best effort).
@@ -67,7 +67,7 @@ impl Holder for Core {
             // Validity counts from before the command is sent.
             let sent = Instant::now();
             match LockCmd::renew_of(lock.kind, &lock.key, &lock.token, ttl) {
-                Ok(cmd) => (sent, self.run_ok(&cmd).await),
+                Ok(cmd) => (sent, self.run(&cmd).await.map(|g| renewal_took_effect(&lock, g))),
                 Err(e) => (sent, Err(e)),
             }
         })
@@ -95,6 +95,27 @@ impl Lock {
     /// Opens its hold's span (see `Shared::trace_held`).
     pub(crate) fn trace_held(&self, acquire: &tracing::Span, server: impl FnOnce() -> String) {
         self.held.shared.trace_held(acquire, self.held.fence, server);
+    }
+
+    /// Caps the lock's validity at `asked + max_hold`: the server's hold
+    /// limit counts from the grant, which came no earlier than `asked`.
+    pub(crate) fn limit_hold(&self, asked: Instant, max_hold: Duration) {
+        self.held.shared.limit_hold(asked, max_hold);
+    }
+
+    /// Refuses a lock already known lost or released, without a round trip.
+    pub(crate) fn held_check(&self) -> Result<()> {
+        self.held.shared.check_renewable()
+    }
+
+    /// The client's transport and engine, which hold this lock.
+    pub(crate) fn core(&self) -> Arc<Core> {
+        self.held.holder.clone()
+    }
+
+    /// Marks the lock lost (a command found it not ours).
+    pub(crate) fn lose(&self, reason: LossReason) {
+        self.held.shared.mark_lost(reason);
     }
 
     /// The TTL it was granted (and is renewed) for.

@@ -66,6 +66,8 @@ pub struct LockOptions {
     pub(crate) retry_min_delay: Duration,
     pub(crate) retry_max_delay: Duration,
     pub(crate) replicas: Option<(u32, Duration)>,
+    pub(crate) lock_delay: Option<Duration>,
+    pub(crate) max_hold: Option<Duration>,
 }
 
 impl Default for LockOptions {
@@ -74,6 +76,8 @@ impl Default for LockOptions {
             token: None,
             watchdog: None,
             replicas: None,
+            lock_delay: None,
+            max_hold: None,
             retry_min_delay: Duration::from_millis(10),
             retry_max_delay: Duration::from_millis(200),
         }
@@ -112,6 +116,36 @@ impl LockOptions {
     /// handed out as soon as the master granted it).
     pub fn wait_for_replicas(mut self, n: u32, timeout: Duration) -> Self {
         self.replicas = Some((n, timeout));
+        self
+    }
+
+    /// A lock-delay (Chubby's, Consul's `LockDelay`), enforced by the
+    /// server: when this lock ends *involuntarily* — its lease runs out
+    /// (a holder that stopped renewing: paused, partitioned, dead) or it is
+    /// taken over — nobody can acquire the key until `delay` after that
+    /// end, so a paused holder that still writes to a resource that cannot
+    /// check fences is not joined by a second writer at once. A release
+    /// frees the key at once. Sent as `LOCKDELAY ms` with the acquire
+    /// (0 to 60 s, whole milliseconds); needs the module (without it:
+    /// [`Error::Unsupported`](crate::Error::Unsupported)). Default: none
+    /// (the key is free the moment the lease ends).
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = Some(delay);
+        self
+    }
+
+    /// A hold limit enforced by the server: renewals never extend the lease
+    /// past the grant's time plus `limit`, so a holder whose watchdog renews
+    /// forever cannot keep the key forever. A renewal cut short by the
+    /// limit is answered 2 (not 1); the lock then ends at the limit and is
+    /// reported lost with [`LossReason::MaxHold`](crate::LossReason::MaxHold).
+    /// Unlike [`WatchdogOptions::max_lifetime`], which this process
+    /// enforces on itself, it holds against a runaway holder. Sent as
+    /// `MAXHOLD ms` with the acquire (at least the TTL); needs the module
+    /// (without it: [`Error::Unsupported`](crate::Error::Unsupported)).
+    /// Default: none (renewals always extend by the full TTL).
+    pub fn max_hold(mut self, limit: Duration) -> Self {
+        self.max_hold = Some(limit);
         self
     }
 

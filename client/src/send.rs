@@ -148,9 +148,9 @@ impl Exchange for Lock<'_> {
     type Output = Grant;
 
     fn start(&mut self) -> Next<Grant> {
-        // A kind without a fallback always asks the module (it may have
+        // A command without a fallback always asks the module (it may have
         // been loaded since), and its "unknown command" is the caller's.
-        if self.backend.get() == Backend::Scripts && self.cmd.kind().has_fallback() {
+        if self.backend.get() == Backend::Scripts && self.cmd.has_fallback() {
             return self.fall_back();
         }
         Next::Send(Request::Cmd(self.cmd.module_cmd()))
@@ -165,7 +165,7 @@ impl Exchange for Lock<'_> {
                 self.backend.set(Backend::Module);
                 Next::Done(module_reply(v, self.cmd.fenced()))
             }
-            Err(e) if self.cmd.kind().has_fallback() && is_unknown_command(&e) => {
+            Err(e) if self.cmd.has_fallback() && is_unknown_command(&e) => {
                 self.backend.set(Backend::Scripts);
                 self.fall_back()
             }

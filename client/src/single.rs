@@ -25,7 +25,7 @@ use crate::options::ClientOptions;
 use crate::runtime;
 use crate::send::{self, BackendCell, Exchange};
 use crate::trace;
-use crate::transport::{self, bounded, Api, Transport};
+use crate::transport::{self, bounded, Api, Observer, Transport};
 use crate::wait::{self, ReleaseOnCancel, Waited};
 
 /// The shared async connection.
@@ -298,8 +298,8 @@ impl Single {
             let sent = Instant::now();
             let waiting = cmd.with_wait(wait::wait_ms(left));
             match send::drive_async(send::Lock::new(&waiting, backend), &mut con).await {
-                Ok(Grant::Granted(fence)) => break (con, sent, fence, guard),
-                Ok(Grant::Refused) => {
+                Ok(g) if g.took_effect() => break (con, sent, g.fence(), guard),
+                Ok(_) => {
                     guard.disarm();
                     self.waits.put(&(), con);
                     return Ok(wait::refused(backend));
@@ -399,5 +399,52 @@ impl Transport for Single {
 
     fn server_of(&self, _key: &str) -> String {
         self.server.clone()
+    }
+
+    fn observer(self: Arc<Self>, _key: &str) -> Result<Box<dyn Observer>> {
+        let Conns::Url { client, .. } = &self.conns else {
+            return Err(Error::InvalidArgument(
+                "observing needs a connection of its own: build the client from a URL or a redis::Client".into(),
+            ));
+        };
+        Ok(Box::new(SingleObserver { client: client.clone(), opts: self.opts.clone(), con: None }))
+    }
+}
+
+/// An observer's own connection to the one server.
+struct SingleObserver {
+    client: redis::Client,
+    opts: ClientOptions,
+    con: Option<MultiplexedConnection>,
+}
+
+impl SingleObserver {
+    async fn call_once(&mut self, cmd: &redis::Cmd, wait: Duration) -> Result<Value> {
+        let mut con = match self.con.take() {
+            Some(c) => c,
+            None => {
+                // No response timeout of its own: each call sets one.
+                let cfg = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.opts.connect_timeout))
+                    .set_response_timeout(None);
+                let client = self.client.clone();
+                runtime::on_background(async move { client.get_multiplexed_async_connection_with_config(&cfg).await })
+                    .await??
+            }
+        };
+        con.set_response_timeout(wait.saturating_add(self.opts.response_timeout));
+        let r = cmd.query_async::<Value>(&mut con).await;
+        // After a failure of the connection itself its state is unknown
+        // (a late reply could be taken for the next one's): a new one then.
+        if !matches!(&r, Err(e) if wait::outcome_unknown(e)) {
+            self.con = Some(con);
+        }
+        Ok(r?)
+    }
+}
+
+impl Observer for SingleObserver {
+    fn call<'a>(&'a mut self, cmd: &'a redis::Cmd, wait: Duration) -> BoxFuture<'a, Result<Value>> {
+        Box::pin(self.call_once(cmd, wait))
     }
 }

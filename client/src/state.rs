@@ -24,6 +24,9 @@ pub enum LossReason {
     /// The watchdog reached its maximum lifetime, stopped renewing, and the
     /// lock then ran out its TTL.
     MaxLifetime,
+    /// The server's hold limit ([`LockOptions::max_hold`](crate::LockOptions::max_hold))
+    /// cut the last renewal short, and the lease then ended at that limit.
+    MaxHold,
 }
 
 impl LossReason {
@@ -33,6 +36,7 @@ impl LossReason {
             LossReason::NotOwner => "not_owner",
             LossReason::Expired => "expired",
             LossReason::MaxLifetime => "max_lifetime",
+            LossReason::MaxHold => "max_hold",
         }
     }
 }
@@ -43,6 +47,7 @@ impl fmt::Display for LossReason {
             LossReason::NotOwner => "the key was deleted, expired or taken by another owner",
             LossReason::Expired => "no renewal succeeded within the TTL",
             LossReason::MaxLifetime => "the watchdog reached its maximum lifetime and the TTL ran out",
+            LossReason::MaxHold => "the server's hold limit (max-hold) ended the lease",
         })
     }
 }
@@ -65,6 +70,13 @@ pub(crate) struct Inner {
     pub(crate) ttl: Duration,
     /// The watchdog stopped at its maximum lifetime.
     pub(crate) retired: bool,
+    /// The server's hold limit, as this process can tell it: when the
+    /// granting command was sent, plus `MAXHOLD` (the server counts from
+    /// the grant, never earlier). No validity goes past it.
+    pub(crate) hold_until: Option<Instant>,
+    /// A renewal was cut short by the hold limit: `valid_until` is the
+    /// limit's, and its end is a [`LossReason::MaxHold`].
+    pub(crate) capped: bool,
     /// Release or drop asked the watchdog to stop (the engine drops the
     /// lock from its schedule when it next comes due).
     pub(crate) stop: bool,
@@ -138,6 +150,8 @@ impl Shared {
                 valid_until: sent_at + ttl,
                 ttl,
                 retired: false,
+                hold_until: None,
+                capped: false,
                 stop: false,
                 sleepers: 0,
                 held: None,
@@ -153,7 +167,13 @@ impl Shared {
         // (every update is a single assignment), so poisoning is ignored.
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if g.status == Status::Held && Instant::now() >= g.valid_until {
-            g.status = Status::Lost(if g.retired { LossReason::MaxLifetime } else { LossReason::Expired });
+            g.status = Status::Lost(if g.capped {
+                LossReason::MaxHold
+            } else if g.retired {
+                LossReason::MaxLifetime
+            } else {
+                LossReason::Expired
+            });
             g.ended(&self.key, "");
             self.wake(&g);
         }
@@ -183,15 +203,45 @@ impl Shared {
         self.lock().status
     }
 
-    /// A successful renewal sent at `sent_at`: extends validity if still held.
+    /// A successful renewal sent at `sent_at`: extends validity if still
+    /// held, never past the hold limit.
     pub(crate) fn renewed(&self, sent_at: Instant, ttl: Duration) -> bool {
         let mut g = self.lock();
         if g.status != Status::Held {
             return false;
         }
-        g.valid_until = sent_at + ttl;
+        let end = sent_at + ttl;
+        match g.hold_until {
+            Some(limit) if end >= limit => {
+                g.valid_until = limit;
+                g.capped = true;
+            }
+            // Capped by the server at a limit this process cannot place
+            // (it knows none): the lease may end any moment after the
+            // last validity, which is therefore not extended.
+            None if g.capped => {}
+            _ => g.valid_until = end,
+        }
         g.ttl = ttl;
         true
+    }
+
+    /// The grant was made no earlier than `asked` with a hold limit of
+    /// `max_hold`: no validity goes past `asked + max_hold`.
+    pub(crate) fn limit_hold(&self, asked: Instant, max_hold: Duration) {
+        let mut g = self.lock();
+        let limit = asked + max_hold;
+        g.hold_until = Some(limit);
+        if g.valid_until >= limit {
+            g.valid_until = limit;
+            g.capped = true;
+        }
+    }
+
+    /// A renewal answered that the hold limit cut it short (`LOCK.RENEW`
+    /// replied 2): its end is then a [`LossReason::MaxHold`].
+    pub(crate) fn mark_capped(&self) {
+        self.lock().capped = true;
     }
 
     /// Why the lock was lost, if it was.

@@ -82,6 +82,24 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// The server of `key` as traces name it (`host:port`), from what is
     /// known already: never a round trip.
     fn server_of(&self, key: &str) -> String;
+
+    /// A connection of its own to the server (in a cluster: the node) of
+    /// `key`, for one observer's blocking `LOCK.OBSERVE` calls (see
+    /// [`Observer`]). Opened on the first call. [`Error::InvalidArgument`]
+    /// for a client built from a given connection, which cannot open one.
+    fn observer(self: Arc<Self>, key: &str) -> Result<Box<dyn Observer>>;
+}
+
+/// One observer's dedicated connection: a blocked `LOCK.OBSERVE` holds its
+/// connection until the server answers, so it cannot share the client's.
+/// Each call sends one command there, with a reply timeout of `wait` plus
+/// the response timeout, and returns its reply (error replies as errors);
+/// a cluster's follows `MOVED` and `ASK` to the slot's owner, and rides
+/// out a failover (retrying from the seed nodes) for a while before it
+/// gives the error back. A connection that failed is dropped, and the next
+/// call opens a new one.
+pub(crate) trait Observer: Send {
+    fn call<'a>(&'a mut self, cmd: &'a redis::Cmd, wait: Duration) -> BoxFuture<'a, Result<redis::Value>>;
 }
 
 /// A client's transport, options and renewal engine.
@@ -123,10 +141,11 @@ impl Renewer for Core {
             let ok: Vec<LockCmd> = cmds.iter().filter_map(|c| c.as_ref().ok().cloned()).collect();
             let mut ran = self.transport.clone().run_batch(ok, batch).await.into_iter();
             cmds.into_iter()
-                .map(|c| match c {
+                .zip(&due)
+                .map(|(c, d)| match c {
                     Ok(_) => ran.next().map_or_else(
                         || (now, Err(Error::InvalidArgument("no renewal answer".into()))),
-                        |(sent, r)| (sent, r.map(Grant::took_effect)),
+                        |(sent, r)| (sent, r.map(|g| renewal_took_effect(&d.shared, g))),
                     ),
                     Err(e) => (now, Err(e)),
                 })
@@ -140,6 +159,16 @@ impl Renewer for Core {
             self.transport.clone().run_batch(cmds, batch).await;
         })
     }
+}
+
+/// Whether a renewal of `lock` took effect; one the hold limit cut short
+/// (2) is noted on the lock, whose end is then reported as
+/// [`LossReason::MaxHold`](crate::LossReason::MaxHold).
+pub(crate) fn renewal_took_effect(lock: &Shared, g: Grant) -> bool {
+    if g == Grant::Capped {
+        lock.mark_capped();
+    }
+    g.took_effect()
 }
 
 /// A best-effort release of `cmd`'s token, to spawn when a wait is

@@ -69,8 +69,10 @@ impl<K: Eq + Hash + Clone> Pool<K> {
 /// How a blocking acquire ended.
 pub(crate) enum Waited {
     /// Granted. `sent` is when the validity of the lock starts counting: the
-    /// moment the WAIT, or the confirming renewal, was sent.
-    Granted { fence: Option<u64>, sent: Instant },
+    /// moment the WAIT, or the confirming renewal, was sent; `asked` when
+    /// the granting WAIT was sent (no grant can be older: a hold limit
+    /// counts from it).
+    Granted { fence: Option<u64>, sent: Instant, asked: Instant },
     /// The wait ran out without a grant.
     Refused,
     /// This module has no WAIT; the caller polls from now on.
@@ -111,16 +113,19 @@ where
     F: FnOnce(LockCmd) -> Fut,
     Fut: std::future::Future<Output = Result<Grant>>,
 {
+    let asked = sent;
     if !needs_confirming(sent, ttl, Instant::now()) {
         guard.disarm();
-        return Ok(Waited::Granted { fence, sent });
+        return Ok(Waited::Granted { fence, sent, asked });
     }
     let renewal = cmd.renewal(ttl)?;
     let sent = Instant::now();
+    // A renewal cut short by a hold limit still confirms the grant; the
+    // lock's validity is capped by that limit (`Shared::limit_hold`).
     let waited = match renew(renewal).await? {
-        Grant::Granted(_) => Waited::Granted { fence, sent },
+        g if g.took_effect() => Waited::Granted { fence, sent, asked },
         // Gone again before we could confirm it (deleted, or a tiny TTL).
-        Grant::Refused => Waited::Refused,
+        _ => Waited::Refused,
     };
     guard.disarm();
     Ok(waited)

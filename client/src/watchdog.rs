@@ -130,4 +130,33 @@ mod tests {
         assert_eq!(s.loss_reason(), Some(LossReason::NotOwner));
         assert_eq!(sched.after(&s, now, ttl, Ok(true), now), Outcome::Stop, "a lost lock stays lost");
     }
+
+    #[test]
+    fn a_hold_limit_caps_the_validity_and_ends_as_max_hold() {
+        let t0 = Instant::now();
+        let ttl = ms(300);
+        let s = Shared::new("k".into(), "t".into(), crate::cmd::LockKind::Exclusive, t0, ttl);
+        s.limit_hold(t0, ms(500));
+        assert!(!s.lock().capped, "the first TTL ends before the limit");
+        let sched = Schedule::new(&WatchdogOptions::new(), t0);
+        let sent = t0 + ms(100);
+        assert_eq!(sched.after(&s, sent, ttl, Ok(true), sent), Outcome::Next(sent + ms(100)));
+        assert_eq!(s.lock().valid_until, sent + ttl);
+        let sent = t0 + ms(250);
+        s.mark_capped(); // the server answered 2
+        sched.after(&s, sent, ttl, Ok(true), sent);
+        let g = s.lock();
+        assert_eq!((g.valid_until, g.capped), (t0 + ms(500), true), "never past the limit");
+        drop(g);
+        // Past the limit the lock is lost, as MaxHold.
+        let late = Shared::new("k".into(), "t".into(), crate::cmd::LockKind::Exclusive, t0 - ms(250), ttl);
+        late.limit_hold(t0 - ms(250), ttl);
+        std::thread::sleep(ms(60));
+        assert_eq!(late.loss_reason(), Some(LossReason::MaxHold), "a limit of one TTL ends the first lease");
+        // Capped by a server whose limit this process cannot place: not extended.
+        let blind = Shared::new("k".into(), "t".into(), crate::cmd::LockKind::Exclusive, t0, ttl);
+        blind.mark_capped();
+        assert!(blind.renewed(t0 + ms(200), ttl));
+        assert_eq!(blind.lock().valid_until, t0 + ttl);
+    }
 }

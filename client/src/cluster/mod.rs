@@ -36,9 +36,11 @@
 //!
 //! Here: the connections, the [`Transport`] and the commands' retries;
 //! `urls.rs` names the nodes, `batch.rs` pipelines by slot map,
-//! `route.rs` decides where a wait goes (no I/O) and `waiting.rs` sends it.
+//! `route.rs` decides where a wait goes (no I/O) and `waiting.rs` sends it;
+//! `observe.rs` sends an election observer's calls the same way.
 
 mod batch;
+mod observe;
 mod route;
 mod urls;
 mod waiting;
@@ -61,7 +63,7 @@ use crate::retry::{self, Failure, Retrying, Step};
 use crate::runtime;
 use crate::send::{self, BackendCell};
 use crate::trace;
-use crate::transport::{bounded, Api, Transport};
+use crate::transport::{bounded, Api, Observer, Transport};
 use crate::wait::{self, Waited};
 use route::{next_after, Next};
 use urls::{addr_of, Addr};
@@ -446,5 +448,9 @@ impl Transport for Cluster {
             batch::owner_of(&map, redis_lock_rules::cluster::key_slot(key.as_bytes())).cloned()
         });
         owner.map_or_else(|| "cluster".into(), |(host, port)| format!("{host}:{port}"))
+    }
+
+    fn observer(self: Arc<Self>, key: &str) -> Result<Box<dyn Observer>> {
+        Ok(Box::new(observe::ClusterObserver::new(self, key)))
     }
 }

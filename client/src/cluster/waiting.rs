@@ -13,7 +13,7 @@ use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, RedisResult};
 use crate::cluster::route::{Action, Note, Router, Then};
 use crate::cluster::urls::Addr;
 use crate::cluster::{lock, Cluster};
-use crate::cmd::{is_wait_unsupported, Backend, Grant, LockCmd};
+use crate::cmd::{is_wait_unsupported, Backend, LockCmd};
 use crate::error::{Error, Result};
 use crate::runtime;
 use crate::send::{self, BackendCell};
@@ -61,7 +61,8 @@ impl Cluster {
                 Err(e) => Err(e),
             };
             match r {
-                Ok(Grant::Granted(fence)) => {
+                Ok(g) if g.took_effect() => {
+                    let fence = g.fence();
                     cl.learn_route(slot, route.granted());
                     cell.set_wait(true);
                     cl.backend.set(Backend::Module);
@@ -69,7 +70,7 @@ impl Cluster {
                     return wait::confirm(cmd, ttl, fence, sent, guard, |renew| async move { cl.run(&renew).await })
                         .await;
                 }
-                Ok(Grant::Refused) => {
+                Ok(_) => {
                     guard.disarm();
                     cl.waits.put(&addr, con);
                     let w = wait::refused(&cell);
@@ -126,7 +127,7 @@ impl Cluster {
         action.then
     }
 
-    fn learn_route(&self, slot: Slot, note: Option<Note>) {
+    pub(super) fn learn_route(&self, slot: Slot, note: Option<Note>) {
         match note {
             Some(Note::Owner(a)) => {
                 lock(&self.owners).insert(slot, a);
@@ -144,7 +145,7 @@ impl Cluster {
     }
 
     /// The owner a wait last reached, for `slot`.
-    fn owner(&self, slot: Slot) -> Option<Addr> {
+    pub(super) fn owner(&self, slot: Slot) -> Option<Addr> {
         lock(&self.owners).get(&slot).cloned()
     }
 
@@ -154,7 +155,7 @@ impl Cluster {
 
     /// A dedicated connection to `addr`, on the background runtime. The
     /// outer error is the runtime's, the inner one the connection's.
-    async fn open_wait(&self, addr: &Addr) -> Result<RedisResult<MultiplexedConnection>> {
+    pub(super) async fn open_wait(&self, addr: &Addr) -> Result<RedisResult<MultiplexedConnection>> {
         // No response timeout of its own: each use sets one.
         let cfg = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.opts.connect_timeout))

@@ -6,12 +6,16 @@
 //! command in `guard.rs`; sending, and finding out which of the two a
 //! server speaks, is the transport's (`send.rs`).
 
+mod elect;
 mod guard;
 mod kind;
+mod lease;
 mod reply;
 
+pub(crate) use elect::{leader_cmd, observe_cmd, proclaim_cmd, proclaim_reply};
 pub(crate) use guard::{guard_cmd, guard_refusal, GuardRefusal};
 pub use kind::LockKind;
+pub(crate) use lease::Lease;
 pub(crate) use reply::{
     fallback_reply, is_unknown_command, is_wait_unsupported, module_reply, no_fallback, unexpected, Grant,
 };
@@ -45,13 +49,17 @@ pub enum Backend {
 #[derive(Clone, Debug)]
 pub(crate) enum LockCmd {
     /// `wait_ms`: block in the server for up to this long (module only,
-    /// never 0, which would mean forever).
+    /// never 0, which would mean forever). `elect`: a leader's value,
+    /// which makes it `LOCK.ELECT` (an exclusive lock's grant that stores
+    /// the value and a term; module only).
     Acquire {
         kind: LockKind,
         key: String,
         token: String,
         ttl_ms: u64,
         wait_ms: Option<u64>,
+        lease: Lease,
+        elect: Option<String>,
     },
     /// `floor`: also raise the server's fence mark to at least this
     /// (`LOCK.RENEW ... FLOOR f`, for quorum locks; exclusive locks only).
@@ -75,6 +83,7 @@ pub(crate) enum LockCmd {
         token: String,
         run_id: String,
         ttl_ms: u64,
+        lease: Lease,
     },
 }
 
@@ -93,21 +102,59 @@ impl LockCmd {
 
     pub(crate) fn acquire_of(kind: LockKind, key: &str, token: &str, ttl: Duration) -> Result<Self> {
         let ttl_ms = check(kind, key, token, ttl)?;
-        Ok(LockCmd::Acquire { kind, key: key.into(), token: token.into(), ttl_ms, wait_ms: None })
+        Ok(LockCmd::Acquire {
+            kind,
+            key: key.into(),
+            token: token.into(),
+            ttl_ms,
+            wait_ms: None,
+            lease: Lease::default(),
+            elect: None,
+        })
+    }
+
+    /// `LOCK.ELECT key token ttl value`: a campaign for leadership of
+    /// `key` with `value`; its grant's fence is the leader's term.
+    pub(crate) fn elect(key: &str, token: &str, ttl: Duration, value: &str) -> Result<Self> {
+        let mut c = Self::acquire(key, token, ttl)?;
+        if let LockCmd::Acquire { elect, .. } = &mut c {
+            *elect = Some(value.into());
+        }
+        Ok(c)
+    }
+
+    /// The same grant with `LOCKDELAY` / `MAXHOLD` (see [`Lease`]); renewals
+    /// and releases have none.
+    pub(crate) fn with_lease(mut self, l: Lease) -> Self {
+        if let LockCmd::Acquire { lease, .. } | LockCmd::Takeover { lease, .. } = &mut self {
+            *lease = l;
+        }
+        self
+    }
+
+    /// The lease options of a grant (none for renew and release).
+    pub(crate) fn lease(&self) -> Lease {
+        match self {
+            LockCmd::Acquire { lease, .. } | LockCmd::Takeover { lease, .. } => *lease,
+            _ => Lease::default(),
+        }
     }
 
     /// The same acquire, blocking in the server for up to `wait_ms` (≥ 1).
     pub(crate) fn with_wait(&self, wait_ms: u64) -> Self {
-        match self {
-            LockCmd::Acquire { kind, key, token, ttl_ms, .. } => LockCmd::Acquire {
-                kind: *kind,
-                key: key.clone(),
-                token: token.clone(),
-                ttl_ms: *ttl_ms,
-                wait_ms: Some(wait_ms.max(1)),
-            },
-            other => other.clone(),
+        let mut c = self.clone();
+        if let LockCmd::Acquire { wait_ms: w, .. } = &mut c {
+            *w = Some(wait_ms.max(1));
         }
+        c
+    }
+
+    /// Whether a server without the module can serve it (by the scripts):
+    /// the exclusive lock's commands, without what only the module has (a
+    /// leader's value, a lock-delay, a hold limit).
+    pub(crate) fn has_fallback(&self) -> bool {
+        let module_only = matches!(self, LockCmd::Acquire { elect: Some(_), .. }) || !self.lease().is_empty();
+        self.kind().has_fallback() && !module_only
     }
 
     pub(crate) fn kind(&self) -> LockKind {
@@ -121,6 +168,7 @@ impl LockCmd {
     pub(crate) fn name(&self) -> &'static str {
         let [acquire, renew, release, _] = self.kind().commands();
         match self {
+            LockCmd::Acquire { elect: Some(_), .. } => "LOCK.ELECT",
             LockCmd::Acquire { .. } => acquire,
             LockCmd::Renew { .. } => renew,
             LockCmd::Release { .. } => release,
@@ -128,9 +176,15 @@ impl LockCmd {
         }
     }
 
-    /// [`LockKind::explain`] for this command.
+    /// An error that says "no such command" as [`Error::Unsupported`]
+    /// for a command without a script fallback; any other error unchanged.
     pub(crate) fn explain(&self, e: Error) -> Error {
-        self.kind().explain(self.name(), e)
+        match e {
+            Error::Redis(r) if !self.has_fallback() && is_unknown_command(&r) => {
+                Error::Unsupported { command: self.name() }
+            }
+            e => e,
+        }
     }
 
     /// The renewal of what this command acquires (same kind, key, token).
@@ -197,7 +251,13 @@ impl LockCmd {
             return Self::acquire(key, token, ttl);
         }
         let ttl_ms = check(LockKind::Exclusive, key, token, ttl)?;
-        Ok(LockCmd::Takeover { key: key.into(), token: token.into(), run_id: run_id.into(), ttl_ms })
+        Ok(LockCmd::Takeover {
+            key: key.into(),
+            token: token.into(),
+            run_id: run_id.into(),
+            ttl_ms,
+            lease: Lease::default(),
+        })
     }
 
     /// The module command. Acquire and takeover always ask for a fence: the
@@ -205,11 +265,23 @@ impl LockCmd {
     pub(crate) fn module_cmd(&self) -> Cmd {
         // Sized up front: a command grown argument by argument reallocates
         // its two buffers several times (~800 instructions per lock).
-        let run_id = if let LockCmd::Takeover { run_id, .. } = self { run_id.len() } else { 0 };
-        let mut c = Cmd::with_capacity(8, 100 + self.key().len() + self.token().len() + run_id);
+        let extra = match self {
+            LockCmd::Takeover { run_id, .. } => run_id.len(),
+            LockCmd::Acquire { elect: Some(v), .. } => v.len(),
+            _ => 0,
+        };
+        let mut c = Cmd::with_capacity(12, 100 + self.key().len() + self.token().len() + extra);
         c.arg(self.name());
         match self {
-            LockCmd::Acquire { kind, key, token, ttl_ms, wait_ms } => {
+            LockCmd::Acquire { key, token, ttl_ms, wait_ms, lease, elect: Some(value), .. } => {
+                // Always fenced: the reply is the term or nil.
+                c.arg(key).arg(token).arg(ttl_ms).arg(value);
+                if let Some(ms) = wait_ms {
+                    c.arg("WAIT").arg(ms);
+                }
+                lease.append(&mut c);
+            }
+            LockCmd::Acquire { kind, key, token, ttl_ms, wait_ms, lease, elect: None } => {
                 c.arg(key).arg(token);
                 match kind {
                     LockKind::Exclusive => {}
@@ -227,6 +299,7 @@ impl LockCmd {
                 if let Some(ms) = wait_ms {
                     c.arg("WAIT").arg(ms);
                 }
+                lease.append(&mut c);
             }
             LockCmd::Renew { key, token, ttl_ms, floor, .. } => {
                 c.arg(key).arg(token).arg(ttl_ms);
@@ -237,8 +310,9 @@ impl LockCmd {
             LockCmd::Release { key, token, .. } => {
                 c.arg(key).arg(token);
             }
-            LockCmd::Takeover { key, token, run_id, ttl_ms } => {
+            LockCmd::Takeover { key, token, run_id, ttl_ms, lease } => {
                 c.arg(key).arg(token).arg(run_id).arg(ttl_ms).arg("FENCE");
+                lease.append(&mut c);
             }
         }
         c
@@ -246,7 +320,7 @@ impl LockCmd {
 
     /// `None` for a kind without a fallback.
     pub(crate) fn fallback(&self) -> Option<Fallback> {
-        if !self.kind().has_fallback() {
+        if !self.has_fallback() {
             return None;
         }
         Some(match self {
@@ -267,7 +341,7 @@ impl LockCmd {
                 inv.key(key).arg(token);
                 Fallback::Script(inv)
             }
-            LockCmd::Takeover { key, token, run_id, ttl_ms } => {
+            LockCmd::Takeover { key, token, run_id, ttl_ms, .. } => {
                 let mut inv = TAKEOVER.prepare_invoke();
                 inv.key(key).arg(encode::structured_value(token, run_id)).arg(ttl_ms);
                 Fallback::Script(inv)
@@ -397,6 +471,42 @@ mod tests {
         assert!(packed(&LockCmd::takeover("k", "t", "r", ttl).unwrap()).ends_with("$5 FENCE "));
         assert!(!packed(&LockCmd::renew("k", "t", ttl).unwrap()).contains("FENCE"));
         assert!(packed(&LockCmd::renew("k", "t", ttl).unwrap().with_floor(17)).ends_with("$3 100 $5 FLOOR $2 17 "));
+    }
+
+    #[test]
+    fn campaigns_and_lease_options_are_module_commands() {
+        let ttl = Duration::from_millis(100);
+        let packed = |c: &LockCmd| String::from_utf8_lossy(&c.module_cmd().get_packed_command()).replace("\r\n", " ");
+        let e = LockCmd::elect("k", "t", ttl, "host:1").unwrap();
+        assert_eq!(e.name(), "LOCK.ELECT");
+        assert!(e.fenced() && e.grants(), "the reply is a term or nil");
+        assert!(packed(&e).ends_with("$10 LOCK.ELECT $1 k $1 t $3 100 $6 host:1 "), "{}", packed(&e));
+        assert!(!packed(&e).contains("FENCE"), "always fenced: no FENCE argument");
+        let lease = Lease::new(Some(Duration::from_secs(5)), Some(Duration::from_secs(60)), ttl).unwrap();
+        let w = e.clone().with_lease(lease).with_wait(250);
+        assert!(
+            packed(&w).ends_with("$6 host:1 $4 WAIT $3 250 $9 LOCKDELAY $4 5000 $7 MAXHOLD $5 60000 "),
+            "{}",
+            packed(&w)
+        );
+        assert!(!e.has_fallback() && e.fallback().is_none(), "no script elects");
+        let a = LockCmd::acquire("k", "t", ttl).unwrap();
+        assert!(a.has_fallback());
+        let leased = a.clone().with_lease(lease);
+        assert!(packed(&leased).ends_with("$5 FENCE $9 LOCKDELAY $4 5000 $7 MAXHOLD $5 60000 "), "{}", packed(&leased));
+        assert!(!leased.has_fallback() && leased.fallback().is_none(), "the scripts cannot keep a lease rule");
+        assert_eq!(leased.renewal(ttl).unwrap().lease(), Lease::default(), "renewals carry none");
+        assert!(!packed(&leased.renewal(ttl).unwrap()).contains("MAXHOLD"));
+        let t = LockCmd::takeover("k", "t", "r", ttl).unwrap().with_lease(lease);
+        assert!(packed(&t).ends_with("$5 FENCE $9 LOCKDELAY $4 5000 $7 MAXHOLD $5 60000 "), "{}", packed(&t));
+        let server = |line: &str| {
+            Error::Redis(
+                redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).and_then(Value::extract_error).unwrap_err(),
+            )
+        };
+        let unknown = "ERR unknown command 'LOCK.ELECT', with args beginning with: ";
+        assert!(matches!(e.explain(server(unknown)), Error::Unsupported { command: "LOCK.ELECT" }));
+        assert!(matches!(leased.explain(server(unknown)), Error::Unsupported { command: "LOCK.ACQUIRE" }));
     }
 
     #[test]

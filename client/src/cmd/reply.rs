@@ -11,11 +11,22 @@ pub(crate) enum Grant {
     /// Took effect; for acquire and takeover on the module, with the grant's
     /// fencing token.
     Granted(Option<u64>),
+    /// A renewal that took effect, but shorter than asked: the key's hold
+    /// limit (`MAXHOLD`) cut it (`LOCK.RENEW` answered 2).
+    Capped,
 }
 
 impl Grant {
     pub(crate) fn took_effect(self) -> bool {
-        matches!(self, Grant::Granted(_))
+        matches!(self, Grant::Granted(_) | Grant::Capped)
+    }
+
+    /// The fence of a grant that took effect.
+    pub(crate) fn fence(self) -> Option<u64> {
+        match self {
+            Grant::Granted(f) => f,
+            _ => None,
+        }
     }
 }
 
@@ -33,12 +44,14 @@ pub(crate) fn is_unknown_command(e: &redis::RedisError) -> bool {
         && e.detail().is_some_and(|d| d.trim_start().to_ascii_lowercase().starts_with("unknown command"))
 }
 
-/// A module reply: with `FENCE` (acquire, takeover) a positive fence or
-/// nil; otherwise (renew, release) 1/0.
+/// A module reply: with `FENCE` (acquire, takeover, elect) a positive
+/// fence or nil; otherwise (renew, release) 1/0, and 2 for a renewal cut
+/// short by the key's hold limit.
 pub(crate) fn module_reply(v: Value, fenced: bool) -> RedisResult<Grant> {
     match (fenced, v) {
         (true, Value::Int(n)) if n > 0 => Ok(Grant::Granted(Some(n.unsigned_abs()))),
         (true, Value::Nil) => Ok(Grant::Refused),
+        (false, Value::Int(2)) => Ok(Grant::Capped),
         (false, v) => fallback_reply(v),
         (true, other) => Err(unexpected(other)),
     }
@@ -82,6 +95,12 @@ mod tests {
         assert!(module_reply(Value::Int(-3), true).is_err());
         assert_eq!(module_reply(Value::Int(1), false).unwrap(), Grant::Granted(None));
         assert_eq!(module_reply(Value::Int(0), false).unwrap(), Grant::Refused);
+        // A renewal cut short by MAXHOLD: took effect, not the full TTL.
+        assert_eq!(module_reply(Value::Int(2), false).unwrap(), Grant::Capped);
+        assert!(Grant::Capped.took_effect());
+        assert_eq!(Grant::Capped.fence(), None);
+        assert!(module_reply(Value::Int(2), true).is_ok_and(|g| g == Grant::Granted(Some(2))), "a fence of 2");
+        assert!(module_reply(Value::Int(3), false).is_err());
     }
 
     #[test]

@@ -137,6 +137,7 @@ impl QuorumClient {
     pub fn acquire_with(&self, key: &str, ttl: Duration, wait: Duration, opts: &LockOptions) -> Result<QuorumLock> {
         let token = opts.token.clone().unwrap_or_else(random_token);
         protocol::check(&self.ctx, key, &token, ttl)?;
+        no_lease_rules(opts)?;
         let (ctx, k, t) = (self.ctx.clone(), key.to_string(), token.clone());
         let acquired = runtime::block(async move { protocol::acquire(&ctx, &k, &t, ttl, wait).await })?;
         Ok(QuorumLock::new(self.ctx.clone(), key, token, acquired, ttl, opts, None))
@@ -169,6 +170,7 @@ impl QuorumClient {
         let rt = lock::in_runtime()?;
         let token = opts.token.clone().unwrap_or_else(random_token);
         protocol::check(&self.ctx, key, &token, ttl)?;
+        no_lease_rules(opts)?;
         let acquired = protocol::acquire(&self.ctx, key, &token, ttl, wait).await?;
         Ok(QuorumLock::new(self.ctx.clone(), key, token, acquired, ttl, opts, Some(rt)))
     }
@@ -184,4 +186,17 @@ impl QuorumClient {
             false => Err(Error::NotHeld { key: key.into() }),
         }
     }
+}
+
+/// A lock-delay or hold limit is kept by each server for its own copy of
+/// the key, from its own grant time; a majority's copies would end at
+/// different moments, so neither would bound the quorum lock as a whole.
+/// Refused rather than half-kept.
+fn no_lease_rules(opts: &LockOptions) -> Result<()> {
+    if opts.lock_delay.is_some() || opts.max_hold.is_some() {
+        return Err(Error::InvalidArgument(
+            "lock_delay and max_hold are not supported on quorum locks (each server would keep its own)".into(),
+        ));
+    }
+    Ok(())
 }

@@ -62,8 +62,8 @@ impl Node {
     /// One command, its outcome as an answer.
     pub(crate) async fn step(&self, cmd: &LockCmd) -> Answer {
         match self.run(cmd).await {
-            Ok(Grant::Granted(fence)) => Answer::Yes { fence, floored: false },
-            Ok(Grant::Refused) => Answer::No,
+            Ok(g) if g.took_effect() => Answer::Yes { fence: g.fence(), floored: false },
+            Ok(_) => Answer::No,
             Err(e) => Answer::Failed(e.to_string()),
         }
     }
@@ -75,9 +75,9 @@ impl Node {
         let a = self.renew_floor(renew, floor).await;
         let (Answer::No, Some(acquire)) = (&a, reacquire) else { return a };
         match self.run(acquire).await {
-            Ok(Grant::Granted(_)) if floor.is_some() => self.renew_floor(renew, floor).await,
-            Ok(Grant::Granted(_)) => Answer::Yes { fence: None, floored: false },
-            Ok(Grant::Refused) => Answer::No,
+            Ok(g) if g.took_effect() && floor.is_some() => self.renew_floor(renew, floor).await,
+            Ok(g) if g.took_effect() => Answer::Yes { fence: None, floored: false },
+            Ok(_) => Answer::No,
             Err(e) => Answer::Failed(e.to_string()),
         }
     }
@@ -87,7 +87,8 @@ impl Node {
             return self.step(renew).await;
         };
         match self.run(&renew.clone().with_floor(f)).await {
-            Ok(Grant::Granted(_)) => {
+            // A quorum lock has no hold limit: never Capped.
+            Ok(Grant::Granted(_) | Grant::Capped) => {
                 // The scripts fallback renews without a floor.
                 let floored = self.core.transport.backend().get() == Backend::Module;
                 if floored {
@@ -135,7 +136,7 @@ impl Node {
         for ((renew, floor, acquire), (_, r)) in items.iter().zip(ran) {
             let floored = floor.is_some() && use_floor && module;
             out.push(match r {
-                Ok(Grant::Granted(_)) => {
+                Ok(Grant::Granted(_) | Grant::Capped) => {
                     if floored {
                         self.floor.store(FLOOR_YES, Ordering::Relaxed);
                     }

@@ -16,6 +16,11 @@ Exit status:
                 -s/-x: a writer, or readers for -x); 79 if the lock was lost while
                 CMD ran; 69 on a redis error (with several --url: no majority of
                 the servers answered); 126/127 if CMD cannot be run; 2 on usage errors
+  elect:        CMD's status, as run; 75 (or -E CODE) if the wait for
+                leadership ran out (--wait, -w, -n); 79 if the leadership was
+                lost while CMD ran; 69 on a redis error; 126/127; 2 on usage errors
+  leader:       0 if KEY has a leader, 1 if not (with --watch: runs until
+                stopped; 69 on a redis error that retrying cannot mend)
   info:         0 if KEY exists (even as another type), 1 if not, 69 on a redis error
   release:      0 if released, 1 if TOKEN does not own KEY, 69 on a redis error
   list:         0 once every server was listed, 69 if one could not be
@@ -53,6 +58,30 @@ pub enum Cmd {
     /// they refuse (WRONGTYPE) and which refuses them.
     #[command(after_help = EXIT_STATUS)]
     Run(RunArgs),
+    /// Run CMD only while leader of the election KEY, with REDIS_LOCK_TERM.
+    ///
+    /// Campaigns for leadership of KEY with --value (LOCK.ELECT), waiting
+    /// in the server's queue behind earlier candidates for as long as it
+    /// takes (or --wait / -w; -n: only if there is no leader now). Once
+    /// leader, runs CMD exactly as `run` does under its lock: renewed every
+    /// TTL/3 while CMD runs, resigned once CMD's process group is gone; if
+    /// the leadership is lost, the group gets SIGTERM, then SIGKILL after
+    /// the grace period, and elect exits 79. CMD finds REDIS_LOCK_KEY,
+    /// REDIS_LOCK_TOKEN, REDIS_LOCK_TERM (the leadership's term, a fence
+    /// greater than every earlier leader's) and REDIS_LOCK_FENCE (the same
+    /// number). One server or a cluster; needs the lock module.
+    #[command(after_help = EXIT_STATUS)]
+    Elect(ElectArgs),
+    /// Print the leader of the election KEY; with --watch, every change.
+    ///
+    /// One line: `term N rev N ttl-ms N value V` (value last, control
+    /// characters escaped), or `none` when there is no leader; with --json
+    /// one JSON object a line (key, value, term, rev, ttl_ms; null when
+    /// there is no leader). With --watch the current state, then one line
+    /// per change (LOCK.OBSERVE: a new leader, a proclaimed value, the end
+    /// of a leadership), reconnecting by itself, until stopped.
+    #[command(after_help = EXIT_STATUS)]
+    Leader(LeaderArgs),
     /// Show one lock: owner, run-id, format, ttl-ms, fence, waiters.
     ///
     /// What KEY holds as LOCK.INFO reports it (format: legacy or
@@ -151,6 +180,8 @@ pub struct RunArgs {
     /// Stop renewing after this long, in milliseconds (default: none).
     #[arg(long, value_name = "MS")]
     pub max_lifetime: Option<u64>,
+    #[command(flatten)]
+    pub lease: LeaseArgs,
     /// Lock token (default: 128 random bits, hex).
     #[arg(long)]
     pub token: Option<String>,
@@ -210,6 +241,91 @@ impl RunArgs {
             (None, None) => Duration::ZERO,
         }
     }
+}
+
+/// The lease rules the server keeps for `run` and `elect`.
+#[derive(Args, Debug)]
+pub struct LeaseArgs {
+    /// After the lock ends involuntarily (its lease ran out, or it was
+    /// taken over), nobody can acquire KEY for this long, in milliseconds
+    /// (0 to 60000; a release frees it at once). Module only. Default: none.
+    #[arg(long, value_name = "MS")]
+    pub lock_delay: Option<u64>,
+    /// Renewals never extend the lease past the grant plus this, in
+    /// milliseconds (at least --ttl): the server ends a holder that runs
+    /// longer (then as a lost lock: exit 79). Module only. Default: none.
+    #[arg(long, value_name = "MS")]
+    pub max_hold: Option<u64>,
+}
+
+#[derive(Args, Debug)]
+pub struct ElectArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// What followers read as the leader's value (an address, an id).
+    #[arg(long)]
+    pub value: String,
+    /// Leadership TTL in milliseconds (renewed every TTL/3).
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    pub ttl: u64,
+    /// How long to wait for leadership, in milliseconds (default: until
+    /// elected).
+    #[arg(long, value_name = "MS", conflicts_with_all = ["wait_seconds", "nonblock"])]
+    pub wait: Option<u64>,
+    /// How long to wait for leadership, in seconds; fractions allowed.
+    #[arg(short = 'w', long, visible_alias = "timeout", value_name = "SECONDS", value_parser = seconds, conflicts_with = "nonblock")]
+    pub wait_seconds: Option<Duration>,
+    /// Lead only if there is no leader now; do not wait.
+    #[arg(short = 'n', long)]
+    pub nonblock: bool,
+    /// Exit status when the wait for leadership ran out.
+    #[arg(short = 'E', long, value_name = "CODE", default_value_t = EXIT_HELD)]
+    pub conflict_exit_code: u8,
+    /// SIGTERM-to-SIGKILL grace for CMD's process group, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    pub grace: u64,
+    /// Stop renewing after this long, in milliseconds (default: none).
+    #[arg(long, value_name = "MS")]
+    pub max_lifetime: Option<u64>,
+    #[command(flatten)]
+    pub lease: LeaseArgs,
+    /// Leader token (default: 128 random bits, hex).
+    #[arg(long)]
+    pub token: Option<String>,
+    /// The election's key.
+    pub key: String,
+    /// The command to run while leader, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+impl ElectArgs {
+    /// How long to wait for leadership: `--wait` or `-w`, none with `-n`,
+    /// else `None`: until elected.
+    pub fn wait(&self) -> Option<Duration> {
+        match (self.wait, self.wait_seconds, self.nonblock) {
+            (Some(ms), _, _) => Some(Duration::from_millis(ms)),
+            (None, Some(d), _) => Some(d),
+            (None, None, true) => Some(Duration::ZERO),
+            (None, None, false) => None,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct LeaderArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Print the current state, then every change, one line each, until
+    /// stopped.
+    #[arg(long)]
+    pub watch: bool,
+    /// One JSON object a line: key, value, term, rev, ttl_ms (null when
+    /// there is no leader).
+    #[arg(long)]
+    pub json: bool,
+    /// The election's key.
+    pub key: String,
 }
 
 #[derive(Args, Debug)]

@@ -2,8 +2,11 @@
 //!
 //! ```text
 //! redis-lock run [--url URL]... [--cluster] [--ttl MS] [--wait MS | -w SECONDS | -n] [-E CODE]
-//!                [--grace MS] [--max-lifetime MS] [--token TOKEN]
+//!                [--grace MS] [--max-lifetime MS] [--lock-delay MS] [--max-hold MS] [--token TOKEN]
 //!                [--run-id RUN_ID | --permits N | -s | -x] KEY -- CMD [ARGS...]
+//! redis-lock elect [--url URL]... [--cluster] --value V [--ttl MS] [--wait MS | -w SECONDS | -n] [-E CODE]
+//!                  [--grace MS] [--max-lifetime MS] [--lock-delay MS] [--max-hold MS] [--token TOKEN] KEY -- CMD [ARGS...]
+//! redis-lock leader [--url URL]... [--cluster] [--watch] [--json] KEY
 //! redis-lock info [--url URL] [--cluster] KEY
 //! redis-lock release [--url URL]... [--cluster] KEY TOKEN
 //! redis-lock list [--url URL]... [--cluster] [--json] [--count N] [PATTERN]
@@ -17,9 +20,11 @@
 //! Exit statuses are in `args.rs` (`--help` shows them).
 
 mod args;
+mod elect;
 mod fail;
 mod frame;
 mod info;
+mod leader;
 mod list;
 mod masters;
 mod release;
@@ -55,6 +60,8 @@ fn main() -> ExitCode {
 fn dispatch(cmd: Cmd) -> Result<ExitCode, Fail> {
     match cmd {
         Cmd::Run(a) => run::cmd_run(a),
+        Cmd::Elect(a) => elect::cmd_elect(a),
+        Cmd::Leader(a) => leader::cmd_leader(a),
         Cmd::Info { target, key } => info::cmd_info(&target, &key),
         Cmd::Release { target, key, token } => release::cmd_release(&target, &key, &token),
         Cmd::List(a) => list::cmd_list(a),

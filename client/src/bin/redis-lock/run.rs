@@ -5,29 +5,22 @@ use std::time::Duration;
 
 use redis_lock_client::{ClientOptions, Error, HeldLock, LockOptions, WatchdogOptions};
 
-use crate::args::{Mode, RunArgs};
+use crate::args::{LeaseArgs, Mode, RunArgs};
 use crate::fail::{redis_fail, usage, Fail, EXIT_LOST};
 use crate::supervise;
 use crate::target::{open_quorum, Servers};
 
 /// `redis-lock run [--url URL]... [--cluster] [--ttl MS] [--wait MS | -w SECONDS | -n] [-E CODE]
-/// [--grace MS] [--max-lifetime MS] [--token TOKEN] [--run-id RUN_ID | --permits N | -s | -x] KEY -- CMD [ARGS...]`
+/// [--grace MS] [--max-lifetime MS] [--lock-delay MS] [--max-hold MS] [--token TOKEN]
+/// [--run-id RUN_ID | --permits N | -s | -x] KEY -- CMD [ARGS...]`
 pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
     let key = a.key.as_str();
-    let Some((program, cmd_args)) = a.command.split_first() else {
+    if a.command.is_empty() {
         return Err(usage("run needs a command after --"));
-    };
+    }
     let ttl = Duration::from_millis(a.ttl);
     let wait = a.wait();
-    let grace = Duration::from_millis(a.grace);
-    let mut watchdog = WatchdogOptions::new();
-    if let Some(m) = a.max_lifetime {
-        watchdog = watchdog.max_lifetime(Duration::from_millis(m));
-    }
-    let mut lopts = LockOptions::new().watchdog(watchdog);
-    if let Some(t) = &a.token {
-        lopts = lopts.token(t.clone());
-    }
+    let lopts = lock_options(a.max_lifetime, a.token.as_deref(), &a.lease);
     let mode = a.mode();
     let acquired = if let Servers::Quorum(urls) = a.target.servers() {
         if a.run_id.is_some() {
@@ -60,16 +53,65 @@ pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
         Err(Error::NotAcquired { .. }) => {
             return Err(Fail(a.conflict_exit_code, format!("lock {key:?} is held by someone else")))
         }
-        Err(e @ Error::InvalidArgument(_)) => return Err(usage(e.to_string())),
-        Err(e) => return Err(redis_fail(e)),
+        Err(e) => return Err(acquire_fail(e)),
+    };
+    run_under(lock.as_ref(), &a.command, Duration::from_millis(a.grace), None)
+}
+
+/// The lock options of `run` and `elect`: the watchdog (with
+/// `--max-lifetime`), `--token`, `--lock-delay`, `--max-hold`.
+pub fn lock_options(max_lifetime: Option<u64>, token: Option<&str>, lease: &LeaseArgs) -> LockOptions {
+    let mut watchdog = WatchdogOptions::new();
+    if let Some(m) = max_lifetime {
+        watchdog = watchdog.max_lifetime(Duration::from_millis(m));
+    }
+    let mut lopts = LockOptions::new().watchdog(watchdog);
+    if let Some(t) = token {
+        lopts = lopts.token(t);
+    }
+    if let Some(ms) = lease.lock_delay {
+        lopts = lopts.lock_delay(Duration::from_millis(ms));
+    }
+    if let Some(ms) = lease.max_hold {
+        lopts = lopts.max_hold(Duration::from_millis(ms));
+    }
+    lopts
+}
+
+/// An acquire's failure other than "held": a bad argument is a usage
+/// error, anything else Redis's.
+pub fn acquire_fail(e: Error) -> Fail {
+    match e {
+        e @ Error::InvalidArgument(_) => usage(e.to_string()),
+        e => redis_fail(e),
+    }
+}
+
+/// Runs `command` while `lock` is held, under the supervisor's rules
+/// (supervise.rs), and releases the lock once CMD's group is gone. CMD
+/// finds the lock in `REDIS_LOCK_KEY`, `REDIS_LOCK_TOKEN`,
+/// `REDIS_LOCK_FENCE` (when fenced) and, for a leadership, `REDIS_LOCK_TERM`.
+pub fn run_under(
+    lock: &dyn HeldLock,
+    command: &[String],
+    grace: Duration,
+    term: Option<u64>,
+) -> Result<ExitCode, Fail> {
+    let key = lock.key();
+    let Some((program, cmd_args)) = command.split_first() else {
+        return Err(usage("a command is needed after --"));
     };
     let mut cmd = Command::new(program);
     cmd.args(cmd_args).env("REDIS_LOCK_KEY", key).env("REDIS_LOCK_TOKEN", lock.token());
-    // Removed when unfenced, so a run nested in another's CMD does not
-    // pass on the outer lock's fence as its own.
+    // Removed when absent, so a run nested in another's CMD does not
+    // pass on the outer lock's fence or term as its own.
     match lock.fence() {
         Some(f) => cmd.env("REDIS_LOCK_FENCE", f.to_string()),
         None => cmd.env_remove("REDIS_LOCK_FENCE"),
+    };
+    match term {
+        Some(t) => cmd.env("REDIS_LOCK_TERM", t.to_string()),
+        None => cmd.env_remove("REDIS_LOCK_TERM"),
     };
     // From the main thread: see `supervise::spawn`.
     let child = match supervise::spawn(&mut cmd) {
