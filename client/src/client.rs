@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, MultiplexedConnection};
+use tracing::Instrument as _;
 
 use crate::cluster::{self, Cluster};
 use crate::cmd::{random_token, Backend, Grant, Lease, LockCmd, LockKind};
@@ -19,6 +20,7 @@ use crate::replicas;
 use crate::retry::Backoff;
 use crate::runtime;
 use crate::single::{AsyncConn, Single};
+use crate::trace;
 use crate::transport::{Api, Core};
 use crate::wait::Waited;
 
@@ -290,7 +292,36 @@ impl LockClient {
             ));
         }
         let cmd = LockCmd::acquire_of(kind, key, &token_of(opts), ttl)?.with_lease(lease);
-        self.acquire_cmd(&cmd, ttl, wait, opts, flavor).await.map_err(|e| cmd.explain(e))
+        let span = acquire_span(&cmd, "acquire", wait);
+        let started = Instant::now();
+        let r = self.acquire_cmd(&cmd, ttl, wait, opts, flavor).instrument(span.clone()).await;
+        self.traced(key, &span, started, r.map_err(|e| cmd.explain(e)))
+    }
+
+    /// Records an acquire's outcome on its span, and opens the hold's.
+    fn traced(&self, key: &str, span: &tracing::Span, started: Instant, r: Result<Lock>) -> Result<Lock> {
+        let server = || self.core.transport.server_of(key);
+        if !span.is_disabled() {
+            span.record(trace::WAITED_MS, trace::ms(started.elapsed()));
+            match &r {
+                Ok(lock) => {
+                    span.record(trace::OUTCOME, trace::GRANTED);
+                    span.record(trace::FENCE, lock.fence());
+                    span.record(trace::SERVER, server());
+                }
+                Err(Error::NotAcquired { .. }) => {
+                    span.record(trace::OUTCOME, trace::NOT_ACQUIRED);
+                }
+                Err(e) => {
+                    span.record(trace::OUTCOME, trace::FAILED_OUTCOME);
+                    span.record(trace::ERROR, tracing::field::display(e));
+                }
+            }
+        }
+        if let Ok(lock) = &r {
+            lock.trace_held(span, server);
+        }
+        r
     }
 
     /// An acquire of `cmd` (any grant: a lock of any kind, a campaign),
@@ -341,13 +372,19 @@ impl LockClient {
         flavor: Flavor,
     ) -> Result<Lock> {
         let cmd = LockCmd::takeover(key, &token_of(opts), run_id, ttl)?.with_lease(lease_of(opts, ttl)?);
+        let span = acquire_span(&cmd, "takeover", Duration::ZERO);
         let sent = Instant::now();
-        match self.core.run(&cmd).await? {
-            g if g.took_effect() => {
-                self.hand_out(&cmd, Handed { fence: g.fence(), sent, asked: sent }, ttl, opts, flavor).await
+        let r = async {
+            match self.core.run(&cmd).await? {
+                g if g.took_effect() => {
+                    self.hand_out(&cmd, Handed { fence: g.fence(), sent, asked: sent }, ttl, opts, flavor).await
+                }
+                _ => Err(Error::NotAcquired { key: key.into() }),
             }
-            _ => Err(Error::NotAcquired { key: key.into() }),
         }
+        .instrument(span.clone())
+        .await;
+        self.traced(key, &span, sent, r)
     }
 
     /// The lock `cmd` was granted, confirmed on the replicas first if asked for.
@@ -365,6 +402,23 @@ impl LockClient {
         }
         replicas::confirm(&self.core, lock, opts.replicas).await
     }
+}
+
+/// The `trace::ACQUIRE` span of `cmd` (`op`: acquire or takeover).
+fn acquire_span(cmd: &LockCmd, op: &'static str, wait: Duration) -> tracing::Span {
+    tracing::info_span!(
+        target: trace::TARGET,
+        trace::ACQUIRE,
+        { trace::KEY } = cmd.key(),
+        { trace::KIND } = cmd.kind().trace_name(),
+        { trace::OP } = op,
+        { trace::WAIT_MS } = trace::ms(wait),
+        { trace::OUTCOME } = tracing::field::Empty,
+        { trace::WAITED_MS } = tracing::field::Empty,
+        { trace::FENCE } = tracing::field::Empty,
+        { trace::SERVER } = tracing::field::Empty,
+        { trace::ERROR } = tracing::field::Empty,
+    )
 }
 
 /// A grant to hand out: its fence, when its validity counts from, and

@@ -143,7 +143,7 @@ impl<H: Holder> Drop for Holding<H> {
         }
         if self.shared.status() == Status::Held {
             // Observers learn of a normal end now, not after the round trip.
-            self.shared.mark_released();
+            self.shared.mark_dropped();
         }
         // Also for a lost lock: the release deletes only our own value, and
         // "lost" may have been a connection scare while the key is still ours.

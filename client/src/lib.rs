@@ -214,6 +214,7 @@ mod runtime;
 mod send;
 mod single;
 mod state;
+pub mod trace;
 mod transport;
 mod wait;
 mod watchdog;

@@ -92,6 +92,11 @@ impl Lock {
         Lock { held: Holding::new(core, shared, opts, flavor, fence) }
     }
 
+    /// Opens its hold's span (see `Shared::trace_held`).
+    pub(crate) fn trace_held(&self, acquire: &tracing::Span, server: impl FnOnce() -> String) {
+        self.held.shared.trace_held(acquire, self.held.fence, server);
+    }
+
     /// Caps the lock's validity at `asked + max_hold`: the server's hold
     /// limit counts from the grant, which came no earlier than `asked`.
     pub(crate) fn limit_hold(&self, asked: Instant, max_hold: Duration) {

@@ -55,6 +55,8 @@ where
         return h.block_on(fut);
     }
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    // The caller's span stays the parent of the operation's spans.
+    let fut = tracing::Instrument::in_current_span(fut);
     h.spawn(async move {
         let _ = tx.send(fut.await);
     });

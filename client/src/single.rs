@@ -24,6 +24,7 @@ use crate::info::{self, HoldersInfo, LockInfo};
 use crate::options::ClientOptions;
 use crate::runtime;
 use crate::send::{self, BackendCell, Exchange};
+use crate::trace;
 use crate::transport::{self, bounded, Api, Observer, Transport};
 use crate::wait::{self, ReleaseOnCancel, Waited};
 
@@ -79,6 +80,8 @@ pub(crate) struct Single {
     pub(crate) backend: BackendCell,
     pub(crate) opts: ClientOptions,
     waits: wait::Pool<()>,
+    /// `host:port`, as traces name the server.
+    server: String,
 }
 
 impl Single {
@@ -97,7 +100,11 @@ impl Single {
     }
 
     fn new(conns: Conns, opts: ClientOptions) -> Single {
-        Single { conns, backend: BackendCell::default(), opts, waits: wait::Pool::default() }
+        let server = match &conns {
+            Conns::Url { client, .. } => client.get_connection_info().addr().to_string(),
+            Conns::Given(_) | Conns::Sync(_) => "connection".into(),
+        };
+        Single { conns, backend: BackendCell::default(), opts, waits: wait::Pool::default(), server }
     }
 
     fn check_api(&self, api: Api) -> Result<()> {
@@ -203,6 +210,7 @@ impl Single {
         engine::in_chunks(cmds, batch, |chunk| async move {
             let sent = Instant::now();
             let n = chunk.len();
+            let chunk_name = chunk.first().map_or("", LockCmd::name);
             let r = if self.blocking() {
                 // Blocking calls, off the runtime.
                 let me = self.clone();
@@ -224,7 +232,9 @@ impl Single {
                 })
                 .await
             };
-            r.unwrap_or_else(|e| engine::failed_all(&e, n)).into_iter().map(|r| (sent, r)).collect::<Vec<_>>()
+            let r = r.unwrap_or_else(|e| engine::failed_all(&e, n));
+            trace::batch_event(&self.server, chunk_name, n, r.iter().filter(|r| r.is_err()).count(), sent);
+            r.into_iter().map(|r| (sent, r)).collect::<Vec<_>>()
         })
         .await
     }
@@ -301,6 +311,7 @@ impl Single {
                     return Ok(Waited::Unsupported);
                 }
                 Err(e) if wait::stale(&e, reused) => {
+                    trace::retry_event(cmd.key(), &self.server, &e, Duration::ZERO);
                     // Released here, not by the guard's spawned task, which
                     // could otherwise run after the retry's grant.
                     guard.disarm();
@@ -384,6 +395,10 @@ impl Transport for Single {
 
     fn is_cluster(&self) -> bool {
         false
+    }
+
+    fn server_of(&self, _key: &str) -> String {
+        self.server.clone()
     }
 
     fn observer(self: Arc<Self>, _key: &str) -> Result<Box<dyn Observer>> {

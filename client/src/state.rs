@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::cmd::LockKind;
+use crate::trace;
 
 /// Why a lock stopped being held without being released.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +27,18 @@ pub enum LossReason {
     /// The server's hold limit ([`LockOptions::max_hold`](crate::LockOptions::max_hold))
     /// cut the last renewal short, and the lease then ended at that limit.
     MaxHold,
+}
+
+impl LossReason {
+    /// Its name in traces (`trace::REASON`).
+    fn trace_name(self) -> &'static str {
+        match self {
+            LossReason::NotOwner => "not_owner",
+            LossReason::Expired => "expired",
+            LossReason::MaxLifetime => "max_lifetime",
+            LossReason::MaxHold => "max_hold",
+        }
+    }
 }
 
 impl fmt::Display for LossReason {
@@ -70,6 +83,47 @@ pub(crate) struct Inner {
     /// Threads asleep on `cond`: a notify with none is a wasted futex call
     /// on every release.
     sleepers: usize,
+    /// The hold's `trace::HELD` span, while held and traced (boxed: a
+    /// pointer per lock when tracing is off).
+    held: Option<Box<Held>>,
+}
+
+/// A traced hold: its span and when it began.
+#[derive(Debug)]
+struct Held {
+    span: tracing::Span,
+    since: Instant,
+}
+
+impl Inner {
+    /// Ends the hold's span and reports a loss, on the status's first
+    /// change from `Held` (`how`: `released` or `dropped` when not lost).
+    fn ended(&mut self, key: &str, how: &'static str) {
+        let held = self.held.take();
+        if let Some(h) = &held {
+            h.span.record(trace::HELD_MS, trace::ms(h.since.elapsed()));
+        }
+        let Status::Lost(reason) = self.status else {
+            if let Some(h) = held {
+                h.span.record(trace::ENDED, how);
+            }
+            return;
+        };
+        let reason = reason.trace_name();
+        if let Some(h) = &held {
+            h.span.record(trace::ENDED, "lost");
+            h.span.record(trace::REASON, reason);
+        }
+        // Also without a span: a filter at WARN keeps losses and nothing else.
+        tracing::warn!(
+            name: trace::LOST,
+            target: trace::TARGET,
+            parent: held.as_ref().and_then(|h| h.span.id()),
+            { { trace::KEY } = key, { trace::REASON } = reason },
+            "{}",
+            trace::LOST
+        );
+    }
 }
 
 #[derive(Debug)]
@@ -100,6 +154,7 @@ impl Shared {
                 capped: false,
                 stop: false,
                 sleepers: 0,
+                held: None,
             }),
             cond: Condvar::new(),
             notify: Notify::new(),
@@ -119,6 +174,7 @@ impl Shared {
             } else {
                 LossReason::Expired
             });
+            g.ended(&self.key, "");
             self.wake(&g);
         }
         g
@@ -223,15 +279,60 @@ impl Shared {
         let mut g = self.lock();
         if g.status == Status::Held {
             g.status = Status::Lost(reason);
+            g.ended(&self.key, "");
             self.wake(&g);
         }
     }
 
     pub(crate) fn mark_released(&self) {
+        self.mark_released_as("released");
+    }
+
+    /// Released because the handle was dropped (for the trace).
+    pub(crate) fn mark_dropped(&self) {
+        self.mark_released_as("dropped");
+    }
+
+    fn mark_released_as(&self, how: &'static str) {
         let mut g = self.lock();
         if g.status != Status::Released {
+            let was_held = g.status == Status::Held;
             g.status = Status::Released;
+            if was_held {
+                g.ended(&self.key, how);
+            }
             self.wake(&g);
+        }
+    }
+
+    /// Opens the hold's `trace::HELD` span (if a subscriber wants it):
+    /// the caller's span is its parent, and it follows from the acquire's.
+    pub(crate) fn trace_held(&self, acquire: &tracing::Span, fence: Option<u64>, server: impl FnOnce() -> String) {
+        let span = tracing::info_span!(
+            target: trace::TARGET,
+            trace::HELD,
+            { trace::KEY } = self.key.as_str(),
+            { trace::KIND } = self.kind.trace_name(),
+            { trace::FENCE } = fence,
+            { trace::SERVER } = tracing::field::Empty,
+            { trace::HELD_MS } = tracing::field::Empty,
+            { trace::ENDED } = tracing::field::Empty,
+            { trace::REASON } = tracing::field::Empty,
+        );
+        if span.is_disabled() {
+            return;
+        }
+        span.follows_from(acquire);
+        span.record(trace::SERVER, server());
+        let mut g = self.lock();
+        g.held = Some(Box::new(Held { span, since: Instant::now() }));
+        if g.status != Status::Held {
+            // Ended before it could be traced (a loss is reported anyway).
+            let how = if g.status == Status::Released { "released" } else { "" };
+            if let Some(h) = g.held.take() {
+                h.span.record(trace::HELD_MS, 0u64);
+                h.span.record(trace::ENDED, if how.is_empty() { "lost" } else { how });
+            }
         }
     }
 

@@ -79,6 +79,10 @@ pub(crate) trait Transport: Send + Sync + 'static {
 
     fn is_cluster(&self) -> bool;
 
+    /// The server of `key` as traces name it (`host:port`), from what is
+    /// known already: never a round trip.
+    fn server_of(&self, key: &str) -> String;
+
     /// A connection of its own to the server (in a cluster: the node) of
     /// `key`, for one observer's blocking `LOCK.OBSERVE` calls (see
     /// [`Observer`]). Opened on the first call. [`Error::InvalidArgument`]

@@ -14,6 +14,7 @@ use crate::cluster::{lock, Cluster, SlotMap};
 use crate::cmd::{Grant, LockCmd};
 use crate::engine;
 use crate::error::{Error, Result};
+use crate::trace;
 use crate::transport::bounded;
 
 /// How long a slot map is trusted without a redirect proving it wrong.
@@ -40,6 +41,10 @@ fn parse_slots(v: Value) -> Option<SlotMap> {
         map.push((u16::try_from(*start).ok()?, u16::try_from(*end).ok()?, (host, u16::try_from(*port).ok()?)));
     }
     Some(map)
+}
+
+pub(crate) fn owner_of(map: &SlotMap, slot: u16) -> Option<&Addr> {
+    owner_in(map, slot)
 }
 
 fn owner_in(map: &SlotMap, slot: u16) -> Option<&Addr> {
@@ -103,6 +108,7 @@ impl Cluster {
             .flat_map(|idx| idx.chunks(batch.max(1)).map(<[usize]>::to_vec).collect::<Vec<_>>())
             .collect();
         let cmds = &cmds;
+        let map = &map;
         let sent_pipelines: Vec<(Vec<usize>, Instant, Result<Vec<Value>>)> = stream::iter(jobs)
             .map(|idx| async move {
                 let mut pipe = redis::pipe();
@@ -121,7 +127,18 @@ impl Cluster {
                     let mut con = self.conn().await?;
                     Ok::<_, Error>(con.route_pipeline(pipe, 0, n, route).await?)
                 };
-                (idx, sent, bounded(&self.opts, fut).await)
+                let r = bounded(&self.opts, fut).await;
+                if let Some((host, port)) = map
+                    .as_deref()
+                    .and_then(|m| owner_in(m, redis_lock_rules::cluster::key_slot(cmds[idx[0]].key().as_bytes())))
+                {
+                    let failed = match &r {
+                        Ok(v) => v.iter().filter(|v| matches!(v, Value::ServerError(_))).count(),
+                        Err(_) => n,
+                    };
+                    trace::batch_event(format_args!("{host}:{port}"), cmds[idx[0]].name(), n, failed, sent);
+                }
+                (idx, sent, r)
             })
             .buffer_unordered(engine::MAX_IN_FLIGHT)
             .collect()
@@ -157,6 +174,7 @@ impl Cluster {
                 }
             }
         }
+        let routed = (alone.len(), alone.first().map_or("", |&i| cmds[i].name()), Instant::now());
         let singles: Vec<(usize, Instant, Result<Grant>)> = stream::iter(alone)
             .map(|i| async move {
                 let sent = Instant::now();
@@ -165,6 +183,10 @@ impl Cluster {
             .buffer_unordered(engine::MAX_IN_FLIGHT)
             .collect()
             .await;
+        if routed.0 > 0 {
+            let failed = singles.iter().filter(|(_, _, r)| r.is_err()).count();
+            trace::batch_event("routed", routed.1, routed.0, failed, routed.2);
+        }
         for (i, sent, r) in singles {
             out[i] = Some((sent, r));
         }

@@ -62,6 +62,7 @@ use crate::options::ClientOptions;
 use crate::retry::{self, Failure, Retrying, Step};
 use crate::runtime;
 use crate::send::{self, BackendCell};
+use crate::trace;
 use crate::transport::{bounded, Api, Observer, Transport};
 use crate::wait::{self, Waited};
 use route::{next_after, Next};
@@ -246,10 +247,15 @@ impl Cluster {
                 return r;
             }
             match next_after(e) {
-                n @ (Next::Moved(_) | Next::Ask(_)) => redirect = Some(n),
+                n @ (Next::Moved(_) | Next::Ask(_)) => {
+                    trace::retry_event(key, "cluster", e, Duration::ZERO);
+                    redirect = Some(n)
+                }
                 _ => {
                     *self.once.lock().await = None;
-                    tokio::time::sleep(retry::pause(failed - 1, rand::random::<f64>())).await;
+                    let pause = retry::pause(failed - 1, rand::random::<f64>());
+                    trace::retry_event(key, "cluster", e, pause);
+                    tokio::time::sleep(pause).await;
                 }
             }
         }
@@ -303,6 +309,9 @@ impl Cluster {
             let r = self.run_once(cmd).await;
             match t.after(&r, Instant::now(), rand::random::<f64>()) {
                 Step::Again(pause) => {
+                    if let Err(Error::Redis(e)) = &r {
+                        trace::retry_event(cmd.key(), "cluster", e, pause);
+                    }
                     self.forget_async().await;
                     tokio::time::sleep(pause).await;
                 }
@@ -428,6 +437,17 @@ impl Transport for Cluster {
 
     fn is_cluster(&self) -> bool {
         true
+    }
+
+    /// The master a wait last reached for the key's slot, else the one of
+    /// the slot map read for batches, else `cluster`.
+    fn server_of(&self, key: &str) -> String {
+        let slot = Slot::for_key(key);
+        let owner = lock(&self.owners).get(&slot).cloned().or_else(|| {
+            let map = lock(&self.slot_map).as_ref().map(|(_, m)| m.clone())?;
+            batch::owner_of(&map, redis_lock_rules::cluster::key_slot(key.as_bytes())).cloned()
+        });
+        owner.map_or_else(|| "cluster".into(), |(host, port)| format!("{host}:{port}"))
     }
 
     fn observer(self: Arc<Self>, key: &str) -> Result<Box<dyn Observer>> {

@@ -17,6 +17,7 @@ use crate::cmd::{is_wait_unsupported, Backend, LockCmd};
 use crate::error::{Error, Result};
 use crate::runtime;
 use crate::send::{self, BackendCell};
+use crate::trace;
 use crate::transport;
 use crate::wait::{self, ReleaseOnCancel, Waited};
 
@@ -91,6 +92,9 @@ impl Cluster {
                     // which could otherwise run after a retry's grant.
                     guard.disarm();
                     let action = route.failed(&e, reused, Instant::now(), rand::random(), cl.owner(slot));
+                    if let Then::Retry(pause) = &action.then {
+                        trace::retry_event(cmd.key(), format_args!("{}:{}", addr.0, addr.1), &e, *pause);
+                    }
                     if action.keep_connection {
                         cl.waits.put(&addr, con);
                     } else {

@@ -40,6 +40,16 @@ impl LockKind {
         }
     }
 
+    /// Its name in traces (`trace::KIND`).
+    pub(crate) fn trace_name(self) -> &'static str {
+        match self {
+            LockKind::Exclusive => "exclusive",
+            LockKind::Permit { .. } => "semaphore",
+            LockKind::Read => "read",
+            LockKind::Write => "write",
+        }
+    }
+
     /// The info command of this kind's family.
     pub(crate) fn info_command(self) -> &'static str {
         self.commands()[3]

@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use clap_complete::Shell;
 
 use crate::fail::EXIT_HELD;
+use crate::stats::Sort;
 
 /// Exit statuses, shown at the end of `--help`.
 const EXIT_STATUS: &str = "\
@@ -23,6 +24,8 @@ Exit status:
   info:         0 if KEY exists (even as another type), 1 if not, 69 on a redis error
   release:      0 if released, 1 if TOKEN does not own KEY, 69 on a redis error
   list:         0 once every server was listed, 69 if one could not be
+  top:          0 on q, Esc, Ctrl-C or a signal; with --once, 69 if a server
+                could not be read
   completions:  0";
 
 #[derive(Parser, Debug)]
@@ -112,6 +115,18 @@ pub enum Cmd {
     /// with format `other`.
     #[command(after_help = EXIT_STATUS)]
     List(ListArgs),
+    /// Show contention live: rates, wait percentiles, the most contended keys.
+    ///
+    /// Every refresh reads INFO lock and LOCK.TOP from one server, every
+    /// master of a cluster (--cluster), or each of several servers
+    /// (several --url), and shows grants, waits, timeouts and holds that
+    /// expired while held per second, the wait p50/p99 of the waits that
+    /// ended since the last refresh (from the lock_wait_hist_ms_* deltas),
+    /// then the keys with the most waiters. Keys: q (or Esc, Ctrl-C)
+    /// quits; s cycles the sort; w, o, h, k sort by waiters, oldest wait,
+    /// holders, key.
+    #[command(after_help = EXIT_STATUS)]
+    Top(TopArgs),
     /// Print a shell completion script.
     ///
     /// For instance `redis-lock completions bash > /etc/bash_completion.d/redis-lock`.
@@ -327,6 +342,37 @@ pub struct ListArgs {
     /// A SCAN MATCH glob.
     #[arg(default_value = "*")]
     pub pattern: String,
+}
+
+#[derive(Args, Debug)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Print one frame as text (after one interval, so rates have two
+    /// readings) and exit.
+    #[arg(long)]
+    pub once: bool,
+    /// One JSON object per refresh, a line each (with --once, one).
+    #[arg(long)]
+    pub json: bool,
+    /// Contended keys to show (LOCK.TOP COUNT, per server).
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub count: u32,
+    /// Seconds between refreshes; fractions allowed.
+    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = interval)]
+    pub interval: Duration,
+    /// The keys' order.
+    #[arg(long, value_enum, default_value_t = Sort::Waiters)]
+    pub sort: Sort,
+}
+
+/// `--interval`: at least 0.1 s.
+fn interval(s: &str) -> Result<Duration, String> {
+    let d = seconds(s)?;
+    if d < Duration::from_millis(100) {
+        return Err("the interval is at least 0.1 seconds".into());
+    }
+    Ok(d)
 }
 
 /// `-w`'s SECONDS: a non-negative decimal, fractions allowed.

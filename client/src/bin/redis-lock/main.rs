@@ -10,6 +10,7 @@
 //! redis-lock info [--url URL] [--cluster] KEY
 //! redis-lock release [--url URL]... [--cluster] KEY TOKEN
 //! redis-lock list [--url URL]... [--cluster] [--json] [--count N] [PATTERN]
+//! redis-lock top [--url URL]... [--cluster] [--once] [--json] [--count N] [--interval SECONDS] [--sort S]
 //! redis-lock completions bash|zsh|fish|elvish|powershell
 //! ```
 //!
@@ -21,6 +22,7 @@
 mod args;
 mod elect;
 mod fail;
+mod frame;
 mod info;
 mod leader;
 mod list;
@@ -29,8 +31,10 @@ mod release;
 mod render;
 mod run;
 mod scan;
+mod stats;
 mod supervise;
 mod target;
+mod top;
 
 use std::process::ExitCode;
 
@@ -61,6 +65,7 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode, Fail> {
         Cmd::Info { target, key } => info::cmd_info(&target, &key),
         Cmd::Release { target, key, token } => release::cmd_release(&target, &key, &token),
         Cmd::List(a) => list::cmd_list(a),
+        Cmd::Top(a) => top::cmd_top(a),
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "redis-lock", &mut std::io::stdout());
             Ok(ExitCode::SUCCESS)

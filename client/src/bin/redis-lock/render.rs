@@ -51,7 +51,7 @@ fn cells(r: &Row) -> [String; 8] {
 }
 
 /// UTF-8 with U+FFFD for other bytes, control characters as escapes.
-fn printable(b: &[u8]) -> String {
+pub fn printable(b: &[u8]) -> String {
     String::from_utf8_lossy(b)
         .chars()
         .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
