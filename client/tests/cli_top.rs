@@ -196,7 +196,7 @@ fn the_live_view_in_a_real_terminal() {
         assert!(pane.contains("grants/s") && pane.contains("OLDEST-WAIT-MS"), "{pane}");
         assert!(row(&pane, "top:less").is_some_and(|r| r[2] == "1"), "{pane}");
         if n == 1 {
-            // The capture in docs/observability-client.md comes from here.
+            // The capture in docs/observability.md comes from here.
             println!("{pane}");
         }
         assert!(t.cmd(&["send-keys", "-t", "top", quit]).status.success());
