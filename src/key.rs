@@ -28,6 +28,11 @@ impl Ctx {
         unsafe { rm!(RedisModule_Milliseconds)() }
     }
 
+    /// The database the command runs in (`SELECT`).
+    pub fn db(self) -> c_int {
+        unsafe { rm!(RedisModule_GetSelectedDb)(self.0) }
+    }
+
     /// Whether the command comes from the master's replication stream or
     /// the AOF: effects decided elsewhere, to apply as they are.
     pub fn replaying(self) -> bool {

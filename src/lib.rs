@@ -24,6 +24,7 @@ mod reply;
 mod rwlock;
 mod semaphore;
 mod stats;
+mod timer;
 mod timings;
 mod top;
 mod wait;

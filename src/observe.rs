@@ -16,7 +16,8 @@
 //!   observer whose revision differs is answered with that reading.
 //! - the check timer is also armed at the leader's expiry, because Redis's
 //!   own expiry can lag behind a key's deadline; the timer cannot.
-//! - timeouts are timers of ours, cut to [`MAX_TIMER_MS`]; a timed-out
+//! - timeouts are timers of ours (`crate::timer`), cut to
+//!   [`MAX_TIMER_MS`](redis_lock_rules::queue::MAX_TIMER_MS); a timed-out
 //!   observer is answered with the key's current (unchanged) state.
 //! - `CLIENT UNBLOCK` (TIMEOUT: answered as a timeout; ERROR: Redis's
 //!   error), disconnect, and Redis unblocking every client (this master
@@ -40,7 +41,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use redis_lock_rules::observers::{Arm, Observers};
-use redis_lock_rules::queue::{next_piece, MAX_TIMER_MS};
+use redis_lock_rules::queue::next_piece;
 use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisModuleString, RedisModuleTimerID};
 
 use crate::api::rm;
@@ -50,6 +51,7 @@ use crate::entry;
 use crate::key::{bytes, Ctx};
 use crate::reply::Failure;
 use crate::stats::{self, observing, OBSERVING};
+use crate::timer;
 
 /// How often, in a cluster, a key with observers is checked for a slot
 /// that moved away without a key event.
@@ -70,7 +72,7 @@ impl Observer {
     /// Not from the timeout timer's own callback (Redis frees that one).
     fn let_go(&self, ctx: Ctx) {
         if let Some(id) = self.timeout {
-            stop_timer::<ObserveTimeout>(ctx, id);
+            timer::stop::<ObserveTimeout>(ctx, id);
         }
     }
 }
@@ -90,29 +92,6 @@ static NEXT_OBSERVATION: AtomicU64 = AtomicU64::new(0);
 
 fn state() -> MutexGuard<'static, Shared> {
     STATE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn db(ctx: Ctx) -> c_int {
-    unsafe { rm!(RedisModule_GetSelectedDb)(ctx.0) }
-}
-
-fn start_timer<T>(
-    ctx: Ctx,
-    delay_ms: i64,
-    callback: unsafe extern "C" fn(*mut RedisModuleCtx, *mut c_void),
-    data: T,
-) -> RedisModuleTimerID {
-    let data = Box::into_raw(Box::new(data));
-    unsafe { rm!(RedisModule_CreateTimer)(ctx.0, delay_ms.clamp(0, MAX_TIMER_MS), Some(callback), data.cast()) }
-}
-
-fn stop_timer<T>(ctx: Ctx, id: RedisModuleTimerID) {
-    let mut data: *mut c_void = std::ptr::null_mut();
-    unsafe {
-        if rm!(RedisModule_StopTimer)(ctx.0, id, &mut data) == raw::REDISMODULE_OK as c_int && !data.is_null() {
-            drop(Box::from_raw(data.cast::<T>()));
-        }
-    }
 }
 
 fn in_cluster(ctx: Ctx) -> bool {
@@ -139,8 +118,8 @@ pub fn block(ctx: Ctx, name: *mut RedisModuleString, after: u64, deadline: Optio
         bc
     };
     let now = ctx.now_ms();
-    let timeout = deadline.map(|at| start_timer(ctx, at - now, on_observe_timeout, ObserveTimeout { client, seq }));
-    let key = (db(ctx), bytes(name).to_vec());
+    let timeout = deadline.map(|at| timer::start(ctx, at - now, on_observe_timeout, ObserveTimeout { client, seq }));
+    let key = (ctx.db(), bytes(name).to_vec());
     state().0.observers.push(key.clone(), client, seq, after, Observer { bc, deadline, timeout });
     OBSERVING.fetch_add(1, Ordering::Relaxed);
     stats::OBSERVES_STARTED.add();
@@ -207,7 +186,7 @@ fn check(ctx: Ctx, key: &KeyId) {
 
 fn stop_check(ctx: Ctx, stop: Option<RedisModuleTimerID>) {
     if let Some(id) = stop {
-        stop_timer::<Check>(ctx, id);
+        timer::stop::<Check>(ctx, id);
     }
 }
 
@@ -254,7 +233,7 @@ unsafe extern "C" fn on_observe_timeout(ctx: *mut RedisModuleCtx, data: *mut c_v
             let Some(o) = s.0.observers.observer_mut(client, seq) else { return };
             o.timeout = None;
             if let Some(delay) = next_piece(o.deadline, now) {
-                o.timeout = Some(start_timer(ctx, delay, on_observe_timeout, ObserveTimeout { client, seq }));
+                o.timeout = Some(timer::start(ctx, delay, on_observe_timeout, ObserveTimeout { client, seq }));
                 return;
             }
         }
@@ -269,9 +248,9 @@ fn check_by(ctx: Ctx, key: &KeyId, at_ms: i64) {
     let mut s = state();
     let Some(Arm { delay, gen, stop }) = s.0.observers.check_by(key, at_ms, ctx.now_ms()) else { return };
     if let Some(old) = stop {
-        stop_timer::<Check>(ctx, old);
+        timer::stop::<Check>(ctx, old);
     }
-    let id = start_timer(ctx, delay, on_check, Check { key: key.clone(), gen });
+    let id = timer::start(ctx, delay, on_check, Check { key: key.clone(), gen });
     s.0.observers.armed(key, gen, id);
 }
 
@@ -323,7 +302,7 @@ unsafe extern "C" fn on_key_event(
     }
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let ctx = Ctx(ctx);
-        check_by(ctx, &(db(ctx), bytes(key).to_vec()), ctx.now_ms());
+        check_by(ctx, &(ctx.db(), bytes(key).to_vec()), ctx.now_ms());
     }));
     raw::REDISMODULE_OK as c_int
 }

@@ -152,10 +152,6 @@ fn key_hash(db: c_int, name: &[u8]) -> u64 {
     h ^ (h >> 29)
 }
 
-fn db(ctx: Ctx) -> c_int {
-    unsafe { rm!(RedisModule_GetSelectedDb)(ctx.0) }
-}
-
 /// A wait of `family` that began at `since` (Unix ms) ended now, however.
 pub fn waited(family: Family, since: i64, now: i64) {
     state().wait[family as usize].record(now.saturating_sub(since).max(0) as u64);
@@ -167,7 +163,7 @@ pub fn hold_started(ctx: Ctx, name: *mut RedisModuleString, family: Family, now:
     if !crate::config::hold_timing() {
         return;
     }
-    let h = key_hash(db(ctx), bytes(name));
+    let h = key_hash(ctx.db(), bytes(name));
     let mut s = state();
     if s.held.len() >= MAX_TRACKED && !s.held.contains_key(&h) {
         return;
@@ -187,7 +183,7 @@ pub fn hold_ended(ctx: Ctx, name: *mut RedisModuleString, end: End, now: i64) {
     if TRACKED.load(Ordering::Relaxed) == 0 {
         return;
     }
-    end_hold(key_hash(db(ctx), bytes(name)), end, now);
+    end_hold(key_hash(ctx.db(), bytes(name)), end, now);
 }
 
 fn end_hold(h: u64, end: End, now: i64) {
@@ -243,7 +239,7 @@ unsafe extern "C" fn on_key_event(
     if TRACKED.load(Ordering::Relaxed) != 0 {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let ctx = Ctx(ctx);
-            let h = key_hash(db(ctx), bytes(key));
+            let h = key_hash(ctx.db(), bytes(key));
             if type_ & raw::REDISMODULE_NOTIFY_EXPIRED != 0 {
                 end_hold(h, End::Expired, ctx.now_ms());
             } else {

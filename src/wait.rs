@@ -22,8 +22,9 @@
 //!
 //! Each queue has at most one check timer, stopped when the queue empties;
 //! each waiter at most one timeout timer, stopped when its wait ends. No
-//! timer is ever asked for more than [`MAX_TIMER_MS`]: a longer delay is cut
-//! into pieces.
+//! timer is ever asked for more than
+//! [`MAX_TIMER_MS`](redis_lock_rules::queue::MAX_TIMER_MS) (`crate::timer`):
+//! a longer delay is cut into pieces.
 //!
 //! Queues belong to a database index, as Redis's own blocked clients do:
 //! after SWAPDB a waiter on db 0 waits for whatever db 0 now holds.
@@ -44,7 +45,6 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 use redis_lock_rules::holders::{admit, place_end, tag_after_grant, Admit, Want};
 use redis_lock_rules::lease::{self as rules_lease, Terms};
 use redis_lock_rules::lock;
-pub use redis_lock_rules::queue::MAX_TIMER_MS;
 use redis_lock_rules::queue::{next_piece, Arm, Left, Queues};
 use redis_lock_rules::top::Contended;
 use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisModuleString, RedisModuleTimerID};
@@ -58,6 +58,7 @@ use crate::holders::{Edit, HoldersKey};
 use crate::key::{bytes, Ctx, LockKey};
 use crate::lease::{self, Granted};
 use crate::stats::{self, waiting, WAITING};
+use crate::timer;
 use crate::timings;
 
 /// How often a grant held back by paused writes is retried.
@@ -149,7 +150,7 @@ impl Waiter {
             unsafe { rm!(RedisModule_FreeString)(std::ptr::null_mut(), value) };
         }
         if let Some(id) = self.timeout {
-            stop_timer::<WaitTimeout>(ctx, id);
+            timer::stop::<WaitTimeout>(ctx, id);
         }
     }
 }
@@ -177,37 +178,12 @@ fn state() -> MutexGuard<'static, Shared> {
     STATE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn db(ctx: Ctx) -> c_int {
-    unsafe { rm!(RedisModule_GetSelectedDb)(ctx.0) }
-}
-
-/// Starts a timer of at most [`MAX_TIMER_MS`] that hands `data` to `callback`.
-fn start_timer<T>(
-    ctx: Ctx,
-    delay_ms: i64,
-    callback: unsafe extern "C" fn(*mut RedisModuleCtx, *mut c_void),
-    data: T,
-) -> RedisModuleTimerID {
-    let data = Box::into_raw(Box::new(data));
-    unsafe { rm!(RedisModule_CreateTimer)(ctx.0, delay_ms.clamp(0, MAX_TIMER_MS), Some(callback), data.cast()) }
-}
-
-/// Stops a timer started with data of type `T`, and frees that data.
-fn stop_timer<T>(ctx: Ctx, id: RedisModuleTimerID) {
-    let mut data: *mut c_void = std::ptr::null_mut();
-    unsafe {
-        if rm!(RedisModule_StopTimer)(ctx.0, id, &mut data) == raw::REDISMODULE_OK as c_int && !data.is_null() {
-            drop(Box::from_raw(data.cast::<T>()));
-        }
-    }
-}
-
 /// How many clients wait on `key` in the context's database.
 pub fn waiters_on(ctx: Ctx, key: &[u8]) -> usize {
     if waiting() == 0 {
         return 0;
     }
-    state().0.queues.waiters_on(&(db(ctx), key.to_vec()))
+    state().0.queues.waiters_on(&(ctx.db(), key.to_vec()))
 }
 
 /// The keys of the context's database that have waiters (LOCK.TOP): each
@@ -217,7 +193,7 @@ pub fn contended(ctx: Ctx) -> Vec<Contended<(Vec<u8>, timings::Family)>> {
     if waiting() == 0 {
         return Vec::new();
     }
-    let db = db(ctx);
+    let db = ctx.db();
     let s = state();
     let q = &s.0.queues;
     q.keys()
@@ -274,8 +250,8 @@ pub fn block(
         rm!(RedisModule_SetDisconnectCallback)(bc, Some(on_disconnect));
         bc
     };
-    let timeout = deadline.map(|at| start_timer(ctx, at - ctx.now_ms(), on_wait_timeout, WaitTimeout { client, seq }));
-    let key = (db(ctx), bytes(name).to_vec());
+    let timeout = deadline.map(|at| timer::start(ctx, at - ctx.now_ms(), on_wait_timeout, WaitTimeout { client, seq }));
+    let key = (ctx.db(), bytes(name).to_vec());
     let expiry = LockKey::open(ctx, name).expires_at();
     let waiter = Waiter { bc, token, ttl, fence, claim, terms, deadline, timeout, since: ctx.now_ms() };
     state().0.queues.push(key.clone(), client, seq, waiter, expiry);
@@ -295,7 +271,7 @@ pub fn grant_next(ctx: Ctx, name: *mut RedisModuleString) {
     if waiting() == 0 {
         return;
     }
-    let key = (db(ctx), bytes(name).to_vec());
+    let key = (ctx.db(), bytes(name).to_vec());
     if !state().0.queues.has_queue(&key) {
         return;
     }
@@ -541,7 +517,7 @@ fn remove_client(ctx: Ctx, client: u64, seq: Option<u64>) -> Option<Waiter> {
 fn left_line(ctx: Ctx, key: &QueueId, left: Left<Waiter, RedisModuleTimerID>) -> Waiter {
     WAITING.fetch_sub(1, Ordering::Relaxed);
     if let Some(id) = left.stop {
-        stop_timer::<Check>(ctx, id);
+        timer::stop::<Check>(ctx, id);
     }
     if left.new_head {
         check_by(ctx, key, ctx.now_ms());
@@ -586,7 +562,7 @@ unsafe extern "C" fn on_wait_timeout(ctx: *mut RedisModuleCtx, data: *mut c_void
             // This timer is the one firing: Redis frees it itself.
             w.timeout = None;
             if let Some(delay) = next_piece(w.deadline, now) {
-                w.timeout = Some(start_timer(ctx, delay, on_wait_timeout, WaitTimeout { client, seq }));
+                w.timeout = Some(timer::start(ctx, delay, on_wait_timeout, WaitTimeout { client, seq }));
                 return;
             }
         }
@@ -603,9 +579,9 @@ fn check_by(ctx: Ctx, key: &QueueId, at_ms: i64) {
     let mut s = state();
     let Some(Arm { delay, gen, stop }) = s.0.queues.check_by(key, at_ms, ctx.now_ms()) else { return };
     if let Some(old) = stop {
-        stop_timer::<Check>(ctx, old);
+        timer::stop::<Check>(ctx, old);
     }
-    let id = start_timer(ctx, delay, on_check, Check { key: key.clone(), gen });
+    let id = timer::start(ctx, delay, on_check, Check { key: key.clone(), gen });
     s.0.queues.armed(key, gen, id);
 }
 
@@ -667,7 +643,7 @@ unsafe extern "C" fn on_key_event(
     }
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let ctx = Ctx(ctx);
-        check_by(ctx, &(db(ctx), bytes(key).to_vec()), ctx.now_ms());
+        check_by(ctx, &(ctx.db(), bytes(key).to_vec()), ctx.now_ms());
     }));
     raw::REDISMODULE_OK as c_int
 }
