@@ -10,6 +10,7 @@ mod cluster;
 mod cluster_fence;
 mod commands;
 mod config;
+mod db_events;
 mod election;
 mod entry;
 mod errors;

@@ -46,6 +46,7 @@ use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisMod
 
 use crate::api::rm;
 use crate::cluster;
+use crate::db_events;
 use crate::election::{self, leader_reply, Led};
 use crate::entry;
 use crate::key::{bytes, Ctx};
@@ -319,20 +320,8 @@ unsafe extern "C" fn on_db_event(
         return;
     }
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let dbs: Option<(c_int, c_int)> = match event.id {
-            raw::REDISMODULE_EVENT_FLUSHDB if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END => {
-                match data.cast::<raw::RedisModuleFlushInfo>().as_ref() {
-                    Some(info) if info.dbnum >= 0 => Some((info.dbnum, info.dbnum)),
-                    _ => None,
-                }
-            }
-            raw::REDISMODULE_EVENT_SWAPDB => {
-                data.cast::<raw::RedisModuleSwapDbInfo>().as_ref().map(|i| (i.dbnum_first, i.dbnum_second))
-            }
-            _ => return,
-        };
-        let affected = |db: c_int| dbs.is_none_or(|(a, b)| db == a || db == b);
-        let keys: Vec<_> = state().0.observers.keys().filter(|(db, _)| affected(*db)).cloned().collect();
+        let Some(changed) = db_events::changed(event, subevent, data) else { return };
+        let keys: Vec<_> = state().0.observers.keys().filter(|(db, _)| changed.includes(*db)).cloned().collect();
         let ctx = Ctx(ctx);
         let now = ctx.now_ms();
         for key in keys {

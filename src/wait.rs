@@ -52,6 +52,7 @@ use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisMod
 use crate::api::rm;
 use crate::cluster;
 use crate::config;
+use crate::db_events;
 use crate::errors;
 use crate::fence;
 use crate::holders::{Edit, HoldersKey};
@@ -648,10 +649,6 @@ unsafe extern "C" fn on_key_event(
     raw::REDISMODULE_OK as c_int
 }
 
-/// Databases whose keys changed wholesale: these two, or all (`None`, also
-/// when Redis sent no data with the event).
-type Dbs = Option<(c_int, c_int)>;
-
 /// FLUSHDB / FLUSHALL finished, or SWAPDB swapped two databases: no key
 /// event tells which keys went away, so every queue in the affected
 /// databases is checked right after this command (a free key goes to its
@@ -666,22 +663,8 @@ unsafe extern "C" fn on_db_event(
         return;
     }
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let dbs: Dbs = match event.id {
-            // START fires while the keys are still there; only END is news.
-            raw::REDISMODULE_EVENT_FLUSHDB if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END => {
-                match data.cast::<raw::RedisModuleFlushInfo>().as_ref() {
-                    Some(info) if info.dbnum >= 0 => Some((info.dbnum, info.dbnum)),
-                    // -1 is FLUSHALL; without data, check everything.
-                    _ => None,
-                }
-            }
-            raw::REDISMODULE_EVENT_SWAPDB => {
-                data.cast::<raw::RedisModuleSwapDbInfo>().as_ref().map(|i| (i.dbnum_first, i.dbnum_second))
-            }
-            _ => return,
-        };
-        let affected = |db: c_int| dbs.is_none_or(|(a, b)| db == a || db == b);
-        let keys: Vec<_> = state().0.queues.keys().filter(|(db, _)| affected(*db)).cloned().collect();
+        let Some(changed) = db_events::changed(event, subevent, data) else { return };
+        let keys: Vec<_> = state().0.queues.keys().filter(|(db, _)| changed.includes(*db)).cloned().collect();
         let ctx = Ctx(ctx);
         let now = ctx.now_ms();
         for key in keys {
