@@ -60,11 +60,12 @@ fn histogram(i: &HashMap<String, String>, field: &str) -> Vec<(u64, u64)> {
 ///
 /// The server times a wait as the difference of two readings of its
 /// millisecond clock, which can exceed the real wait by up to 1 ms (queued
-/// at x.999, granted at y.000); the client's `high` is a floor of the real
-/// wait. So `high + 1` is the true upper bound. (`low` needs no slack: a
-/// difference of two floors is never below the floor of the real wait.)
+/// at x.999, granted at y.000), and on Redis 8.2 under load read 1 ms
+/// short of a 400 ms timeout that its own timer had waited out (399,
+/// reproduced 3 times in 32 loaded runs). So the bounds are the client's
+/// measurements give or take the clock's 1 ms.
 fn assert_waits_between(i: &HashMap<String, String>, family: &str, n: u64, low: u64, high: u64) {
-    let high = high + 1;
+    let (low, high) = (low - 1, high + 1);
     assert_eq!(count(i, &format!("waits_{family}")), n);
     for (name, v) in percentiles(i, &format!("wait_ms_{family}")) {
         assert!(
