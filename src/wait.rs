@@ -445,16 +445,17 @@ fn grant_holder(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId, want: Wan
     Step::Next
 }
 
-/// Held by a release from its write to the `grant_next` after it: the
-/// release's own `zrem`/`del` events would arm the key's check for now, a
-/// timer that fires after the command only to find the queue served (13 %
-/// of a semaphore's queued grant). Those events are skipped while this is
-/// held; expiry and eviction events still count (a key found expired as
-/// it was opened may be another queue's). Not held inside `grant_next`
-/// itself: there its grant's events keep an early check armed that the
-/// next head's departure (`left_line`) would otherwise replace, at the
-/// cost of a second timer (measured: a read-write lock's queued grant
-/// rose by a quarter).
+/// Held by a release from its write through the `grant_next` after it:
+/// the release's own `zrem`/`del` events (and its grants') would arm the
+/// key's check for now, a timer that fires after the command only to find
+/// the queue served (13 % of a semaphore's queued grant). Those events are
+/// skipped while this is held; expiry and eviction events still count (a
+/// key found expired as it was opened may be another queue's).
+/// `grant_next` does not take it itself when a timer or a head leaving
+/// calls it: there the grant's events keep an early check armed that the
+/// next head's departure (`left_line`) would otherwise have to replace, a
+/// second timer (measured: a read-write lock's queued grant through
+/// `CLIENT UNBLOCK` rose by a quarter).
 pub fn serving() -> Serving {
     SERVING.fetch_add(1, Ordering::Relaxed);
     Serving(())
