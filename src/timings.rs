@@ -1,28 +1,53 @@
 //! How long waits and holds take, per family, and how holds end: the
 //! distributions and counters of `INFO lock` (issue 23).
 //!
-//! Memory is fixed except for one map: the exclusive keys (plain locks and
-//! elections) the module granted and that are still held, key → when and
-//! as what it was granted, so that the hold's end (LOCK.RELEASE, a
-//! takeover, Redis's `expired` event) can record its length without any
-//! per-key scan. Its entries are 16 bytes plus the table's overhead, at
-//! most [`MAX_TRACKED`] of them; an entry is keyed by a 64-bit hash of the
-//! database and key name (a collision, ~N²/2⁶⁵ for N held locks, can only
-//! attribute a hold's end to the wrong grant time). A lock that ends other
-//! than by release, takeover or expiry (a client's `DEL`, a script's
-//! `SET`, eviction, `FLUSHDB`) is dropped from the map without being
-//! recorded; one deleted by something whose event the module does not
-//! subscribe to (`DEL`, `RENAME`: subscribing to those would put a callback
-//! on the module's own writes) stays until its key is granted again.
+//! Memory is fixed except for one table (`rules::hold_table`): the holds
+//! the module granted with `lock.hold-timing` on and that are still held —
+//! an exclusive key (plain lock, election) → when and as what it was
+//! granted; a semaphore's or read-write lock's key → its family and, per
+//! holder token, when it was granted and when its lease ends — so that the
+//! hold's end can record its length without any per-key scan. Keys and
+//! tokens are 64-bit hashes (database and key name; token): a collision,
+//! ~N²/2⁶⁵ for N timed keys, can only attribute an end to the wrong grant.
+//! At most [`MAX_TRACKED`] holds in all; grants beyond are not timed.
 //!
-//! Hold timing (the map, and the `expired`/`evicted` subscription that
-//! ends its entries) is off unless `lock.hold-timing` is on: it costs every
-//! grant a map insert, and every keyspace event of the server (native
-//! commands' too) a call into the module. Wait times are always on.
+//! Where holds start and end (the hooks, each before the write it times,
+//! so that the module's own `del` event finds the hold already recorded):
 //!
-//! Semaphore and read-write holders are not timed (that would need an
-//! entry per holder); their ends are counted where the module already sees
-//! them: releases, and leases found ended.
+//! - exclusive keys: [`hold_started`] after a grant (`crate::commands`
+//!   acquire and takeover, `crate::wait::grant_lock`, `crate::election`);
+//!   [`hold_ended`] on LOCK.RELEASE (before its delete), a takeover, and a
+//!   lease settled as ended (`crate::lease::settle`, before its write);
+//! - semaphores and read-write locks: one hook, [`holders_commit`], at the
+//!   top of `crate::holders::HoldersKey::commit` (so every SEM.* / RWLOCK.*
+//!   write and `crate::wait::grant_holder` goes through it): pruned places
+//!   end as expired (held until their lease end, the lock-delay after it is
+//!   not held), a release as released, a grant starts timing, a renewal
+//!   moves the lease end, and a commit that deletes the key (no live holder
+//!   left) ends the key's remaining timed holders as expired;
+//! - Redis's own events ([`on_key_event`]): `expired` ends a whole key's
+//!   holds as expired (an exclusive hold when Redis deleted the key, each
+//!   holder at its lease end); `evicted` and the generic events of a
+//!   deletion, overwrite or move by someone else (`DEL`, `UNLINK`,
+//!   `RENAME`, `MOVE`, `COPY … REPLACE`, `RESTORE`, a native command that
+//!   emptied the key: [`removes_value`]) end them as *deleted*: counted in
+//!   `lock_holds_deleted_F`, not recorded in the distribution; `FLUSHDB`,
+//!   `FLUSHALL` and `SWAPDB` forget every hold, unrecorded (the table
+//!   cannot tell databases apart).
+//!
+//! Not seen: a value overwritten by a command of another event class (a
+//! script's `SET` over a lock: the Lua reference takeover raises the
+//! string event `set`, to which the module does not subscribe — that would
+//! call into the module on every string write of the server); the hold
+//! then ends at the key's next end the module sees, timed from the
+//! module's grant. A holder removed by a hand-written `ZREM` (a `zrem`
+//! event) is ended with its key.
+//!
+//! Hold timing (the table, and the subscriptions that end its entries) is
+//! off unless `lock.hold-timing` is on: it costs every grant a table
+//! insert, and every keyspace event of the expired, evicted and generic
+//! classes (native commands' too) a call into the module. Wait times are
+//! always on.
 //!
 //! Everything here is touched on Redis's main thread only.
 
@@ -40,8 +65,8 @@ use crate::holders::Edit;
 use crate::key::{bytes, Ctx};
 use crate::stats;
 
-/// At most this many held exclusive keys are timed at once (~40 MB at most
-/// with the table's overhead); grants beyond it are not timed.
+/// At most this many holds (an exclusive key, or a holder of a semaphore
+/// or read-write lock) are timed at once; grants beyond are not timed.
 pub const MAX_TRACKED: usize = 1 << 20;
 
 /// The families `INFO lock` reports, in its order.

@@ -70,7 +70,77 @@ struct Hold {
 #[derive(Debug)]
 struct Holders<F> {
     family: F,
-    holds: Map<Hold>,
+    holds: Holds,
+}
+
+/// A key's timed holders: one inline (a writer, a one-permit semaphore, a
+/// quiet key: no allocation), or a table.
+#[derive(Debug)]
+enum Holds {
+    One(u64, Hold),
+    Many(Map<Hold>),
+}
+
+impl Holds {
+    fn len(&self) -> usize {
+        match self {
+            Holds::One(..) => 1,
+            Holds::Many(m) => m.len(),
+        }
+    }
+
+    fn contains(&self, token: u64) -> bool {
+        match self {
+            Holds::One(t, _) => *t == token,
+            Holds::Many(m) => m.contains_key(&token),
+        }
+    }
+
+    fn get_mut(&mut self, token: u64) -> Option<&mut Hold> {
+        match self {
+            Holds::One(t, h) => (*t == token).then_some(h),
+            Holds::Many(m) => m.get_mut(&token),
+        }
+    }
+
+    /// Whether `token` is new.
+    fn insert(&mut self, token: u64, hold: Hold) -> bool {
+        match self {
+            Holds::One(t, h) if *t == token => {
+                *h = hold;
+                false
+            }
+            Holds::One(t, h) => {
+                let mut m = Map::default();
+                m.insert(*t, *h);
+                m.insert(token, hold);
+                *self = Holds::Many(m);
+                true
+            }
+            Holds::Many(m) => m.insert(token, hold).is_none(),
+        }
+    }
+
+    /// Removes `token`; `None` if it is not here. The key's entry goes
+    /// when this leaves it empty (the caller checks [`Holds::len`]).
+    fn remove(&mut self, token: u64) -> Option<Hold> {
+        match self {
+            Holds::One(t, h) if *t == token => {
+                let h = *h;
+                *self = Holds::Many(Map::default());
+                Some(h)
+            }
+            Holds::One(..) => None,
+            Holds::Many(m) => m.remove(&token),
+        }
+    }
+
+    fn into_holds(self) -> Vec<Hold> {
+        match self {
+            Holds::One(_, h) => vec![h],
+            Holds::Many(m) => m.into_values().collect(),
+        }
+    }
 }
 
 /// A hold that ended: its family, how, and how long it was held (ms).
@@ -145,13 +215,21 @@ impl<F: Copy + PartialEq> HoldTable<F> {
                 self.len -= old.holds.len();
             }
         }
-        let known = self.keys.get(&key).is_some_and(|k| k.holds.contains_key(&token));
+        let known = self.keys.get(&key).is_some_and(|k| k.holds.contains(token));
         if self.len >= self.max && !known {
             return false;
         }
-        let k = self.keys.entry(key).or_insert_with(|| Holders { family, holds: Map::default() });
-        if k.holds.insert(token, Hold { since: now, lease_end }).is_none() {
-            self.len += 1;
+        let hold = Hold { since: now, lease_end };
+        match self.keys.get_mut(&key) {
+            Some(k) => {
+                if k.holds.insert(token, hold) {
+                    self.len += 1;
+                }
+            }
+            None => {
+                self.keys.insert(key, Holders { family, holds: Holds::One(token, hold) });
+                self.len += 1;
+            }
         }
         true
     }
@@ -159,7 +237,7 @@ impl<F: Copy + PartialEq> HoldTable<F> {
     /// `token`'s lease on `key` now ends at `lease_end` (a renewal); a
     /// holder not timed stays untimed.
     pub fn holder_renewed(&mut self, key: u64, token: u64, lease_end: i64) {
-        if let Some(h) = self.keys.get_mut(&key).and_then(|k| k.holds.get_mut(&token)) {
+        if let Some(h) = self.keys.get_mut(&key).and_then(|k| k.holds.get_mut(token)) {
             h.lease_end = lease_end;
         }
     }
@@ -168,9 +246,9 @@ impl<F: Copy + PartialEq> HoldTable<F> {
     /// place was found ended (expired: held until its lease end).
     pub fn holder_ended(&mut self, key: u64, token: u64, end: End, now: i64) -> Option<Ended<F>> {
         let k = self.keys.get_mut(&key)?;
-        let Hold { since, lease_end } = k.holds.remove(&token)?;
+        let Hold { since, lease_end } = k.holds.remove(token)?;
         let family = k.family;
-        if k.holds.is_empty() {
+        if k.holds.len() == 0 {
             self.keys.remove(&key);
         }
         self.len -= 1;
@@ -190,7 +268,7 @@ impl<F: Copy + PartialEq> HoldTable<F> {
         }
         let Some(k) = self.keys.remove(&key) else { return };
         self.len -= k.holds.len();
-        for (_, Hold { since, lease_end }) in k.holds {
+        for Hold { since, lease_end } in k.holds.into_holds() {
             record(Ended { family: k.family, end, ms: span(since, lease_end.min(now)) });
         }
     }
@@ -308,6 +386,22 @@ mod tests {
         t.holder_ended(2, 1, End::Released, 6);
         assert!(t.holder_granted(2, 3, F::Sem, 7, 20));
         t.clear();
+        assert!(t.is_empty());
+        assert_eq!(t.holders_of(2), 0);
+    }
+
+    #[test]
+    fn a_key_of_one_holder_grows_and_shrinks() {
+        let mut t = HoldTable::new(10);
+        t.holder_granted(2, 1, F::Sem, 0, 10);
+        t.holder_granted(2, 1, F::Sem, 4, 14);
+        assert_eq!((t.len(), t.holders_of(2)), (1, 1), "re-granted in place");
+        assert_eq!(t.holder_ended(2, 9, End::Released, 5), None, "another token");
+        t.holder_renewed(2, 1, 30);
+        t.holder_granted(2, 2, F::Sem, 5, 15);
+        assert_eq!((t.len(), t.holders_of(2)), (2, 2));
+        assert_eq!(t.holder_ended(2, 1, End::Expired, 99).map(|e| e.ms), Some(26), "kept its renewal");
+        assert_eq!(t.holder_ended(2, 2, End::Released, 7).map(|e| e.ms), Some(2));
         assert!(t.is_empty());
         assert_eq!(t.holders_of(2), 0);
     }
