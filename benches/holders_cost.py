@@ -25,7 +25,7 @@ below are written for this benchmark from that description.
 Usage:
     python3 benches/holders_cost.py                       # callgrind + memory, ~3 min
     python3 benches/holders_cost.py --requests 2000 --memory-keys 2000   # quicker
-    REDIS_LOCK_MODULE_CONFIG="lock.hold-timing yes" python3 benches/holders_cost.py --no-memory --renew   # hold timing on
+    REDIS_LOCK_MODULE_CONFIG="--lock.hold-timing yes" python3 benches/holders_cost.py --no-memory --renew   # hold timing on
 """
 
 from __future__ import annotations
@@ -140,6 +140,8 @@ def measure(args, module: str) -> list:
     rows = []
     srv = sc.Server(args.redis_server, module, callgrind=True)
     try:
+        timing = srv.conn.call("CONFIG", "GET", "lock.hold-timing")
+        print(f"lock.hold-timing: {timing[1].decode() if len(timing) == 2 else '?'}", file=sys.stderr)
         sha_acq = srv.conn.call("SCRIPT", "LOAD", ACQUIRE_LUA).decode()
         sha_rel = srv.conn.call("SCRIPT", "LOAD", RELEASE_LUA).decode()
         for impl in impls(sha_acq, sha_rel):
