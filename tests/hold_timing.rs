@@ -276,3 +276,43 @@ fn with_hold_timing_off_nothing_is_tracked() {
         assert_eq!(count(&i, &format!("holds_deleted_{family}")), 0, "{family}");
     }
 }
+
+/// The randomized workload of `tests/semaphore.rs` and `tests/rwlock.rs`
+/// (grants, waits, handovers, renewals, releases, leases that end and are
+/// pruned, the queue's timer) with hold timing on: the table times exactly
+/// the places the key holds, whatever happened, and a `DEL` ends them all.
+#[test]
+fn a_randomized_workload_keeps_the_timed_holds_in_step_with_the_key() {
+    for (family, name) in [
+        (support::holders::Family::Semaphore { limit: 3 }, "semaphore"),
+        (support::holders::Family::ReadWrite, "rwlock"),
+    ] {
+        let server = timing_holds();
+        support::holders::random_run(&server, family, 1500, 7);
+        let mut c = server.conn();
+        let (timed, places) = timed_and_places(&mut c);
+        assert_eq!(timed, places, "{name}: every place of the key is timed, nothing else");
+        let i = info(&mut c);
+        assert!(count(&i, &format!("holds_released_{name}")) > 0, "{name}: {i:?}");
+        assert!(i.contains_key(&format!("hold_ms_{name}")), "{name}: {i:?}");
+        // The DEL ends every timed hold as deleted; waiters still in line
+        // may be granted the key right after, and are timed anew.
+        let _: i64 = redis::cmd("DEL").arg("rand").query(&mut c).unwrap();
+        assert_eq!(count(&info(&mut c), &format!("holds_deleted_{name}")), places, "{name}");
+        let (timed, places) = timed_and_places(&mut c);
+        assert_eq!(timed, places, "{name}: after the DEL");
+    }
+}
+
+/// `lock_holds_timed` and the places of the key `rand`, read at once (no
+/// timer or expiry runs inside `EXEC`).
+fn timed_and_places(c: &mut redis::Connection) -> (u64, u64) {
+    let (members, text): (u64, String) =
+        redis::pipe().atomic().cmd("ZCARD").arg("rand").cmd("INFO").arg("lock").query(c).unwrap();
+    let timed = text
+        .lines()
+        .find_map(|l| l.strip_prefix("lock_holds_timed:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("lock_holds_timed");
+    (timed, members.saturating_sub(1))
+}
