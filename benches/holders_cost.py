@@ -25,6 +25,7 @@ below are written for this benchmark from that description.
 Usage:
     python3 benches/holders_cost.py                       # callgrind + memory, ~3 min
     python3 benches/holders_cost.py --requests 2000 --memory-keys 2000   # quicker
+    REDIS_LOCK_MODULE_CONFIG="--lock.hold-timing yes" python3 benches/holders_cost.py --no-memory --renew   # hold timing on
 """
 
 from __future__ import annotations
@@ -84,9 +85,11 @@ class Impl:
     """One implementation: how to preload key i, and the acquire and
     release requests with the reply each must get."""
 
-    def __init__(self, name, preload, acquire, release, acq_reply, rel_reply):
+    def __init__(self, name, preload, acquire, release, acq_reply, rel_reply, renew=None):
         self.name, self.preload, self.acquire, self.release = name, preload, acquire, release
         self.acq_reply, self.rel_reply = acq_reply, rel_reply
+        # With --renew: a renewal of each held place, between the two (reply 1).
+        self.renew = renew
 
 
 def key(i: int) -> str:
@@ -101,15 +104,18 @@ def impls(sha_acq: str, sha_rel: str) -> list:
         Impl("semaphore (SEM.*)",
              lambda i: [["SEM.ACQUIRE", key(i), o, 5, TTL] for o in others],
              lambda i: ["SEM.ACQUIRE", key(i), TOKEN, 5, TTL],
-             lambda i: ["SEM.RELEASE", key(i), TOKEN], 1, 1),
+             lambda i: ["SEM.RELEASE", key(i), TOKEN], 1, 1,
+             lambda i: ["SEM.RENEW", key(i), TOKEN, TTL + 1000]),
         Impl("read-write lock, READ (RWLOCK.*)",
              lambda i: [["RWLOCK.ACQUIRE", key(i), o, "READ", TTL] for o in others],
              lambda i: ["RWLOCK.ACQUIRE", key(i), TOKEN, "READ", TTL],
-             lambda i: ["RWLOCK.RELEASE", key(i), TOKEN], 1, 1),
+             lambda i: ["RWLOCK.RELEASE", key(i), TOKEN], 1, 1,
+             lambda i: ["RWLOCK.RENEW", key(i), TOKEN, TTL + 1000]),
         Impl("read-write lock, WRITE, free key",
              lambda i: [],
              lambda i: ["RWLOCK.ACQUIRE", key(i), TOKEN, "WRITE", TTL],
-             lambda i: ["RWLOCK.RELEASE", key(i), TOKEN], 1, 1),
+             lambda i: ["RWLOCK.RELEASE", key(i), TOKEN], 1, 1,
+             lambda i: ["RWLOCK.RENEW", key(i), TOKEN, TTL + 1000]),
         Impl("Lua semaphore, Redisson's algorithm",
              lambda i: [["SET", key(i), 3], ["ZADD", key(i) + ":timeout", deadline, others[0], deadline, others[1]]],
              lambda i: ["EVALSHA", sha_acq, 3, key(i), key(i) + ":timeout", key(i) + ":channel", TOKEN, now_ms(), deadline],
@@ -117,7 +123,8 @@ def impls(sha_acq: str, sha_rel: str) -> list:
         Impl("exclusive lock (LOCK.ACQUIRE/RELEASE), free key",
              lambda i: [],
              lambda i: ["LOCK.ACQUIRE", key(i), TOKEN, TTL],
-             lambda i: ["LOCK.RELEASE", key(i), TOKEN], 1, 1),
+             lambda i: ["LOCK.RELEASE", key(i), TOKEN], 1, 1,
+             lambda i: ["LOCK.RENEW", key(i), TOKEN, TTL + 1000]),
     ]
 
 
@@ -133,6 +140,8 @@ def measure(args, module: str) -> list:
     rows = []
     srv = sc.Server(args.redis_server, module, callgrind=True)
     try:
+        timing = srv.conn.call("CONFIG", "GET", "lock.hold-timing")
+        print(f"lock.hold-timing: {timing[1].decode() if len(timing) == 2 else '?'}", file=sys.stderr)
         sha_acq = srv.conn.call("SCRIPT", "LOAD", ACQUIRE_LUA).decode()
         sha_rel = srv.conn.call("SCRIPT", "LOAD", RELEASE_LUA).decode()
         for impl in impls(sha_acq, sha_rel):
@@ -143,12 +152,18 @@ def measure(args, module: str) -> list:
             srv.cg_start()
             exact(c, (impl.acquire(i) for i in range(args.requests)), impl.acq_reply)
             acq = srv.cg_stop() / args.requests
+            ren = None
+            if args.renew and impl.renew:
+                srv.cg_start()
+                exact(c, (impl.renew(i) for i in range(args.requests)), 1)
+                ren = srv.cg_stop() / args.requests
             srv.cg_start()
             exact(c, (impl.release(i) for i in range(args.requests)), impl.rel_reply)
             rel = srv.cg_stop() / args.requests
             c.close()
-            rows.append((impl.name, acq, rel))
-            print(f"cg {impl.name:50} acquire {acq:,.0f}  release {rel:,.0f}", file=sys.stderr)
+            rows.append((impl.name, acq, rel, ren))
+            renewed = "" if ren is None else f"  renew {ren:,.0f}"
+            print(f"cg {impl.name:50} acquire {acq:,.0f}{renewed}  release {rel:,.0f}", file=sys.stderr)
     finally:
         srv.stop()
     return rows
@@ -191,14 +206,16 @@ def main() -> int:
     ap.add_argument("--module", default=os.environ.get("REDIS_LOCK_MODULE"))
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--renew", action="store_true", help="also a renewal of each held place, between acquire and release (Ir/renew)")
     args = ap.parse_args()
     module = sc.build_module(args)
     rows = measure(args, module)
     excl = rows[-1]
-    print("| implementation | Ir/acquire | Ir/release | acquire+release | vs exclusive lock |")
-    print("|---|--:|--:|--:|--:|")
-    for name, a, r in rows:
-        print(f"| {name} | {a:,.0f} | {r:,.0f} | {a + r:,.0f} | {(a + r) / (excl[1] + excl[2]):.2f} |")
+    print("| implementation | Ir/acquire | Ir/renew | Ir/release | acquire+release | vs exclusive lock |")
+    print("|---|--:|--:|--:|--:|--:|")
+    for name, a, r, n in rows:
+        renew = "—" if n is None else f"{n:,.0f}"
+        print(f"| {name} | {a:,.0f} | {renew} | {r:,.0f} | {a + r:,.0f} | {(a + r) / (excl[1] + excl[2]):.2f} |")
     if not args.no_memory:
         print()
         print("| keys of | bytes/key, 1 holder | bytes/key, 10 holders | bytes per further holder |")

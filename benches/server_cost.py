@@ -211,7 +211,9 @@ class Server:
                    "--dir", self.dir, "--logfile", "server.log", "--daemonize", "no", *extra]
             if module:
                 cmd += ["--loadmodule", module]
-                # e.g. "lock.hold-timing yes": module configs, for the module's runs only.
+                # e.g. "--lock.hold-timing yes": module configs, for the module's runs
+                # only. The "--" matters: words after the module's path up to the next
+                # "--" are the module's load arguments, which it ignores.
                 cmd += os.environ.get("REDIS_LOCK_MODULE_CONFIG", "").split()
             if callgrind:
                 # hz 1: serverCron runs per wall-clock second, and a server

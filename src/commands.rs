@@ -187,10 +187,11 @@ pub fn release(ctx: Ctx, argv: Argv) -> Outcome {
     let mut k = lease::open(ctx, key, ctx.now_ms());
     let granted = lock::may_release(k.entry(), bytes(token))?;
     if granted {
+        // Before the delete: its `del` event would end the hold as deleted.
+        timings::hold_ended(ctx, key, timings::End::Released, ctx.now_ms());
         let _quiet = wait::serving();
         k.delete();
         drop(k);
-        timings::hold_ended(ctx, key, timings::End::Released, ctx.now_ms());
         // Hand over in the same step: nobody can slip in between.
         wait::grant_next(ctx, key);
     }

@@ -39,10 +39,11 @@ unsafe extern "C" fn set_max_waiters(
 
 static HOLD_TIMING: AtomicBool = AtomicBool::new(false);
 
-/// `lock.hold-timing`: whether the module times the holds of the exclusive
-/// locks and elections it grants (`INFO lock`'s `lock_hold_ms_*`). Off by
-/// default: timing costs every grant a map insert and every keyspace event
-/// of the server a callback into the module (docs/performance.md).
+/// `lock.hold-timing`: whether the module times the holds it grants
+/// (`INFO lock`'s `lock_hold_ms_*`; `crate::timings`). Off by default:
+/// timing costs every grant a table insert and every expired, evicted or
+/// generic keyspace event of the server a callback into the module
+/// (docs/performance.md). Off, the hold table is empty.
 pub fn hold_timing() -> bool {
     HOLD_TIMING.load(Ordering::Relaxed)
 }

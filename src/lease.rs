@@ -35,17 +35,21 @@ pub fn settle(k: &mut LockKey, now: i64) {
         Entry::Str(v) if lease::may_have_lease(v) => lease::settle(v, k.expires_at(), now),
         _ => return,
     };
+    if matches!(verdict, Settle::Keep) {
+        return;
+    }
+    // The lease ran out while held (its key lives on as the tombstone).
+    // Recorded before the write, whose `del` would end it as deleted.
+    let (ctx, name) = k.ctx_and_name();
+    crate::timings::hold_ended(ctx, name, crate::timings::End::Expired, now);
     match verdict {
-        Settle::Keep => return,
+        Settle::Keep => {}
         Settle::Tombstone { until } => {
             k.set(NewValue::Composed(&value::tombstone(until)), until);
             stats::DELAYS_STARTED.add();
         }
         Settle::Delete => k.delete(),
     }
-    // The lease ran out while held (its key lives on as the tombstone).
-    let (ctx, name) = k.ctx_and_name();
-    crate::timings::hold_ended(ctx, name, crate::timings::End::Expired, now);
 }
 
 /// Whether the open key is in a lock-delay (holds a tombstone).

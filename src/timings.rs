@@ -1,47 +1,72 @@
 //! How long waits and holds take, per family, and how holds end: the
 //! distributions and counters of `INFO lock` (issue 23).
 //!
-//! Memory is fixed except for one map: the exclusive keys (plain locks and
-//! elections) the module granted and that are still held, key → when and
-//! as what it was granted, so that the hold's end (LOCK.RELEASE, a
-//! takeover, Redis's `expired` event) can record its length without any
-//! per-key scan. Its entries are 16 bytes plus the table's overhead, at
-//! most [`MAX_TRACKED`] of them; an entry is keyed by a 64-bit hash of the
-//! database and key name (a collision, ~N²/2⁶⁵ for N held locks, can only
-//! attribute a hold's end to the wrong grant time). A lock that ends other
-//! than by release, takeover or expiry (a client's `DEL`, a script's
-//! `SET`, eviction, `FLUSHDB`) is dropped from the map without being
-//! recorded; one deleted by something whose event the module does not
-//! subscribe to (`DEL`, `RENAME`: subscribing to those would put a callback
-//! on the module's own writes) stays until its key is granted again.
+//! Memory is fixed except for one table (`rules::hold_table`): the holds
+//! the module granted with `lock.hold-timing` on and that are still held —
+//! an exclusive key (plain lock, election) → when and as what it was
+//! granted; a semaphore's or read-write lock's key → its family and, per
+//! holder token, when it was granted and when its lease ends — so that the
+//! hold's end can record its length without any per-key scan. Keys and
+//! tokens are 64-bit hashes (database and key name; token): a collision,
+//! ~N²/2⁶⁵ for N timed keys, can only attribute an end to the wrong grant.
+//! At most [`MAX_TRACKED`] holds in all; grants beyond are not timed.
 //!
-//! Hold timing (the map, and the `expired`/`evicted` subscription that
-//! ends its entries) is off unless `lock.hold-timing` is on: it costs every
-//! grant a map insert, and every keyspace event of the server (native
-//! commands' too) a call into the module. Wait times are always on.
+//! Where holds start and end (the hooks, each before the write it times,
+//! so that the module's own `del` event finds the hold already recorded):
 //!
-//! Semaphore and read-write holders are not timed (that would need an
-//! entry per holder); their ends are counted where the module already sees
-//! them: releases, and leases found ended.
+//! - exclusive keys: [`hold_started`] after a grant (`crate::commands`
+//!   acquire and takeover, `crate::wait::grant_lock`, `crate::election`);
+//!   [`hold_ended`] on LOCK.RELEASE (before its delete), a takeover, and a
+//!   lease settled as ended (`crate::lease::settle`, before its write);
+//! - semaphores and read-write locks: one hook, [`holders_commit`], at the
+//!   top of `crate::holders::HoldersKey::commit` (so every SEM.* / RWLOCK.*
+//!   write and `crate::wait::grant_holder` goes through it): pruned places
+//!   end as expired (held until their lease end, the lock-delay after it is
+//!   not held), a release as released, a grant starts timing, a renewal
+//!   moves the lease end, and a commit that deletes the key (no live holder
+//!   left) ends the key's remaining timed holders as expired;
+//! - Redis's own events ([`on_key_event`]): `expired` ends a whole key's
+//!   holds as expired (an exclusive hold when Redis deleted the key, each
+//!   holder at its lease end); `evicted` and the generic events of a
+//!   deletion, overwrite or move by someone else (`DEL`, `UNLINK`,
+//!   `RENAME`, `MOVE`, `COPY … REPLACE`, `RESTORE`, a native command that
+//!   emptied the key: [`removes_value`]) end them as *deleted*: counted in
+//!   `lock_holds_deleted_F`, not recorded in the distribution; `FLUSHDB`,
+//!   `FLUSHALL` and `SWAPDB` forget every hold, unrecorded (the table
+//!   cannot tell databases apart).
+//!
+//! Not seen: a value overwritten by a command of another event class (a
+//! script's `SET` over a lock: the Lua reference takeover raises the
+//! string event `set`, to which the module does not subscribe — that would
+//! call into the module on every string write of the server); the hold
+//! then ends at the key's next end the module sees, timed from the
+//! module's grant. A holder removed by a hand-written `ZREM` (a `zrem`
+//! event) is ended with its key.
+//!
+//! Hold timing (the table, and the subscriptions that end its entries) is
+//! off unless `lock.hold-timing` is on: it costs every grant a table
+//! insert, and every keyspace event of the expired, evicted and generic
+//! classes (native commands' too) a call into the module. Wait times are
+//! always on.
 //!
 //! Everything here is touched on Redis's main thread only.
 
-use std::collections::HashMap;
-use std::ffi::{c_int, c_void, CString};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::ffi::{c_int, c_void, CStr, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use redis_lock_rules::histogram::Histogram;
-use redis_lock_rules::holders::Family as HolderFamily;
+use redis_lock_rules::hold_table::{Ended, HoldTable};
+use redis_lock_rules::holders::{last_after, Change, Family as HolderFamily, Last, Summary};
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleInfoCtx, RedisModuleString};
 
 use crate::api::rm;
+use crate::holders::Edit;
 use crate::key::{bytes, Ctx};
 use crate::stats;
 
-/// At most this many held exclusive keys are timed at once (~40 MB at most
-/// with the table's overhead); grants beyond it are not timed.
+/// At most this many holds (an exclusive key, or a holder of a semaphore
+/// or read-write lock) are timed at once; grants beyond are not timed.
 pub const MAX_TRACKED: usize = 1 << 20;
 
 /// The families `INFO lock` reports, in its order.
@@ -73,54 +98,42 @@ impl Family {
     }
 }
 
-/// How a timed hold ended.
-#[derive(Clone, Copy)]
-pub enum End {
-    Released,
-    Expired,
-    TakenOver,
-}
+pub use redis_lock_rules::hold_table::End;
 
-/// A held exclusive key the module granted.
-#[derive(Clone, Copy)]
-struct Held {
-    since: i64,
-    family: Family,
-}
-
-/// Passes the already mixed 64-bit key hash through.
-#[derive(Default)]
-struct Pass(u64);
-
-impl Hasher for Pass {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-#[derive(Default)]
 struct Timings {
     wait: [Histogram; 4],
     hold: [Histogram; 4],
+    /// Hold ends by family; for semaphores and read-write locks, only
+    /// those `crate::stats`' counters do not see (see [`record`]).
     released: [u64; 4],
     expired: [u64; 4],
     taken_over: [u64; 4],
+    deleted: [u64; 4],
     /// The semaphore and read-write counters of `crate::stats` at the last
     /// `CONFIG RESETSTAT` (those keep counting since the start).
     base: [u64; 4],
-    held: HashMap<u64, Held, BuildHasherDefault<Pass>>,
+    table: HoldTable<Family>,
     subscribed: bool,
     /// Redis's `total_commands_processed` and `total_connections_received`
     /// at the last `INFO lock` read.
     stat_seen: (u64, u64),
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Timings {
+            wait: Default::default(),
+            hold: Default::default(),
+            released: [0; 4],
+            expired: [0; 4],
+            taken_over: [0; 4],
+            deleted: [0; 4],
+            base: [0; 4],
+            table: HoldTable::new(MAX_TRACKED),
+            subscribed: false,
+            stat_seen: (0, 0),
+        }
+    }
 }
 
 /// Tells `INFO lock` readers nothing was tracked, without taking the lock.
@@ -157,6 +170,48 @@ pub fn waited(family: Family, since: i64, now: i64) {
     state().wait[family as usize].record(now.saturating_sub(since).max(0) as u64);
 }
 
+/// A token's hash, for a holders' key's table (a collision, ~M²/2⁶⁵ for M
+/// holders of one key, can only swap two holders' grant times).
+fn token_hash(token: &[u8]) -> u64 {
+    key_hash(-1, token)
+}
+
+/// Adds a hold's end to the figures. `stats_saw`: a semaphore's or
+/// read-write lock's end that `crate::stats` counted already (a release,
+/// or a place pruned by a command), so only its length is recorded here.
+/// Deleted holds are counted, not recorded: how long a lock was held until
+/// someone deleted it says nothing about the work it protected.
+fn record(s: &mut Timings, e: Ended<Family>, stats_saw: bool) {
+    let f = e.family as usize;
+    if !matches!(e.end, End::Deleted) {
+        s.hold[f].record(e.ms);
+    }
+    if stats_saw && matches!(e.family, Family::Semaphore | Family::Rwlock) {
+        return;
+    }
+    let counter = match e.end {
+        End::Released => &mut s.released[f],
+        End::Expired => &mut s.expired[f],
+        End::TakenOver => &mut s.taken_over[f],
+        End::Deleted => &mut s.deleted[f],
+    };
+    *counter = counter.saturating_add(1);
+}
+
+fn publish(s: &Timings) {
+    TRACKED.store(s.table.len() as u64, Ordering::Relaxed);
+}
+
+/// Subscribes once, at the first hold timed.
+fn after_grant(ctx: Ctx, mut s: MutexGuard<'static, Timings>) {
+    publish(&s);
+    if !s.subscribed {
+        s.subscribed = true;
+        drop(s);
+        subscribe(ctx);
+    }
+}
+
 /// The module granted `name` (an exclusive key) at `now`. Nothing unless
 /// `lock.hold-timing` is on.
 pub fn hold_started(ctx: Ctx, name: *mut RedisModuleString, family: Family, now: i64) {
@@ -165,64 +220,122 @@ pub fn hold_started(ctx: Ctx, name: *mut RedisModuleString, family: Family, now:
     }
     let h = key_hash(ctx.db(), bytes(name));
     let mut s = state();
-    if s.held.len() >= MAX_TRACKED && !s.held.contains_key(&h) {
-        return;
-    }
-    s.held.insert(h, Held { since: now, family });
-    TRACKED.store(s.held.len() as u64, Ordering::Relaxed);
-    if !s.subscribed {
-        s.subscribed = true;
-        drop(s);
-        subscribe(ctx);
+    if s.table.lock_granted(h, family, now) {
+        after_grant(ctx, s);
     }
 }
 
 /// The hold of `name` ended at `now` as `end`, if the module granted it
-/// with `lock.hold-timing` on (with it off the map is empty: one load).
+/// with `lock.hold-timing` on (with it off the table is empty: one load).
+/// Called before the module's own write that ends it: that write's `del`
+/// event would otherwise end it as deleted.
 pub fn hold_ended(ctx: Ctx, name: *mut RedisModuleString, end: End, now: i64) {
     if TRACKED.load(Ordering::Relaxed) == 0 {
         return;
     }
-    end_hold(key_hash(ctx.db(), bytes(name)), end, now);
+    let h = key_hash(ctx.db(), bytes(name));
+    let mut s = state();
+    if let Some(e) = s.table.lock_ended(h, end, now) {
+        record(&mut s, e, false);
+        publish(&s);
+    }
 }
 
-fn end_hold(h: u64, end: End, now: i64) {
+/// The hook of `crate::holders::HoldersKey::commit`, called before it
+/// writes (and so before the `del` it may raise): what the commit does to
+/// the timed holders of `name`, a semaphore or read-write lock key
+/// `summary` describes (`None`: absent) at the scan's `now`.
+///
+/// - every place in `ended` (pruned: its place ended) ends as expired,
+///   held until its lease end;
+/// - `Edit::Remove`: its token's hold ends as released, now;
+/// - `Edit::Put`: a renewal (the token holds a live place) moves its
+///   lease end; otherwise a grant starts timing it (`lock.hold-timing`
+///   on), its lease end being the place's end minus the key's delay;
+/// - no live holder left (the commit deletes the key): the key's other
+///   timed holders (ended places beyond the prune bound) end as expired.
+///
+/// With `lock.hold-timing` off (and so nothing timed): one load.
+pub fn holders_commit(
+    ctx: Ctx,
+    name: *mut RedisModuleString,
+    summary: Option<&Summary>,
+    edit: Edit,
+    ended: &[*mut RedisModuleString],
+    now: i64,
+) {
+    if !crate::config::hold_timing() {
+        return;
+    }
+    let h = key_hash(ctx.db(), bytes(name));
     let mut s = state();
-    let Some(Held { since, family }) = s.held.remove(&h) else { return };
-    TRACKED.store(s.held.len() as u64, Ordering::Relaxed);
-    let f = family as usize;
-    s.hold[f].record(now.saturating_sub(since).max(0) as u64);
-    let counter = match end {
-        End::Released => &mut s.released[f],
-        End::Expired => &mut s.expired[f],
-        End::TakenOver => &mut s.taken_over[f],
+    for &m in ended {
+        if let Some(e) = s.table.holder_ended(h, token_hash(bytes(m)), End::Expired, now) {
+            record(&mut s, e, true);
+        }
+    }
+    match edit {
+        Edit::Keep => {}
+        Edit::Remove { token } => {
+            if let Some(e) = s.table.holder_ended(h, token_hash(bytes(token)), End::Released, now) {
+                record(&mut s, e, true);
+            }
+        }
+        Edit::Put { token, at, tag } => {
+            let t = token_hash(bytes(token));
+            let delay = tag.map(|t| t.delay).or(summary.map(|s| s.delay)).unwrap_or(0);
+            let lease_end = at.saturating_sub(delay);
+            let kind = tag.map(|t| t.kind).or(summary.map(|s| s.kind));
+            if summary.is_some_and(|s| s.own.is_some()) {
+                s.table.holder_renewed(h, t, lease_end);
+            } else if let Some(kind) = kind {
+                if s.table.holder_granted(h, t, Family::of_holders(kind.family()), now, lease_end) {
+                    return after_grant(ctx, s);
+                }
+            }
+        }
+    }
+    let change = match edit {
+        Edit::Keep => Change::Keep,
+        Edit::Put { at, .. } => Change::Put(at),
+        Edit::Remove { .. } => Change::Remove,
     };
-    *counter = counter.saturating_add(1);
+    if summary.is_some() && matches!(last_after(summary, change), Last::Gone) {
+        let mut ends = Vec::new();
+        s.table.key_expired(h, now, |e| ends.push(e));
+        for e in ends {
+            record(&mut s, e, true);
+        }
+    }
+    publish(&s);
 }
 
 /// `lock.hold-timing` turned off: holds in progress are forgotten (never
-/// recorded), and the map's memory goes. The subscription taken by
+/// recorded), and the table's memory goes. The subscription taken by
 /// [`subscribe`] stays (Redis 7.0 has no way to drop one); its callback
 /// then returns at its first load.
 pub fn stop_holds() {
     let mut s = state();
-    s.held.clear();
-    s.held.shrink_to_fit();
-    TRACKED.store(0, Ordering::Relaxed);
+    s.table.clear();
+    publish(&s);
 }
 
-/// Subscribes to what ends a hold without a command of ours: expiry, and
-/// eviction and flushes (dropped from the map unrecorded). Not `del` and
-/// the other generic events: the module raises those itself on every write.
-/// Taken at the first grant timed (the config's setter has no context to
-/// subscribe with; no hold is timed before that grant), once.
+/// Subscribes to what ends a hold without a command of ours: expiry,
+/// eviction, and the generic events of a deletion, an overwrite or a move
+/// by someone else (`DEL`, `RENAME`, `MOVE`, …; see [`removes_value`]);
+/// and flushes. Taken at the first grant timed (the config's setter has no
+/// context to subscribe with; no hold is timed before that grant), once.
+///
+/// The module raises `del` and `expire` itself on its own writes; every
+/// hook that ends a hold runs before the write, so its own `del` finds the
+/// hold already recorded, and `expire` ends nothing.
 fn subscribe(ctx: Ctx) {
     let flush = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
     let swap = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_SWAPDB, dataver: 1 };
     unsafe {
         rm!(RedisModule_SubscribeToKeyspaceEvents)(
             ctx.0,
-            raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED,
+            raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED | raw::REDISMODULE_NOTIFY_GENERIC,
             Some(on_key_event),
         );
         rm!(RedisModule_SubscribeToServerEvent)(ctx.0, flush, Some(on_db_event));
@@ -230,28 +343,54 @@ fn subscribe(ctx: Ctx) {
     }
 }
 
+/// The generic events (Redis 7.0's `notifyKeyspaceEvent(NOTIFY_GENERIC, …)`
+/// calls) after which the key no longer holds the value the module wrote:
+/// deleted (`DEL`, `UNLINK`, `GETDEL`, `EXPIRE` in the past, a native
+/// command that emptied it, a `MIGRATE` away), renamed away or overwritten
+/// by a rename, moved to another database, overwritten by `COPY … REPLACE`
+/// or `RESTORE … REPLACE`. Not `expire`, `persist`, `move_to` (its key was
+/// absent), `new`.
+fn removes_value(event: &[u8]) -> bool {
+    matches!(event, b"del" | b"rename_from" | b"rename_to" | b"move_from" | b"copy_to" | b"restore")
+}
+
 unsafe extern "C" fn on_key_event(
     ctx: *mut RedisModuleCtx,
     type_: c_int,
-    _event: *const std::ffi::c_char,
+    event: *const std::ffi::c_char,
     key: *mut RedisModuleString,
 ) -> c_int {
     if TRACKED.load(Ordering::Relaxed) != 0 {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let expired = type_ & raw::REDISMODULE_NOTIFY_EXPIRED != 0;
+            let gone = expired
+                || type_ & raw::REDISMODULE_NOTIFY_EVICTED != 0
+                || (!event.is_null() && removes_value(CStr::from_ptr(event).to_bytes()));
+            if !gone {
+                return;
+            }
             let ctx = Ctx(ctx);
             let h = key_hash(ctx.db(), bytes(key));
-            if type_ & raw::REDISMODULE_NOTIFY_EXPIRED != 0 {
-                end_hold(h, End::Expired, ctx.now_ms());
+            let now = ctx.now_ms();
+            let mut s = state();
+            let mut ends = Vec::new();
+            if expired {
+                s.table.key_expired(h, now, |e| ends.push(e));
             } else {
-                state().held.remove(&h);
+                s.table.key_deleted(h, now, |e| ends.push(e));
             }
+            // Nothing of the module counted these ends.
+            for e in ends {
+                record(&mut s, e, false);
+            }
+            publish(&s);
         }));
     }
     raw::REDISMODULE_OK as c_int
 }
 
-/// A flush or SWAPDB: the map cannot tell which entries belonged to which
-/// database (it keeps hashes), so every entry goes, unrecorded.
+/// A flush or SWAPDB: the table cannot tell which holds belonged to which
+/// database (it keeps hashes), so every hold goes, unrecorded.
 unsafe extern "C" fn on_db_event(
     _ctx: *mut RedisModuleCtx,
     event: raw::RedisModuleEvent,
@@ -261,12 +400,7 @@ unsafe extern "C" fn on_db_event(
     if event.id == raw::REDISMODULE_EVENT_FLUSHDB && subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
         return;
     }
-    let _ = std::panic::catch_unwind(|| {
-        let mut s = state();
-        s.held.clear();
-        s.held.shrink_to_fit();
-        TRACKED.store(0, Ordering::Relaxed);
-    });
+    let _ = std::panic::catch_unwind(stop_holds);
 }
 
 /// The semaphore and read-write counters of `crate::stats` that count
@@ -285,6 +419,7 @@ fn reset_locked(s: &mut Timings) {
     s.released = [0; 4];
     s.expired = [0; 4];
     s.taken_over = [0; 4];
+    s.deleted = [0; 4];
     s.base = holder_ends();
 }
 
@@ -347,20 +482,26 @@ pub unsafe fn info(ctx: *mut RedisModuleInfoCtx) {
         if s.wait[f].count() > 0 {
             text("wait_hist_ms", s.wait[f].raw());
         }
+        // A semaphore's or read-write lock's: `crate::stats`' counters,
+        // plus the ends only hold timing sees (a key that expired whole).
         let (released, expired) = match family {
             Family::Semaphore => (since_reset(0), since_reset(1)),
             Family::Rwlock => (since_reset(2), since_reset(3)),
-            _ => (s.released[f], s.expired[f]),
+            _ => (0, 0),
         };
+        let (released, expired) = (released.saturating_add(s.released[f]), expired.saturating_add(s.expired[f]));
         for (field, value) in [
             ("waits", s.wait[f].count()),
             ("holds_released", released),
             ("holds_expired", expired),
             ("holds_taken_over", s.taken_over[f]),
+            ("holds_deleted", s.deleted[f]),
         ] {
             if let Ok(field) = CString::new(format!("{field}_{name}")) {
                 rm!(RedisModule_InfoAddFieldULongLong)(ctx, field.as_ptr(), value);
             }
         }
     }
+    // The holds being timed now (all families): what hold timing keeps in memory.
+    rm!(RedisModule_InfoAddFieldULongLong)(ctx, c"holds_timed".as_ptr(), s.table.len() as u64);
 }

@@ -13,6 +13,7 @@
 //! - [`guard`]: LOCK.GUARD's ownership rule and the inner commands it refuses.
 //! - [`histogram`]: fixed-size duration histograms (`INFO lock` percentiles).
 //! - [`holders`]: semaphores and read-write locks (several holders per key).
+//! - [`hold_table`]: the holds `lock.hold-timing` times, and what their ends record.
 //! - [`lease`]: LOCKDELAY and MAXHOLD: a grant's lease fields, renewals,
 //!   settling an ended lease to its tombstone, what LOCK.INFO shows.
 //! - [`queue`]: the wait queues' bookkeeping (FIFO per key, timers).
@@ -30,6 +31,7 @@ pub mod encode;
 pub mod fence;
 pub mod guard;
 pub mod histogram;
+pub mod hold_table;
 pub mod holders;
 pub mod lease;
 pub mod lock;
