@@ -101,7 +101,7 @@ def best_blocking(args, server: sc.Server, commands, field: str, before: int) ->
     """The cheapest per-op cost of commands that block: each rep sends
     --ops of `commands(rep)` from connections of their own and stops the
     count --settle seconds later; then checks they all block (`field` of
-    INFO lock, or INFO clients' blocked_clients, grew by --ops)."""
+    INFO lock, or INFO clients' blocked_clients, grew by --ops by then)."""
     costs, kept = [], []
     section = "lock" if field.startswith("lock_") else "clients"
     for rep in range(args.reps):
@@ -110,7 +110,12 @@ def best_blocking(args, server: sc.Server, commands, field: str, before: int) ->
         kept += blocked(server, commands(rep))
         time.sleep(args.settle)
         server.cg_stop(keep_as=str(profile))
-        until(server.conn, section, field, before + (rep + 1) * args.ops)
+        # All of them must have blocked while counted (a late one would
+        # make the batch look cheap).
+        now = sc.info_field(server.conn, section, field)
+        if now != before + (rep + 1) * args.ops:
+            raise SystemExit(f"{field} is {now} after {args.settle} s, not {before + (rep + 1) * args.ops}: "
+                             "raise --settle")
         costs.append(wc.process_command_ir(profile) // args.ops)
     for c in kept:
         c.close()
