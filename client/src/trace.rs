@@ -54,9 +54,9 @@ pub const WAITED_MS: &str = "waited_ms";
 pub const FENCE: &str = "fence";
 /// The server that granted the lock (`host:port`; in a cluster the
 /// slot's master when the client knows it, else `cluster`). For a quorum
-/// lock, the servers that held it when the acquire was decided (a
-/// majority of them: their count is how many granted), `host:port`
-/// comma-separated in the client's order of the servers.
+/// lock, the servers known to hold it when the acquire was decided (a
+/// majority at least; one still answering then is not listed),
+/// `host:port` comma-separated in the client's order of the servers.
 pub const SERVER: &str = "server";
 /// The error of a failed acquire.
 pub const ERROR: &str = "error";
