@@ -46,7 +46,7 @@ use redis_lock_rules::holders::{admit, place_end, tag_after_grant, Admit, Want};
 use redis_lock_rules::lease::{self as rules_lease, Terms};
 use redis_lock_rules::lock;
 use redis_lock_rules::queue::{next_piece, Arm, Left, Queues};
-use redis_lock_rules::top::Contended;
+use redis_lock_rules::top::{most_contended, Contended, Page};
 use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisModuleString, RedisModuleTimerID};
 
 use crate::api::rm;
@@ -187,24 +187,40 @@ pub fn waiters_on(ctx: Ctx, key: &[u8]) -> usize {
     state().0.queues.waiters_on(&(ctx.db(), key.to_vec()))
 }
 
-/// The keys of the context's database that have waiters (LOCK.TOP): each
-/// with its waiter count, when its head (the longest waiting) queued, and
-/// the family the head waits in. O(queues); nothing when nobody waits.
-pub fn contended(ctx: Ctx) -> Vec<Contended<(Vec<u8>, timings::Family)>> {
+/// A contended key as LOCK.TOP lists it: its name, and the family the
+/// head of its queue waits in.
+pub type TopKey = (Vec<u8>, timings::Family);
+
+/// The next `n` keys of the context's database with waiters, in LOCK.TOP's
+/// order, after `after` (from the first without it): each with its waiter
+/// count and when its head (the longest waiting) queued. One pass over the
+/// queues with no lookup by key, ranked on references into them: only the
+/// `n` returned names are copied. O(K + n log n) for K queues; nothing
+/// when nobody waits. The state lock is released on return, before the
+/// caller checks the ACL (a call into Redis).
+pub fn contended(ctx: Ctx, after: Option<&Contended<TopKey>>, n: usize) -> Page<TopKey> {
     if waiting() == 0 {
-        return Vec::new();
+        return Page::default();
     }
     let db = ctx.db();
     let s = state();
-    let q = &s.0.queues;
-    q.keys()
-        .filter(|k| k.0 == db)
-        .filter_map(|k| {
-            let head = q.head(k)?;
-            let key = (k.1.clone(), head.claim.family());
-            Some(Contended { key, waiters: q.waiters_on(k), oldest_since: head.since })
-        })
-        .collect()
+    let lines = s.0.queues.lines().filter(|(k, _, _)| k.0 == db).map(|(k, head, waiters)| Contended {
+        key: (k.1.as_slice(), head.claim.family()),
+        waiters,
+        oldest_since: head.since,
+    });
+    let after = after.map(|a| Contended {
+        key: (a.key.0.as_slice(), a.key.1),
+        waiters: a.waiters,
+        oldest_since: a.oldest_since,
+    });
+    let page = most_contended(lines, after.as_ref(), n);
+    let keys = page
+        .keys
+        .into_iter()
+        .map(|c| Contended { key: (c.key.0.to_vec(), c.key.1), waiters: c.waiters, oldest_since: c.oldest_since })
+        .collect();
+    Page { keys, more: page.more }
 }
 
 /// Whether a command may block here: not inside MULTI, a script, or any

@@ -413,3 +413,35 @@ fn lock_top_lists_the_contended_keys_in_order_and_only_readable_ones() {
     let _: () = redis::cmd("SELECT").arg(1).query(&mut db1).unwrap();
     assert!(top(&mut db1, &[]).is_empty());
 }
+
+#[test]
+fn lock_top_reads_past_the_keys_the_acl_hides() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let (tx, _rx) = mpsc::channel();
+    let mut waiting = 0;
+    // Five hidden keys with two waiters each rank above the two the user
+    // may read (one waiter each, v0 waiting longer than v1).
+    let hidden = ["h0", "h1", "h2", "h3", "h4"];
+    for (key, n) in hidden.iter().map(|k| (*k, 2)).chain([("v0", 1), ("v1", 1)]) {
+        acquire(&mut c, key, "owner");
+        for i in 0..n {
+            waiter(&server, key, &format!("{key}-{i}"), 60_000, tx.clone());
+            waiting += 1;
+            until_waiting(&mut c, waiting);
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    let names = |list: Vec<(String, HashMap<String, Value>)>| list.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+    assert_eq!(names(top(&mut c, &[])), ["h0", "h1", "h2", "h3", "h4", "v0", "v1"]);
+    let _: () = redis::cmd("ACL").arg(&["SETUSER", "narrow", "on", "nopass", "~v*", "+@all"]).query(&mut c).unwrap();
+    let mut narrow = server.conn();
+    let _: () = redis::cmd("AUTH").arg("narrow").arg("x").query(&mut narrow).unwrap();
+    // COUNT counts the keys it may read, however far down they rank.
+    assert_eq!(names(top(&mut narrow, &["COUNT", "1"])), ["v0"]);
+    assert_eq!(names(top(&mut narrow, &["COUNT", "2"])), ["v0", "v1"]);
+    assert_eq!(names(top(&mut narrow, &[])), ["v0", "v1"]);
+    let listed = top(&mut narrow, &["COUNT", "1"]);
+    assert_eq!(int(&listed[0].1["waiters"]), 1);
+    assert_eq!(text(&listed[0].1["owner"]), "owner");
+}

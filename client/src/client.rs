@@ -300,26 +300,23 @@ impl LockClient {
 
     /// Records an acquire's outcome on its span, and opens the hold's.
     fn traced(&self, key: &str, span: &tracing::Span, started: Instant, r: Result<Lock>) -> Result<Lock> {
+        self.traced_as(key, None, span, started, r)
+    }
+
+    /// [`LockClient::traced`], the hold's span of kind `kind` (an
+    /// election's) rather than the lock's own.
+    pub(crate) fn traced_as(
+        &self,
+        key: &str,
+        kind: Option<&'static str>,
+        span: &tracing::Span,
+        started: Instant,
+        r: Result<Lock>,
+    ) -> Result<Lock> {
         let server = || self.core.transport.server_of(key);
-        if !span.is_disabled() {
-            span.record(trace::WAITED_MS, trace::ms(started.elapsed()));
-            match &r {
-                Ok(lock) => {
-                    span.record(trace::OUTCOME, trace::GRANTED);
-                    span.record(trace::FENCE, lock.fence());
-                    span.record(trace::SERVER, server());
-                }
-                Err(Error::NotAcquired { .. }) => {
-                    span.record(trace::OUTCOME, trace::NOT_ACQUIRED);
-                }
-                Err(e) => {
-                    span.record(trace::OUTCOME, trace::FAILED_OUTCOME);
-                    span.record(trace::ERROR, tracing::field::display(e));
-                }
-            }
-        }
+        trace::acquired(span, started, &r, Lock::fence, server);
         if let Ok(lock) = &r {
-            lock.trace_held(span, server);
+            lock.trace_held(span, kind.unwrap_or(lock.kind().trace_name()), server);
         }
         r
     }
@@ -406,19 +403,7 @@ impl LockClient {
 
 /// The `trace::ACQUIRE` span of `cmd` (`op`: acquire or takeover).
 fn acquire_span(cmd: &LockCmd, op: &'static str, wait: Duration) -> tracing::Span {
-    tracing::info_span!(
-        target: trace::TARGET,
-        trace::ACQUIRE,
-        { trace::KEY } = cmd.key(),
-        { trace::KIND } = cmd.kind().trace_name(),
-        { trace::OP } = op,
-        { trace::WAIT_MS } = trace::ms(wait),
-        { trace::OUTCOME } = tracing::field::Empty,
-        { trace::WAITED_MS } = tracing::field::Empty,
-        { trace::FENCE } = tracing::field::Empty,
-        { trace::SERVER } = tracing::field::Empty,
-        { trace::ERROR } = tracing::field::Empty,
-    )
+    trace::acquire_span(cmd.key(), cmd.kind().trace_name(), op, wait)
 }
 
 /// A grant to hand out: its fence, when its validity counts from, and

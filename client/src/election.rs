@@ -18,7 +18,9 @@
 //! tell it is the latest.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
 
 use crate::client::{check_key, lease_of, runtime as async_runtime, token_of, LockClient};
 use crate::cmd::{self, LockCmd};
@@ -30,6 +32,7 @@ use crate::observe::{LeaderIter, LeaderStream};
 use crate::options::LockOptions;
 use crate::runtime;
 use crate::state::{LossReason, LostSignal};
+use crate::trace;
 use crate::transport::{Api, Core};
 
 /// An election by key, from [`LockClient::election`]: campaign for it,
@@ -105,7 +108,11 @@ impl Election {
         flavor: Flavor,
     ) -> Result<Leadership> {
         let cmd = LockCmd::elect(&self.key, &token_of(opts), ttl, value)?.with_lease(lease_of(opts, ttl)?);
-        let lock = self.client.acquire_cmd(&cmd, ttl, wait, opts, flavor).await.map_err(|e| cmd.explain(e))?;
+        let span = trace::acquire_span(&self.key, trace::ELECTION, "campaign", wait);
+        let started = Instant::now();
+        let r = self.client.acquire_cmd(&cmd, ttl, wait, opts, flavor).instrument(span.clone()).await;
+        let lock =
+            self.client.traced_as(&self.key, Some(trace::ELECTION), &span, started, r.map_err(|e| cmd.explain(e)))?;
         let Some(term) = lock.fence() else {
             // LOCK.ELECT always answers a term; only a server that is not
             // the module could grant without one, and it has no LOCK.ELECT.

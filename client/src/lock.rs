@@ -93,8 +93,8 @@ impl Lock {
     }
 
     /// Opens its hold's span (see `Shared::trace_held`).
-    pub(crate) fn trace_held(&self, acquire: &tracing::Span, server: impl FnOnce() -> String) {
-        self.held.shared.trace_held(acquire, self.held.fence, server);
+    pub(crate) fn trace_held(&self, acquire: &tracing::Span, kind: &'static str, server: impl FnOnce() -> String) {
+        self.held.shared.trace_held(acquire, kind, self.held.fence, server);
     }
 
     /// Caps the lock's validity at `asked + max_hold`: the server's hold

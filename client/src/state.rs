@@ -307,12 +307,19 @@ impl Shared {
 
     /// Opens the hold's `trace::HELD` span (if a subscriber wants it):
     /// the caller's span is its parent, and it follows from the acquire's.
-    pub(crate) fn trace_held(&self, acquire: &tracing::Span, fence: Option<u64>, server: impl FnOnce() -> String) {
+    /// `kind`: `trace::KIND` (the lock's, or an election's).
+    pub(crate) fn trace_held(
+        &self,
+        acquire: &tracing::Span,
+        kind: &str,
+        fence: Option<u64>,
+        server: impl FnOnce() -> String,
+    ) {
         let span = tracing::info_span!(
             target: trace::TARGET,
             trace::HELD,
             { trace::KEY } = self.key.as_str(),
-            { trace::KIND } = self.kind.trace_name(),
+            { trace::KIND } = kind,
             { trace::FENCE } = fence,
             { trace::SERVER } = tracing::field::Empty,
             { trace::HELD_MS } = tracing::field::Empty,

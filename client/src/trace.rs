@@ -11,7 +11,7 @@
 //!
 //! | name | kind | level | fields |
 //! | --- | --- | --- | --- |
-//! | [`ACQUIRE`] | span, one per acquire or takeover call | INFO | [`KEY`], [`KIND`], [`OP`], [`WAIT_MS`], then [`OUTCOME`], [`WAITED_MS`], [`FENCE`], [`SERVER`], [`ERROR`] |
+//! | [`ACQUIRE`] | span, one per acquire, takeover or campaign call (one server, a cluster or a quorum) | INFO | [`KEY`], [`KIND`], [`OP`], [`WAIT_MS`], then [`OUTCOME`], [`WAITED_MS`], [`FENCE`], [`SERVER`], [`ERROR`] |
 //! | [`HELD`] | span, from the grant to the end of the hold | INFO | [`KEY`], [`KIND`], [`FENCE`], [`SERVER`], then [`HELD_MS`], [`ENDED`], [`REASON`] |
 //! | [`LOST`] | event, in [`HELD`] | WARN | [`KEY`], [`REASON`] |
 //! | [`BATCH`] | event, per pipeline of the renewal engine | DEBUG | [`COMMAND`], [`NODE`], [`COUNT`], [`FAILED`], [`RTT_MS`] |
@@ -21,8 +21,9 @@
 pub const TARGET: &str = "redis_lock";
 
 /// Span: one acquire call (`try_acquire`, `acquire`, `takeover` and their
-/// `_with`/`_async` variants, semaphores and read-write locks alike),
-/// from the call to its outcome.
+/// `_with`/`_async` variants, semaphores and read-write locks alike, a
+/// `QuorumClient`'s acquires, an `Election`'s `campaign`), from the call
+/// to its outcome.
 pub const ACQUIRE: &str = "redis_lock.acquire";
 /// Span: one held lock, from its grant to its release, drop or loss. It
 /// follows from its [`ACQUIRE`] span and has the caller's span as parent.
@@ -38,9 +39,10 @@ pub const RETRY: &str = "redis_lock.retry";
 
 /// The lock's key.
 pub const KEY: &str = "key";
-/// What is acquired: `exclusive`, `semaphore`, `read` or `write`.
+/// What is acquired: `exclusive`, `semaphore`, `read`, `write` or
+/// `election` (a campaign and its leadership).
 pub const KIND: &str = "kind";
-/// The operation: `acquire` or `takeover`.
+/// The operation: `acquire`, `takeover` or `campaign`.
 pub const OP: &str = "op";
 /// The longest wait asked for, in ms (0 for `try_acquire`).
 pub const WAIT_MS: &str = "wait_ms";
@@ -51,7 +53,10 @@ pub const WAITED_MS: &str = "waited_ms";
 /// The grant's fencing token (absent without the module).
 pub const FENCE: &str = "fence";
 /// The server that granted the lock (`host:port`; in a cluster the
-/// slot's master when the client knows it, else `cluster`).
+/// slot's master when the client knows it, else `cluster`). For a quorum
+/// lock, the servers known to hold it when the acquire was decided (a
+/// majority at least; one still answering then is not listed),
+/// `host:port` comma-separated in the client's order of the servers.
 pub const SERVER: &str = "server";
 /// The error of a failed acquire.
 pub const ERROR: &str = "error";
@@ -86,6 +91,57 @@ pub const GRANTED: &str = "granted";
 pub const NOT_ACQUIRED: &str = "not_acquired";
 /// [`OUTCOME`]: an error ([`ERROR`] says which).
 pub const FAILED_OUTCOME: &str = "error";
+
+/// [`KIND`] of an election's campaign and leadership.
+pub(crate) const ELECTION: &str = "election";
+
+/// The [`ACQUIRE`] span of one call on `key` (`op`: `acquire`, `takeover`
+/// or `campaign`), waiting up to `wait`; [`acquired`] records its outcome.
+pub(crate) fn acquire_span(key: &str, kind: &str, op: &'static str, wait: std::time::Duration) -> tracing::Span {
+    tracing::info_span!(
+        target: TARGET,
+        ACQUIRE,
+        { KEY } = key,
+        { KIND } = kind,
+        { OP } = op,
+        { WAIT_MS } = ms(wait),
+        { OUTCOME } = tracing::field::Empty,
+        { WAITED_MS } = tracing::field::Empty,
+        { FENCE } = tracing::field::Empty,
+        { SERVER } = tracing::field::Empty,
+        { ERROR } = tracing::field::Empty,
+    )
+}
+
+/// Records on an [`ACQUIRE`] span the outcome `r` of the call that began
+/// at `started`: for a grant, its fence and `server()` (computed only
+/// when the span is recorded).
+pub(crate) fn acquired<T>(
+    span: &tracing::Span,
+    started: std::time::Instant,
+    r: &crate::Result<T>,
+    fence: impl FnOnce(&T) -> Option<u64>,
+    server: impl FnOnce() -> String,
+) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record(WAITED_MS, ms(started.elapsed()));
+    match r {
+        Ok(granted) => {
+            span.record(OUTCOME, GRANTED);
+            span.record(FENCE, fence(granted));
+            span.record(SERVER, server());
+        }
+        Err(crate::Error::NotAcquired { .. }) => {
+            span.record(OUTCOME, NOT_ACQUIRED);
+        }
+        Err(e) => {
+            span.record(OUTCOME, FAILED_OUTCOME);
+            span.record(ERROR, tracing::field::display(e));
+        }
+    }
+}
 
 /// Whole milliseconds of `d`, as the fields carry them.
 pub(crate) fn ms(d: std::time::Duration) -> u64 {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use cli_support::{cli, stderr, stdout, BIN};
 use redis_lock_client::LockClient;
-use redis_lock_harness::Server;
+use redis_lock_harness::{Cluster, Server};
 use serde_json::Value;
 use support::{client, eventually, ms};
 
@@ -123,6 +123,66 @@ fn a_server_that_cannot_be_read_is_reported() {
     assert_eq!(o.status.code(), Some(69), "{}", stdout(&o));
     let v: Value = serde_json::from_str(stdout(&o).trim()).expect("one JSON object");
     assert!(v["errors"][0].as_str().is_some_and(|e| e.contains(&port.to_string())), "{v}");
+}
+
+/// On a cluster, `top` reads every master (`--cluster` with one seed, and
+/// a `redis+cluster://` URL naming another), and no replica: the contended
+/// keys of each master, with their waiter counts and the master that
+/// serves them, most waiters first across the masters.
+#[test]
+fn a_cluster_shows_the_keys_of_every_master() {
+    let cluster = Cluster::start(3, 1);
+    let masters = cluster.masters();
+    let seed = cluster.node(masters[0]).url();
+    let holder = LockClient::open_cluster(&[seed.as_str()]).expect("cluster client");
+    // Master i's key has i + 1 waiters (1, 2, 3: their order in LOCK.TOP's).
+    let keys: Vec<(String, usize, u64)> =
+        masters.iter().enumerate().map(|(i, &m)| (cluster.key_on(&format!("top:m{i}:"), m), m, i as u64 + 1)).collect();
+    let _held: Vec<_> =
+        keys.iter().map(|(k, _, _)| holder.try_acquire(k, Duration::from_secs(120)).expect("free key")).collect();
+    for (key, _, n) in &keys {
+        for _ in 0..*n {
+            let (seed, key) = (seed.clone(), key.clone());
+            std::thread::spawn(move || {
+                let c = LockClient::open_cluster(&[seed.as_str()]).expect("cluster client");
+                // Never granted while the test runs.
+                c.acquire(&key, ms(60_000), ms(60_000))
+            });
+        }
+    }
+    for (key, _, n) in &keys {
+        assert!(
+            eventually(ms(20_000), || holder.info(key).unwrap().is_some_and(|i| i.waiters == *n)),
+            "{n} waiters on {key}"
+        );
+    }
+    let addr = |m: usize| format!("127.0.0.1:{}", cluster.node(m).port());
+    let all_masters: Vec<String> = masters.iter().map(|&m| addr(m)).collect();
+    let cluster_url = format!("redis+cluster://127.0.0.1:{}/", cluster.node(masters[1]).port());
+    for target in [vec!["--cluster", "--url", seed.as_str()], vec!["--url", cluster_url.as_str()]] {
+        let mut args = vec!["top", "--once", "--json", "--interval", "0.5"];
+        args.extend(target.iter().copied());
+        let o = cli(&args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        let v: Value = serde_json::from_str(stdout(&o).trim()).expect("one JSON object");
+        let mut servers: Vec<String> =
+            v["servers"].as_array().expect("servers").iter().map(|s| s.as_str().unwrap_or("").to_string()).collect();
+        servers.sort();
+        let mut expected = all_masters.clone();
+        expected.sort();
+        assert_eq!(servers, expected, "{args:?}: {v}");
+        assert_eq!(v["errors"], serde_json::json!([]), "{v}");
+        assert!(v["waiting"].as_u64().is_some_and(|n| n >= 6), "{v}");
+        let shown = v["keys"].as_array().expect("keys");
+        assert_eq!(shown.len(), 3, "{v}");
+        // Most waiters first, across the masters.
+        for (row, (key, m, n)) in shown.iter().zip(keys.iter().rev()) {
+            assert_eq!(row["key"], key.as_str(), "{v}");
+            assert_eq!(row["waiters"], *n, "{v}");
+            assert_eq!(row["server"], addr(*m), "{v}");
+            assert_eq!(row["holders"], 1, "{v}");
+        }
+    }
 }
 
 /// A tmux server of its own (its own socket), killed on drop.

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redis_lock_client::{trace, Error, LockClient, LockOptions, LossReason, WatchdogOptions};
+use redis_lock_client::{
+    trace, Error, LockClient, LockOptions, LossReason, QuorumClient, QuorumOptions, WatchdogOptions,
+};
 use redis_lock_harness::{Cluster, Server};
 use support::{client, ms};
 use tracing::field::{Field, Visit};
@@ -263,6 +265,114 @@ fn semaphores_and_read_write_locks_name_their_kind() {
     let t = &spans(trace::ACQUIRE, "trace:takeover")[0];
     assert_eq!((field(t, trace::OP), field(t, trace::OUTCOME)), ("takeover", trace::GRANTED));
     drop((permit, read, taken));
+}
+
+/// A quorum acquire (3 servers) and its hold: the same spans, `server`
+/// naming the servers that held the key (a majority at least).
+#[test]
+fn a_quorum_acquire_and_its_hold_are_spans() {
+    seen();
+    let s: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let urls: Vec<String> = s.iter().map(Server::url).collect();
+    let opts = QuorumOptions::new().node_timeout(ms(2000));
+    let c = QuorumClient::open_with(&urls, opts.clone()).expect("client");
+    let other = QuorumClient::open_with(&urls, opts).expect("client");
+    let key = "trace:quorum";
+    let lock = c.acquire(key, ms(30_000), ms(5000)).expect("free key");
+    let fence = lock.fence().expect("the module gives fences");
+    assert!(matches!(other.try_acquire(key, ms(30_000)), Err(Error::NotAcquired { .. })));
+    lock.release().expect("release");
+    // The async API, dropped while held.
+    let rt = support::rt();
+    let again = rt.block_on(c.acquire_async(key, ms(30_000), ms(5000))).expect("free again");
+    rt.block_on(async move { drop(again) });
+
+    let acquires = spans(trace::ACQUIRE, key);
+    assert_eq!(acquires.len(), 3, "{acquires:#?}");
+    for a in &acquires {
+        assert_eq!((field(a, trace::KIND), field(a, trace::OP)), ("exclusive", "acquire"));
+        assert!(a.closed, "{a:?}");
+    }
+    let (granted, refused, async_granted) = (&acquires[0], &acquires[1], &acquires[2]);
+    assert_eq!(field(granted, trace::OUTCOME), trace::GRANTED);
+    assert_eq!(field(granted, trace::WAIT_MS), "5000");
+    assert_eq!(field(granted, trace::FENCE), fence.to_string());
+    assert_eq!(field(refused, trace::OUTCOME), trace::NOT_ACQUIRED);
+    assert_eq!(field(refused, trace::WAIT_MS), "0");
+    assert!(!refused.fields.contains_key(trace::SERVER), "{refused:?}");
+    assert_eq!(field(async_granted, trace::OUTCOME), trace::GRANTED);
+    let all: Vec<String> = s.iter().map(addr).collect();
+    for a in [granted, async_granted] {
+        let held_on: Vec<&str> = field(a, trace::SERVER).split(',').collect();
+        assert!(held_on.len() >= 2, "a majority of 3: {a:?}");
+        assert!(held_on.iter().all(|h| all.iter().any(|s| s == h)), "{held_on:?} not among {all:?}");
+        let mut distinct = held_on.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), held_on.len(), "{held_on:?}");
+    }
+
+    let holds = spans(trace::HELD, key);
+    assert_eq!(holds.len(), 2, "{holds:#?}");
+    assert_eq!(field(&holds[0], trace::ENDED), "released");
+    assert_eq!(field(&holds[1], trace::ENDED), "dropped");
+    assert_eq!(field(&holds[0], trace::FENCE), fence.to_string());
+    assert_eq!(field(&holds[0], trace::SERVER), field(granted, trace::SERVER));
+    assert_eq!(holds[0].follows, [granted.id]);
+    assert_eq!(holds[1].follows, [async_granted.id]);
+    for h in &holds {
+        assert_eq!(field(h, trace::KIND), "exclusive");
+        assert!(h.fields.contains_key(trace::HELD_MS), "{h:?}");
+        assert!(h.closed, "{h:?}");
+    }
+}
+
+/// A campaign is an acquire span of kind `election`, op `campaign`, its
+/// leadership a hold that resigning ends as `released`.
+#[test]
+fn a_campaign_and_its_leadership_are_spans() {
+    seen();
+    let s = Server::start();
+    let c = client(&s);
+    let key = "trace:election";
+    let election = c.election(key);
+    let leader = election.campaign("node-a", ms(30_000), ms(5000)).expect("no leader yet");
+    let term = leader.term();
+    // A second candidate, refused at once.
+    assert!(matches!(c.election(key).campaign("node-b", ms(30_000), Duration::ZERO), Err(Error::NotAcquired { .. })));
+    leader.resign().expect("resign");
+    // The async API, won at once.
+    let rt = support::rt();
+    let next = rt.block_on(election.campaign_async("node-c", ms(30_000), Duration::ZERO)).expect("free again");
+    let next_term = next.term();
+    rt.block_on(next.resign_async()).expect("resign");
+
+    let campaigns = spans(trace::ACQUIRE, key);
+    assert_eq!(campaigns.len(), 3, "{campaigns:#?}");
+    for a in &campaigns {
+        assert_eq!((field(a, trace::KIND), field(a, trace::OP)), ("election", "campaign"));
+        assert!(a.closed, "{a:?}");
+    }
+    let (won, refused, won_async) = (&campaigns[0], &campaigns[1], &campaigns[2]);
+    assert_eq!(field(won, trace::OUTCOME), trace::GRANTED);
+    assert_eq!(field(won, trace::WAIT_MS), "5000");
+    assert_eq!(field(won, trace::FENCE), term.to_string());
+    assert_eq!(field(won, trace::SERVER), addr(&s));
+    assert_eq!(field(refused, trace::OUTCOME), trace::NOT_ACQUIRED);
+    assert_eq!(field(won_async, trace::OUTCOME), trace::GRANTED);
+    assert_eq!(field(won_async, trace::FENCE), next_term.to_string());
+
+    let holds = spans(trace::HELD, key);
+    assert_eq!(holds.len(), 2, "{holds:#?}");
+    for (h, (a, t)) in holds.iter().zip([(won, term), (won_async, next_term)]) {
+        assert_eq!(field(h, trace::KIND), "election");
+        assert_eq!(field(h, trace::ENDED), "released");
+        assert_eq!(field(h, trace::FENCE), t.to_string());
+        assert_eq!(field(h, trace::SERVER), addr(&s));
+        assert_eq!(h.follows, [a.id]);
+        assert!(h.closed, "{h:?}");
+    }
+    drop((leader, next));
 }
 
 /// A wait sent to a node that does not own the key's slot is redirected:

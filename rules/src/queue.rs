@@ -115,6 +115,12 @@ impl<K: Hash + Eq + Clone, W, T> Queues<K, W, T> {
         self.queues.keys()
     }
 
+    /// Every line with its head and its length, in one pass over the
+    /// queues (LOCK.TOP): no lookup by key.
+    pub fn lines(&self) -> impl Iterator<Item = (&K, &W, usize)> {
+        self.queues.iter().filter_map(|(k, q)| q.line.first_key_value().map(|(_, (_, w))| (k, w, q.line.len())))
+    }
+
     /// Puts `client`'s wait number `seq` at the end of `key`'s line
     /// (`seq` must grow from one wait to the next); `expiry` is the key's
     /// expiry as seen now.
@@ -262,6 +268,23 @@ mod tests {
         assert_eq!(line(&mut q, "k"), ["a", "b", "c"]);
         assert!(!q.has_queue(&"k"), "an empty line goes away");
         assert_eq!((q.len(), q.key_of(2)), (1, Some(&"j")));
+    }
+
+    #[test]
+    fn every_line_with_its_head_and_length() {
+        let mut q = Q::default();
+        assert_eq!(q.lines().count(), 0);
+        q.push("k", 1, 10, "a", None);
+        q.push("j", 2, 11, "x", None);
+        q.push("k", 3, 12, "b", None);
+        q.push("k", 4, 13, "c", None);
+        let mut lines: Vec<_> = q.lines().map(|(k, w, n)| (*k, *w, n)).collect();
+        lines.sort();
+        assert_eq!(lines, [("j", "x", 1), ("k", "a", 3)]);
+        // The head leaving: the next in line heads it; the last leaving: no line.
+        q.remove(1, None).expect("a waits");
+        q.remove(2, None).expect("x waits");
+        assert_eq!(q.lines().map(|(k, w, n)| (*k, *w, n)).collect::<Vec<_>>(), [("k", "b", 2)]);
     }
 
     #[test]

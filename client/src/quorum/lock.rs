@@ -103,6 +103,11 @@ impl QuorumLock {
         QuorumLock { held: Holding::new(ctx, shared, opts, flavor, acquired.fence) }
     }
 
+    /// Opens its hold's span (see `Shared::trace_held`).
+    pub(crate) fn trace_held(&self, acquire: &tracing::Span, server: impl FnOnce() -> String) {
+        self.held.shared.trace_held(acquire, self.held.shared.kind.trace_name(), self.held.fence, server);
+    }
+
     /// The locked key.
     pub fn key(&self) -> &str {
         &self.held.shared.key

@@ -45,18 +45,21 @@ mod protocol;
 mod round;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument as _;
 
 pub use crate::failure::QuorumFailure;
 pub use lock::QuorumLock;
 pub use options::QuorumOptions;
 
-use crate::cmd::random_token;
+use crate::cmd::{random_token, LockKind};
 use crate::error::{Error, Result};
 use crate::options::{ClientOptions, LockOptions};
 use crate::runtime;
+use crate::trace;
 use node::Node;
-use protocol::Ctx;
+use protocol::{Acquired, Ctx};
 
 /// A lock client over several independent redis masters: a lock is held
 /// when a majority of them hold it. Cheap to clone (clones share the
@@ -139,8 +142,10 @@ impl QuorumClient {
         protocol::check(&self.ctx, key, &token, ttl)?;
         no_lease_rules(opts)?;
         let (ctx, k, t) = (self.ctx.clone(), key.to_string(), token.clone());
-        let acquired = runtime::block(async move { protocol::acquire(&ctx, &k, &t, ttl, wait).await })?;
-        Ok(QuorumLock::new(self.ctx.clone(), key, token, acquired, ttl, opts, None))
+        let (span, started) = (acquire_span(key, wait), Instant::now());
+        let acquiring = async move { protocol::acquire(&ctx, &k, &t, ttl, wait).await }.instrument(span.clone());
+        let acquired = runtime::block(acquiring);
+        self.traced(&span, started, acquired, |a| QuorumLock::new(self.ctx.clone(), key, token, a, ttl, opts, None))
     }
 
     /// The async twin of [`QuorumClient::try_acquire`].
@@ -171,8 +176,33 @@ impl QuorumClient {
         let token = opts.token.clone().unwrap_or_else(random_token);
         protocol::check(&self.ctx, key, &token, ttl)?;
         no_lease_rules(opts)?;
-        let acquired = protocol::acquire(&self.ctx, key, &token, ttl, wait).await?;
-        Ok(QuorumLock::new(self.ctx.clone(), key, token, acquired, ttl, opts, Some(rt)))
+        let (span, started) = (acquire_span(key, wait), Instant::now());
+        let acquired = protocol::acquire(&self.ctx, key, &token, ttl, wait).instrument(span.clone()).await;
+        self.traced(&span, started, acquired, |a| QuorumLock::new(self.ctx.clone(), key, token, a, ttl, opts, Some(rt)))
+    }
+
+    /// Records an acquire's outcome on its span, makes the lock of a
+    /// grant (`lock`) and opens its hold's span.
+    fn traced(
+        &self,
+        span: &tracing::Span,
+        started: Instant,
+        acquired: Result<Acquired>,
+        lock: impl FnOnce(Acquired) -> QuorumLock,
+    ) -> Result<QuorumLock> {
+        // The trace's `server`: the servers that held the key.
+        let servers = |held_on: &[usize]| {
+            let names: Vec<String> =
+                held_on.iter().filter_map(|&i| self.ctx.nodes.get(i)).map(|n| n.server()).collect();
+            names.join(",")
+        };
+        let servers_of = || acquired.as_ref().map_or_else(|_| String::new(), |a| servers(&a.held_on));
+        trace::acquired(span, started, &acquired, |a| a.fence, servers_of);
+        let mut acquired = acquired?;
+        let held_on = std::mem::take(&mut acquired.held_on);
+        let lock = lock(acquired);
+        lock.trace_held(span, || servers(&held_on));
+        Ok(lock)
     }
 
     /// Releases `key` on every server where `token` holds it, without a
@@ -186,6 +216,11 @@ impl QuorumClient {
             false => Err(Error::NotHeld { key: key.into() }),
         }
     }
+}
+
+/// The `trace::ACQUIRE` span of a quorum acquire (an exclusive lock).
+fn acquire_span(key: &str, wait: Duration) -> tracing::Span {
+    trace::acquire_span(key, LockKind::Exclusive.trace_name(), "acquire", wait)
 }
 
 /// A lock-delay or hold limit is kept by each server for its own copy of

@@ -55,6 +55,11 @@ impl Node {
         })
     }
 
+    /// Its `host:port` (for traces).
+    pub(crate) fn server(&self) -> String {
+        self.core.transport.server_of("")
+    }
+
     async fn run(&self, cmd: &LockCmd) -> Result<Grant> {
         self.core.run(cmd).await
     }

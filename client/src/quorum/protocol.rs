@@ -82,6 +82,9 @@ pub(crate) struct Acquired {
     /// validity (`start + TTL − drift`, redsync's `until`).
     pub(crate) valid_from: Instant,
     pub(crate) fence: Option<u64>,
+    /// The servers (indices) that held the key when the acquire was
+    /// decided: a majority (for the trace's `server`).
+    pub(crate) held_on: Vec<usize>,
 }
 
 impl Ctx {
@@ -195,14 +198,17 @@ async fn attempt(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duration) -> Resul
             ctx.failure("acquire", key, &grants, &ctx.all, grants.yes(), false)
         })
     } else {
-        let (held, fence, confirm) = match grants.fences().map(|(_, f)| f).max() {
-            None => (grants.yes(), None, None),
+        let granted_on = |i: &usize| grants.yes_at(*i) == Some(true);
+        let (held_on, fence, confirm) = match grants.fences().map(|(_, f)| f).max() {
+            None => (ctx.all.iter().copied().filter(granted_on).collect::<Vec<_>>(), None, None),
             // Every server granted, each with the fence F itself (so each
             // has the module and granted): each mark
             // is already at F (it issued it), so no floor is left to push
             // (always so for N = 1, which then costs what a single-server
             // lock does).
-            Some(floor) if grants.fences().filter(|&(_, f)| f == floor).count() == n => (n, Some(floor), None),
+            Some(floor) if grants.fences().filter(|&(_, f)| f == floor).count() == n => {
+                (ctx.all.clone(), Some(floor), None)
+            }
             Some(floor) => {
                 // Every server but those that refused: one that granted
                 // after the first round was decided holds our key too and
@@ -223,13 +229,13 @@ async fn attempt(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duration) -> Resul
                 .await;
                 // A server holds the key if it renewed now, or granted and
                 // was not heard from again.
-                let held = ctx.all.iter().filter(|&&i| t.yes_at(i).or(grants.yes_at(i)) == Some(true)).count();
-                (held, (t.floored() >= q).then_some(floor), Some((t, asked)))
+                let held_on = ctx.all.iter().copied().filter(|&i| t.yes_at(i).or(grants.yes_at(i)) == Some(true));
+                (held_on.collect(), (t.floored() >= q).then_some(floor), Some((t, asked)))
             }
         };
-        let in_time = within(valid_from, ttl);
+        let (held, in_time) = (held_on.len(), within(valid_from, ttl));
         if held >= q && in_time {
-            Ok(Acquired { valid_from, fence })
+            Ok(Acquired { valid_from, fence, held_on })
         } else {
             Err(match &confirm {
                 Some((t, asked)) => ctx.failure("acquire", key, t, asked, held, !in_time),
