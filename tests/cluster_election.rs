@@ -180,3 +180,69 @@ fn the_slot_check_costs_one_cluster_nodes_a_second_however_many_keys_are_observe
     }
     assert_eq!(info_field(&mut c, "observing"), KEYS as u64, "nobody was sent away");
 }
+
+/// Waits until `c`'s module has read the cluster `n` more times for its
+/// observers (each tick of the slot check is one reading).
+fn slot_checks_pass(c: &mut redis::Connection, n: u64) {
+    let from = info_field(c, "observer_slot_checks");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while info_field(c, "observer_slot_checks") < from + n {
+        assert!(Instant::now() < deadline, "the slot check runs");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn tryagain(rx: &mpsc::Receiver<redis::RedisResult<Value>>) {
+    let reply = rx.recv_timeout(Duration::from_secs(30)).expect("the observer is answered");
+    let err = reply.expect_err("a redirection").to_string();
+    assert!(err.contains("TryAgain") || err.contains("TRYAGAIN"), "{err}");
+}
+
+#[test]
+fn while_a_slot_migrates_observers_of_a_key_still_here_wait_and_importers_keep_theirs() {
+    let cluster = Cluster::start(3, 0);
+    let led = cluster.key_on("elect-m:", 0);
+    let slot = cluster.slot_of(&led);
+    let empty = cluster.key_in_slot("elect-m-empty:", slot);
+    let mut source = cluster.node(0).conn();
+    let mut target = cluster.node(1).conn();
+    let term: i64 = redis::cmd("LOCK.ELECT").arg(&led).arg("lead").arg(LEASE_MS).arg("v").query(&mut source).unwrap();
+    let on_led = observe_on(cluster.node(0).conn(), &led, term);
+    let on_empty = observe_on(cluster.node(0).conn(), &empty, 0);
+    until_observing(&mut source, 2);
+
+    cluster.open_slot_move(slot, 0, 1);
+    // The absent key's observers are sent on; the present key's stay and
+    // still see its changes, made here.
+    tryagain(&on_empty);
+    slot_checks_pass(&mut source, 2);
+    assert_eq!(info_field(&mut source, "observing"), 1, "the led key is still here");
+    let _: i64 = redis::cmd("LOCK.PROCLAIM").arg(&led).arg("lead").arg("v2").query(&mut source).unwrap();
+    let v = on_led.recv_timeout(Duration::from_secs(30)).expect("woken").expect("the new state");
+    let Value::Array(items) = v else { panic!("a leader: {v:?}") };
+    // value V term T rev R ttl-ms L, as LOCK.LEADER replies.
+    let Some(&Value::Int(rev)) = items.get(5) else { panic!("a rev: {items:?}") };
+    assert!(rev > term, "a proclaim takes a new revision: {items:?}");
+    let on_led = observe_on(cluster.node(0).conn(), &led, rev);
+    // An observer sent to the importing node (ASKING) waits there.
+    let mut asking = cluster.node(1).conn();
+    let _: () = redis::cmd("ASKING").query(&mut asking).unwrap();
+    let on_target = observe_on(asking, &empty, 0);
+    until_observing(&mut source, 1);
+    until_observing(&mut target, 1);
+    slot_checks_pass(&mut target, 2);
+    assert_eq!(info_field(&mut target, "observing"), 1, "importing: it waits");
+
+    // MIGRATE takes the led key: its observers are sent on, not told "no leader".
+    cluster.migrate_slot_keys(slot, 0, 1);
+    tryagain(&on_led);
+    cluster.close_slot_move(slot, 0, 1);
+    slot_checks_pass(&mut target, 2);
+    assert_eq!(info_field(&mut target, "observing"), 1, "the target now serves it");
+    let term2: i64 =
+        redis::cmd("LOCK.ELECT").arg(&empty).arg("next").arg(LEASE_MS).arg("w").query(&mut target).unwrap();
+    let v = on_target.recv_timeout(Duration::from_secs(30)).expect("woken").expect("the leader");
+    let Value::Array(items) = v else { panic!("a leader: {v:?}") };
+    assert_eq!(items.get(3), Some(&Value::Int(term2)), "{items:?}");
+    assert_eq!(info_field(&mut source, "observer_wakes"), 1, "the proclaim, nothing else");
+}
