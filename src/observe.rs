@@ -21,7 +21,9 @@
 //!   observer is answered with the key's current (unchanged) state.
 //! - `CLIENT UNBLOCK` (TIMEOUT: answered as a timeout; ERROR: Redis's
 //!   error), disconnect, and Redis unblocking every client (this master
-//!   became a replica) take an observer out at once.
+//!   became a replica) take an observer out at once; where the server
+//!   leaves them blocked (valkey 9.1 in a cluster), the role change's
+//!   server event answers them `UNBLOCKED` as the others are.
 //! - in a cluster, observers of a key whose slot this node no longer
 //!   serves are answered with the redirection, as Redis answers its own
 //!   blocked clients (`clusterRedirectBlockedClientIfNeeded`): `MOVED` to
@@ -173,7 +175,7 @@ fn check(ctx: Ctx, key: &KeyId) {
     // which is no end of its leadership.
     if let Some(view) = slot_view(ctx) {
         if let Some(error) = redirection(ctx, &view, key) {
-            redirect(ctx, key, error);
+            answer_all(ctx, key, error);
             return;
         }
     }
@@ -192,8 +194,8 @@ fn check(ctx: Ctx, key: &KeyId) {
     arm_for(ctx, key, expires_at);
 }
 
-/// Answers every observer of `key` with `error` (a redirection).
-fn redirect(ctx: Ctx, key: &KeyId, error: CString) {
+/// Answers every observer of `key` with `error` (a redirection, `UNBLOCKED`).
+fn answer_all(ctx: Ctx, key: &KeyId, error: CString) {
     let taken = state().0.observers.take_all(key);
     stop_check(ctx, taken.stop);
     OBSERVING.fetch_sub(taken.observers.len() as u64, Ordering::Relaxed);
@@ -275,7 +277,7 @@ unsafe extern "C" fn on_slot_check(ctx: *mut RedisModuleCtx, data: *mut c_void) 
                 for key in keys {
                     unsafe { rm!(RedisModule_SelectDb)(ctx.0, key.0) };
                     if let Some(error) = redirection(ctx, &view, &key) {
-                        redirect(ctx, &key, error);
+                        answer_all(ctx, &key, error);
                     }
                 }
             }
@@ -385,11 +387,38 @@ fn ensure_subscribed(ctx: Ctx) {
         | raw::REDISMODULE_NOTIFY_STRING;
     let flush = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
     let swap = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_SWAPDB, dataver: 1 };
+    // A module has one callback per server event (a second subscription
+    // replaces the first): nothing else in the module takes this one.
+    let role = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, dataver: 1 };
     unsafe {
         rm!(RedisModule_SubscribeToKeyspaceEvents)(ctx.0, types, Some(on_key_event));
         rm!(RedisModule_SubscribeToServerEvent)(ctx.0, flush, Some(on_db_event));
         rm!(RedisModule_SubscribeToServerEvent)(ctx.0, swap, Some(on_db_event));
+        rm!(RedisModule_SubscribeToServerEvent)(ctx.0, role, Some(on_role_changed));
     }
+}
+
+/// This master became a replica. Redis 7.0/8.2 and valkey 8.1 unblock every
+/// blocked client first (`replicationSetMaster`), which took our observers
+/// out already; valkey 9.1 in a cluster leaves module-blocked clients
+/// blocked. Those came to a master, not with `READONLY` to a replica, so
+/// they are answered as Redis answers the others.
+unsafe extern "C" fn on_role_changed(
+    ctx: *mut RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    if subevent != raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA || observing() == 0 {
+        return;
+    }
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let keys: Vec<KeyId> = state().0.observers.keys().cloned().collect();
+        let error = c"UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)";
+        for key in keys {
+            answer_all(Ctx(ctx), &key, error.to_owned());
+        }
+    }));
 }
 
 /// A key changed: if anyone observes it, check it right after this command.

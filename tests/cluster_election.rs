@@ -246,3 +246,70 @@ fn while_a_slot_migrates_observers_of_a_key_still_here_wait_and_importers_keep_t
     assert_eq!(items.get(3), Some(&Value::Int(term2)), "{items:?}");
     assert_eq!(info_field(&mut source, "observer_wakes"), 1, "the proclaim, nothing else");
 }
+
+/// `LOCK.OBSERVE key AFTER after WAIT 60000` on `c` from a new thread; the
+/// reply comes back with the connection.
+fn observe_keeping(
+    mut c: redis::Connection,
+    key: &str,
+    after: i64,
+) -> mpsc::Receiver<(redis::RedisResult<Value>, redis::Connection)> {
+    let (tx, rx) = mpsc::channel();
+    let key = key.to_string();
+    thread::spawn(move || {
+        let r = redis::cmd("LOCK.OBSERVE").arg(&key).arg("AFTER").arg(after).arg("WAIT").arg(60_000).query(&mut c);
+        let _ = tx.send((r, c));
+    });
+    rx
+}
+
+/// Every observation that started ended once: as woken, timed out or
+/// cancelled, or still blocks.
+fn observations_add_up(c: &mut redis::Connection) {
+    let started = info_field(c, "observes_started");
+    let ended =
+        info_field(c, "observer_wakes") + info_field(c, "observer_timeouts") + info_field(c, "observers_cancelled");
+    assert_eq!(started, ended + info_field(c, "observing"));
+}
+
+#[test]
+fn a_failover_answers_each_observer_once() {
+    let cluster = Cluster::start(3, 1);
+    let master = cluster.owner_of(&cluster.key_on("elect-f:", 0));
+    let replica = *cluster.replicas_of(master).first().expect("a replica");
+    let led = cluster.key_on("elect-f:", master);
+    let mut on_master = cluster.node(master).conn();
+    let term: i64 =
+        redis::cmd("LOCK.ELECT").arg(&led).arg("lead").arg(LEASE_MS).arg("v").query(&mut on_master).unwrap();
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut on_master).unwrap();
+    let on_old_master = observe_keeping(cluster.node(master).conn(), &led, term);
+    let mut ro = cluster.node(replica).conn();
+    readonly(&mut ro);
+    let on_promoted = observe_keeping(ro, &led, term);
+    let mut promoted = cluster.node(replica).conn();
+    until_observing(&mut on_master, 1);
+    until_observing(&mut promoted, 1);
+
+    assert_eq!(cluster.failover(master, ""), replica);
+    // The old master, now a replica, unblocked its observer (Redis does,
+    // when a master becomes a replica); valkey may send it to the new one.
+    let (r, _) = on_old_master.recv_timeout(Duration::from_secs(30)).expect("answered");
+    let err = r.expect_err("unblocked or sent on").to_string();
+    assert!(["UNBLOCKED", "Moved", "MOVED"].iter().any(|w| err.contains(w)), "{err}");
+    // The promoted replica serves the slot: its observer stays, through
+    // slot checks, and is woken by the next change, once.
+    slot_checks_pass(&mut promoted, 2);
+    assert_eq!(info_field(&mut promoted, "observing"), 1);
+    let _: i64 = redis::cmd("LOCK.PROCLAIM").arg(&led).arg("lead").arg("v2").query(&mut promoted).unwrap();
+    let (r, mut c) = on_promoted.recv_timeout(Duration::from_secs(30)).expect("woken");
+    let Value::Array(items) = r.expect("the new state") else { panic!("a leader") };
+    assert_eq!(items.get(3), Some(&Value::Int(term)), "the same leader: {items:?}");
+    assert_eq!(items.get(1), Some(&Value::BulkString(b"v2".to_vec())), "{items:?}");
+    // A second answer would be read here in place of PONG.
+    let pong: String = redis::cmd("PING").query(&mut c).expect("ping");
+    assert_eq!(pong, "PONG");
+    for i in [master, replica] {
+        observations_add_up(&mut cluster.node(i).conn());
+    }
+    assert_eq!(info_field(&mut promoted, "observing"), 0);
+}
