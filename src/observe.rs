@@ -385,15 +385,12 @@ fn ensure_subscribed(ctx: Ctx) {
         | raw::REDISMODULE_NOTIFY_EXPIRED
         | raw::REDISMODULE_NOTIFY_EVICTED
         | raw::REDISMODULE_NOTIFY_STRING;
-    let flush = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
-    let swap = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_SWAPDB, dataver: 1 };
+    db_events::subscribe(ctx);
     // A module has one callback per server event (a second subscription
     // replaces the first): nothing else in the module takes this one.
     let role = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, dataver: 1 };
     unsafe {
         rm!(RedisModule_SubscribeToKeyspaceEvents)(ctx.0, types, Some(on_key_event));
-        rm!(RedisModule_SubscribeToServerEvent)(ctx.0, flush, Some(on_db_event));
-        rm!(RedisModule_SubscribeToServerEvent)(ctx.0, swap, Some(on_db_event));
         rm!(RedisModule_SubscribeToServerEvent)(ctx.0, role, Some(on_role_changed));
     }
 }
@@ -440,7 +437,7 @@ unsafe extern "C" fn on_key_event(
 
 /// FLUSHDB / FLUSHALL finished, or SWAPDB: every key with observers in the
 /// affected databases is checked right after this command.
-unsafe extern "C" fn on_db_event(
+pub(crate) unsafe extern "C" fn on_db_event(
     ctx: *mut RedisModuleCtx,
     event: raw::RedisModuleEvent,
     subevent: u64,

@@ -217,16 +217,13 @@ pub fn stop_holds() {
 /// Taken at the first grant timed (the config's setter has no context to
 /// subscribe with; no hold is timed before that grant), once.
 fn subscribe(ctx: Ctx) {
-    let flush = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
-    let swap = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_SWAPDB, dataver: 1 };
+    crate::db_events::subscribe(ctx);
     unsafe {
         rm!(RedisModule_SubscribeToKeyspaceEvents)(
             ctx.0,
             raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED,
             Some(on_key_event),
         );
-        rm!(RedisModule_SubscribeToServerEvent)(ctx.0, flush, Some(on_db_event));
-        rm!(RedisModule_SubscribeToServerEvent)(ctx.0, swap, Some(on_db_event));
     }
 }
 
@@ -252,7 +249,7 @@ unsafe extern "C" fn on_key_event(
 
 /// A flush or SWAPDB: the map cannot tell which entries belonged to which
 /// database (it keeps hashes), so every entry goes, unrecorded.
-unsafe extern "C" fn on_db_event(
+pub(crate) unsafe extern "C" fn on_db_event(
     _ctx: *mut RedisModuleCtx,
     event: raw::RedisModuleEvent,
     subevent: u64,
