@@ -265,7 +265,7 @@ e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 127.0.0.1:30001@31001 master - 0 0 1 co
 292f8b365bb7edb5e285caf0b7e6ddc7265d2f4f 127.0.0.1:30003@31003 master - 0 1426238318243 3 connected 10923-16383 42
 e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 127.0.0.1:30001@31001 slave 07c37dfeb235213a872192d90877d0cd55635b91 0 0 5 connected
 ";
-        let p = NodesView::parse(&promoted);
+        let p = NodesView::parse(promoted);
         assert_eq!(p.observers_at(0), ObserverSlot::Wait, "{promoted}");
         assert_eq!(p.observers_at(42), ObserverSlot::Redirect("MOVED 42 127.0.0.1:30003".into()));
         // A replica whose master is not known yet serves no slot.
