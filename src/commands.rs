@@ -187,6 +187,7 @@ pub fn release(ctx: Ctx, argv: Argv) -> Outcome {
     let mut k = lease::open(ctx, key, ctx.now_ms());
     let granted = lock::may_release(k.entry(), bytes(token))?;
     if granted {
+        let _quiet = wait::serving();
         k.delete();
         drop(k);
         timings::hold_ended(ctx, key, timings::End::Released, ctx.now_ms());

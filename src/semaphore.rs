@@ -180,6 +180,7 @@ pub fn release(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     match live_of(family, summary)? {
         // A lease that ended keeps its place through the delay: not released.
         Some(live) if live.own_lease(now).is_some() => {
+            let _quiet = wait::serving();
             k.commit(Some(&live), Edit::Remove { token }, counters.expired);
             drop(k);
             counters.releases.add();

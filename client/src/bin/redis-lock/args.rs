@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use clap_complete::Shell;
+use redis_lock_client::{LockOptions, WatchdogOptions};
 
 use crate::fail::EXIT_HELD;
 use crate::stats::Sort;
@@ -172,19 +173,8 @@ pub struct RunArgs {
     /// Exit status when the lock is held by someone else (as flock -E).
     #[arg(short = 'E', long, value_name = "CODE", default_value_t = EXIT_HELD)]
     pub conflict_exit_code: u8,
-    /// SIGTERM-to-SIGKILL grace for CMD's process group (after a loss, a
-    /// forwarded signal, or CMD's exit with others of its group left), in
-    /// milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 10_000)]
-    pub grace: u64,
-    /// Stop renewing after this long, in milliseconds (default: none).
-    #[arg(long, value_name = "MS")]
-    pub max_lifetime: Option<u64>,
     #[command(flatten)]
-    pub lease: LeaseArgs,
-    /// Lock token (default: 128 random bits, hex).
-    #[arg(long)]
-    pub token: Option<String>,
+    pub hold: HoldArgs,
     /// Acquire-or-takeover for this run id (default: plain acquire; one
     /// server or a cluster only).
     #[arg(long)]
@@ -243,9 +233,18 @@ impl RunArgs {
     }
 }
 
-/// The lease rules the server keeps for `run` and `elect`.
+/// What `run` and `elect` share: how CMD is supervised, how long the
+/// watchdog renews, and the lease rules the server keeps.
 #[derive(Args, Debug)]
-pub struct LeaseArgs {
+pub struct HoldArgs {
+    /// SIGTERM-to-SIGKILL grace for CMD's process group (after a loss, a
+    /// forwarded signal, or CMD's exit with others of its group left), in
+    /// milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    pub grace: u64,
+    /// Stop renewing after this long, in milliseconds (default: none).
+    #[arg(long, value_name = "MS")]
+    pub max_lifetime: Option<u64>,
     /// After the lock ends involuntarily (its lease ran out, or it was
     /// taken over), nobody can acquire KEY for this long, in milliseconds
     /// (0 to 60000; a release frees it at once). Module only. Default: none.
@@ -256,6 +255,35 @@ pub struct LeaseArgs {
     /// longer (then as a lost lock: exit 79). Module only. Default: none.
     #[arg(long, value_name = "MS")]
     pub max_hold: Option<u64>,
+    /// The holder's token (default: 128 random bits, hex).
+    #[arg(long)]
+    pub token: Option<String>,
+}
+
+impl HoldArgs {
+    pub fn grace(&self) -> Duration {
+        Duration::from_millis(self.grace)
+    }
+
+    /// The lock options: the watchdog (with `--max-lifetime`), `--token`,
+    /// `--lock-delay`, `--max-hold`.
+    pub fn lock_options(&self) -> LockOptions {
+        let mut watchdog = WatchdogOptions::new();
+        if let Some(m) = self.max_lifetime {
+            watchdog = watchdog.max_lifetime(Duration::from_millis(m));
+        }
+        let mut lopts = LockOptions::new().watchdog(watchdog);
+        if let Some(t) = &self.token {
+            lopts = lopts.token(t);
+        }
+        if let Some(ms) = self.lock_delay {
+            lopts = lopts.lock_delay(Duration::from_millis(ms));
+        }
+        if let Some(ms) = self.max_hold {
+            lopts = lopts.max_hold(Duration::from_millis(ms));
+        }
+        lopts
+    }
 }
 
 #[derive(Args, Debug)]
@@ -281,17 +309,8 @@ pub struct ElectArgs {
     /// Exit status when the wait for leadership ran out.
     #[arg(short = 'E', long, value_name = "CODE", default_value_t = EXIT_HELD)]
     pub conflict_exit_code: u8,
-    /// SIGTERM-to-SIGKILL grace for CMD's process group, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 10_000)]
-    pub grace: u64,
-    /// Stop renewing after this long, in milliseconds (default: none).
-    #[arg(long, value_name = "MS")]
-    pub max_lifetime: Option<u64>,
     #[command(flatten)]
-    pub lease: LeaseArgs,
-    /// Leader token (default: 128 random bits, hex).
-    #[arg(long)]
-    pub token: Option<String>,
+    pub hold: HoldArgs,
     /// The election's key.
     pub key: String,
     /// The command to run while leader, after `--`.

@@ -7,7 +7,7 @@ use redis_lock_client::{ClientOptions, Error, Leadership};
 
 use crate::args::ElectArgs;
 use crate::fail::{usage, Fail};
-use crate::run::{acquire_fail, lock_options, run_under};
+use crate::run::{acquire_fail, run_under};
 use crate::target::Servers;
 
 /// Without a wait, a campaign waits in the server's queue for as long as it
@@ -26,7 +26,7 @@ pub fn cmd_elect(a: ElectArgs) -> Result<ExitCode, Fail> {
         return Err(usage("elect works with one --url (or --cluster), not a quorum"));
     }
     let ttl = Duration::from_millis(a.ttl);
-    let lopts = lock_options(a.max_lifetime, a.token.as_deref(), &a.lease);
+    let lopts = a.hold.lock_options();
     // As `run`: a reply slower than a third of the TTL fails and is retried.
     let timeout = (ttl / 3).clamp(Duration::from_millis(10), Duration::from_secs(2));
     let client = a.target.open(ClientOptions::new().response_timeout(timeout))?;
@@ -48,5 +48,5 @@ pub fn cmd_elect(a: ElectArgs) -> Result<ExitCode, Fail> {
         Err(e) => return Err(acquire_fail(e)),
     };
     let term = leadership.term();
-    run_under(&leadership, &a.command, Duration::from_millis(a.grace), Some(term))
+    run_under(&leadership, &a.command, a.hold.grace(), Some(term))
 }

@@ -3,9 +3,9 @@
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use redis_lock_client::{ClientOptions, Error, HeldLock, LockOptions, WatchdogOptions};
+use redis_lock_client::{ClientOptions, Error, HeldLock};
 
-use crate::args::{LeaseArgs, Mode, RunArgs};
+use crate::args::{Mode, RunArgs};
 use crate::fail::{redis_fail, usage, Fail, EXIT_LOST};
 use crate::supervise;
 use crate::target::{open_quorum, Servers};
@@ -20,7 +20,7 @@ pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
     }
     let ttl = Duration::from_millis(a.ttl);
     let wait = a.wait();
-    let lopts = lock_options(a.max_lifetime, a.token.as_deref(), &a.lease);
+    let lopts = a.hold.lock_options();
     let mode = a.mode();
     let acquired = if let Servers::Quorum(urls) = a.target.servers() {
         if a.run_id.is_some() {
@@ -55,27 +55,7 @@ pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
         }
         Err(e) => return Err(acquire_fail(e)),
     };
-    run_under(lock.as_ref(), &a.command, Duration::from_millis(a.grace), None)
-}
-
-/// The lock options of `run` and `elect`: the watchdog (with
-/// `--max-lifetime`), `--token`, `--lock-delay`, `--max-hold`.
-pub fn lock_options(max_lifetime: Option<u64>, token: Option<&str>, lease: &LeaseArgs) -> LockOptions {
-    let mut watchdog = WatchdogOptions::new();
-    if let Some(m) = max_lifetime {
-        watchdog = watchdog.max_lifetime(Duration::from_millis(m));
-    }
-    let mut lopts = LockOptions::new().watchdog(watchdog);
-    if let Some(t) = token {
-        lopts = lopts.token(t);
-    }
-    if let Some(ms) = lease.lock_delay {
-        lopts = lopts.lock_delay(Duration::from_millis(ms));
-    }
-    if let Some(ms) = lease.max_hold {
-        lopts = lopts.max_hold(Duration::from_millis(ms));
-    }
-    lopts
+    run_under(lock.as_ref(), &a.command, a.hold.grace(), None)
 }
 
 /// An acquire's failure other than "held": a bad argument is a usage
