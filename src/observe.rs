@@ -32,12 +32,12 @@
 //!   that migrates it away, observers of a key still here stay and those
 //!   of a key not here get `TRYAGAIN` (a new command would get `ASK`). On
 //!   a replica (`READONLY` clients) the slot is served while the replica's
-//!   master serves it. The slot is checked with each check of the key (a
-//!   migrated key's deletion is an event) and, because a slot can move with
-//!   no key in it and no server event tells a module of slot moves (none in
-//!   Redis 7.0), by one module-wide timer every [`CLUSTER_CHECK_MS`]: one
-//!   `CLUSTER NODES` for every slot that has observers
-//!   (`lock_observer_slot_checks` counts the readings).
+//!   master serves it. The slot is checked by each check of the key that
+//!   finds no leader (a migrated key's deletion is an event) and, because a
+//!   slot can move with no key in it and no server event tells a module of
+//!   slot moves (none in Redis 7.0), by one module-wide timer every
+//!   [`CLUSTER_CHECK_MS`]: one `CLUSTER NODES` for every slot that has
+//!   observers (`lock_observer_slot_checks` counts the readings).
 //!
 //! Observers only read, so paused writes (`CLIENT PAUSE WRITE`,
 //! `FAILOVER`) do not hold them back: a lease that ends during a pause
@@ -171,18 +171,22 @@ fn check(ctx: Ctx, key: &KeyId) {
         return;
     }
     unsafe { rm!(RedisModule_SelectDb)(ctx.0, key.0) };
-    // Before the read: a key that MIGRATE took away reads as absent here,
-    // which is no end of its leadership.
-    if let Some(view) = slot_view(ctx) {
-        if let Some(error) = redirection(ctx, &view, key) {
-            answer_all(ctx, key, error);
-            return;
-        }
-    }
     let name = ctx.string(&key.1);
     let current = election::read(ctx, name);
     ctx.free(name);
     let rev = election::rev_of(&current);
+    // No leader here may mean the key left with its slot (MIGRATE deletes
+    // it here), which is no end of its leadership: the slot decides first.
+    // A key still led here has its changes made here, and the once-a-second
+    // slot check covers the rest; so renewals and proclaims read no topology.
+    if rev == 0 {
+        if let Some(view) = slot_view(ctx) {
+            if let Some(error) = redirection(ctx, &view, key) {
+                answer_all(ctx, key, error);
+                return;
+            }
+        }
+    }
     let expires_at = current.as_ref().ok().and_then(|l| l.as_ref()).and_then(|l| l.expires_at);
     let taken = state().0.observers.take_changed(key, rev);
     stop_check(ctx, taken.stop);

@@ -90,7 +90,8 @@ pub static OBSERVER_TIMEOUTS: Counter = Counter::new();
 /// or sent on (`MOVED`/`TRYAGAIN`) because the key's slot moved.
 pub static OBSERVERS_CANCELLED: Counter = Counter::new();
 /// `CLUSTER NODES` readings made for observers: one a second while any
-/// observer blocks in cluster mode, plus one per check of a changed key.
+/// observer blocks in cluster mode, plus one per check of an observed key
+/// that finds no leader.
 pub static OBSERVER_SLOT_CHECKS: Counter = Counter::new();
 
 /// Clients blocked in LOCK.OBSERVE right now (kept by `crate::observe`).

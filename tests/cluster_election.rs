@@ -52,6 +52,15 @@ fn observers_are_sent_where_the_slot_moved() {
     let on_led = observe_on(cluster.node(0).conn(), &led, term);
     let on_empty = observe_on(cluster.node(0).conn(), &empty, 0);
     until_observing(&mut source, 2);
+    // Renewals change no revision: their checks read no topology (only
+    // the once-a-second slot check does).
+    let (checks, started) = (info_field(&mut source, "observer_slot_checks"), Instant::now());
+    for _ in 0..50 {
+        let renewed: i64 = redis::cmd("LOCK.RENEW").arg(&led).arg("lead").arg(LEASE_MS).query(&mut source).unwrap();
+        assert_eq!(renewed, 1);
+    }
+    let read = info_field(&mut source, "observer_slot_checks") - checks;
+    assert!(read <= started.elapsed().as_secs() + 2, "{read} readings for 50 renewals in {:?}", started.elapsed());
     cluster.move_slot(cluster.slot_of(&led), 1);
     redirected(&on_led);
     if cluster.slot_of(&empty) != cluster.slot_of(&led) {
