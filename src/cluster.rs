@@ -10,7 +10,7 @@
 
 use std::ffi::{CStr, CString};
 
-use redis_lock_rules::cluster::{key_slot, slot_state, SlotState};
+use redis_lock_rules::cluster::{key_slot, slot_state, NodesView, SlotState};
 use redis_module::raw;
 
 use crate::api::rm;
@@ -39,6 +39,17 @@ pub fn redirect(ctx: Ctx, key: &[u8]) -> Option<CString> {
         SlotState::Unassigned => "CLUSTERDOWN Hash slot not served".to_string(),
     };
     CString::new(text).ok()
+}
+
+/// This node's reading of the cluster (`CLUSTER NODES`, parsed once), or
+/// `None` outside a cluster or when the call fails (callers then redirect
+/// nobody).
+pub fn nodes_view(ctx: Ctx) -> Option<NodesView> {
+    let flags = unsafe { rm!(RedisModule_GetContextFlags)(ctx.0) } as u32;
+    if flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER == 0 {
+        return None;
+    }
+    Some(NodesView::parse(&cluster_call(ctx, c"NODES")?))
 }
 
 /// `CLUSTER <sub>`: its string or status reply, `None` on error (callers

@@ -21,11 +21,23 @@
 //!   observer is answered with the key's current (unchanged) state.
 //! - `CLIENT UNBLOCK` (TIMEOUT: answered as a timeout; ERROR: Redis's
 //!   error), disconnect, and Redis unblocking every client (this master
-//!   became a replica) take an observer out at once.
-//! - in a cluster, observers of a key whose slot this master no longer
-//!   serves are answered with the redirection (`MOVED`, `TRYAGAIN`), as
-//!   waiters are; because a slot can move with no key in it, the check of
-//!   a key with observers also runs every [`CLUSTER_CHECK_MS`] there.
+//!   became a replica) take an observer out at once; where the server
+//!   leaves them blocked (valkey 9.1 in a cluster), the role change's
+//!   server event answers them `UNBLOCKED` as the others are.
+//! - in a cluster, observers of a key whose slot this node no longer
+//!   serves are answered with the redirection, as Redis answers its own
+//!   blocked clients (`clusterRedirectBlockedClientIfNeeded`): `MOVED` to
+//!   the slot's owner, `CLUSTERDOWN` for a slot nobody serves. On a master
+//!   that imports the slot they stay (they came with `ASKING`); on one
+//!   that migrates it away, observers of a key still here stay and those
+//!   of a key not here get `TRYAGAIN` (a new command would get `ASK`). On
+//!   a replica (`READONLY` clients) the slot is served while the replica's
+//!   master serves it. The slot is checked by each check of the key that
+//!   finds no leader (a migrated key's deletion is an event) and, because a
+//!   slot can move with no key in it and no server event tells a module of
+//!   slot moves (none in Redis 7.0), by one module-wide timer every
+//!   [`CLUSTER_CHECK_MS`]: one `CLUSTER NODES` for every slot that has
+//!   observers (`lock_observer_slot_checks` counts the readings).
 //!
 //! Observers only read, so paused writes (`CLIENT PAUSE WRITE`,
 //! `FAILOVER`) do not hold them back: a lease that ends during a pause
@@ -40,8 +52,10 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
+use redis_lock_rules::cluster::{key_slot, observer_tryagain, NodesView, ObserverSlot};
 use redis_lock_rules::observers::{Arm, Observers};
 use redis_lock_rules::queue::next_piece;
+use redis_lock_rules::Entry;
 use redis_module::raw::{self, RedisModuleBlockedClient, RedisModuleCtx, RedisModuleString, RedisModuleTimerID};
 
 use crate::api::rm;
@@ -49,13 +63,13 @@ use crate::cluster;
 use crate::db_events;
 use crate::election::{self, leader_reply, Led};
 use crate::entry;
-use crate::key::{bytes, Ctx};
+use crate::key::{bytes, Ctx, LockKey};
 use crate::reply::Failure;
 use crate::stats::{self, observing, OBSERVING};
 use crate::timer;
 
-/// How often, in a cluster, a key with observers is checked for a slot
-/// that moved away without a key event.
+/// How often, in a cluster, the slots with observers are checked for a
+/// move that came without a key event (one `CLUSTER NODES` for them all).
 pub const CLUSTER_CHECK_MS: i64 = 1_000;
 
 /// A key: a database index and a key name.
@@ -82,6 +96,9 @@ impl Observer {
 struct State {
     observers: Observers<KeyId, Observer, RedisModuleTimerID>,
     subscribed: bool,
+    /// The cluster's slot-check timer is armed (it stops by itself once
+    /// no observer is left).
+    polling: bool,
 }
 
 /// The pointers inside are only touched on Redis's main thread.
@@ -100,11 +117,6 @@ fn in_cluster(ctx: Ctx) -> bool {
     flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
 }
 
-fn is_master(ctx: Ctx) -> bool {
-    let flags = unsafe { rm!(RedisModule_GetContextFlags)(ctx.0) } as u32;
-    flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0
-}
-
 /// Blocks the calling client until `name`'s revision is no longer `after`
 /// or `deadline` (Unix ms; none: never) passes. `expires_at` is the
 /// current leader's lease end, if any.
@@ -121,19 +133,19 @@ pub fn block(ctx: Ctx, name: *mut RedisModuleString, after: u64, deadline: Optio
     let now = ctx.now_ms();
     let timeout = deadline.map(|at| timer::start(ctx, at - now, on_observe_timeout, ObserveTimeout { client, seq }));
     let key = (ctx.db(), bytes(name).to_vec());
-    state().0.observers.push(key.clone(), client, seq, after, Observer { bc, deadline, timeout });
+    let slot = key_slot(&key.1);
+    state().0.observers.push(key.clone(), slot, client, seq, after, Observer { bc, deadline, timeout });
     OBSERVING.fetch_add(1, Ordering::Relaxed);
     stats::OBSERVES_STARTED.add();
-    arm_for(ctx, &key, expires_at, now);
+    arm_for(ctx, &key, expires_at);
+    ensure_polling(ctx);
 }
 
 /// Arms `key`'s check for the leader's lease end (one ms past it: the
-/// lease has ended by then) and, in a cluster, for the next slot check.
-fn arm_for(ctx: Ctx, key: &KeyId, expires_at: Option<i64>, now: i64) {
-    let cluster = in_cluster(ctx).then(|| now.saturating_add(CLUSTER_CHECK_MS));
-    let lease = expires_at.map(|at| at.saturating_add(1));
-    if let Some(at) = [cluster, lease].into_iter().flatten().min() {
-        check_by(ctx, key, at);
+/// lease has ended by then).
+fn arm_for(ctx: Ctx, key: &KeyId, expires_at: Option<i64>) {
+    if let Some(at) = expires_at {
+        check_by(ctx, key, at.saturating_add(1));
     }
 }
 
@@ -160,20 +172,21 @@ fn check(ctx: Ctx, key: &KeyId) {
     }
     unsafe { rm!(RedisModule_SelectDb)(ctx.0, key.0) };
     let name = ctx.string(&key.1);
-    let redirect = if is_master(ctx) { cluster::redirect(ctx, &key.1) } else { None };
-    if let Some(error) = redirect {
-        ctx.free(name);
-        let taken = state().0.observers.take_all(key);
-        stop_check(ctx, taken.stop);
-        OBSERVING.fetch_sub(taken.observers.len() as u64, Ordering::Relaxed);
-        for o in taken.observers {
-            finish(Answer::Error(error.clone()), o, ctx, &stats::OBSERVERS_CANCELLED);
-        }
-        return;
-    }
     let current = election::read(ctx, name);
     ctx.free(name);
     let rev = election::rev_of(&current);
+    // No leader here may mean the key left with its slot (MIGRATE deletes
+    // it here), which is no end of its leadership: the slot decides first.
+    // A key still led here has its changes made here, and the once-a-second
+    // slot check covers the rest; so renewals and proclaims read no topology.
+    if rev == 0 {
+        if let Some(view) = slot_view(ctx) {
+            if let Some(error) = redirection(ctx, &view, key) {
+                answer_all(ctx, key, error);
+                return;
+            }
+        }
+    }
     let expires_at = current.as_ref().ok().and_then(|l| l.as_ref()).and_then(|l| l.expires_at);
     let taken = state().0.observers.take_changed(key, rev);
     stop_check(ctx, taken.stop);
@@ -182,7 +195,101 @@ fn check(ctx: Ctx, key: &KeyId) {
     for o in taken.observers {
         finish(Answer::State(Rc::clone(&current)), o, ctx, &stats::OBSERVER_WAKES);
     }
-    arm_for(ctx, key, expires_at, ctx.now_ms());
+    arm_for(ctx, key, expires_at);
+}
+
+/// Answers every observer of `key` with `error` (a redirection, `UNBLOCKED`).
+fn answer_all(ctx: Ctx, key: &KeyId, error: CString) {
+    let taken = state().0.observers.take_all(key);
+    stop_check(ctx, taken.stop);
+    OBSERVING.fetch_sub(taken.observers.len() as u64, Ordering::Relaxed);
+    for o in taken.observers {
+        finish(Answer::Error(error.clone()), o, ctx, &stats::OBSERVERS_CANCELLED);
+    }
+}
+
+/// This node's reading of the cluster, for observers (`None` outside a
+/// cluster).
+fn slot_view(ctx: Ctx) -> Option<NodesView> {
+    let view = cluster::nodes_view(ctx)?;
+    stats::OBSERVER_SLOT_CHECKS.add();
+    Some(view)
+}
+
+/// The error for `key`'s observers when its slot is not served here, in
+/// `view`. The key's database must be selected.
+fn redirection(ctx: Ctx, view: &NodesView, key: &KeyId) -> Option<CString> {
+    let slot = key_slot(&key.1);
+    let text = match view.observers_at(slot) {
+        ObserverSlot::Wait => return None,
+        ObserverSlot::WaitIfKeyHere if key_here(ctx, key) => return None,
+        ObserverSlot::WaitIfKeyHere => observer_tryagain(slot),
+        ObserverSlot::Redirect(text) => text,
+    };
+    CString::new(text).ok()
+}
+
+/// Whether `key` exists here (an expired one does not).
+fn key_here(ctx: Ctx, key: &KeyId) -> bool {
+    let name = ctx.string(&key.1);
+    let here = !matches!(LockKey::open_read(ctx, name).entry(), Entry::Absent);
+    ctx.free(name);
+    here
+}
+
+/// Arms the cluster's slot-check timer if it is not armed (outside a
+/// cluster, never).
+fn ensure_polling(ctx: Ctx) {
+    if !in_cluster(ctx) {
+        return;
+    }
+    {
+        let mut s = state();
+        if s.0.polling {
+            return;
+        }
+        s.0.polling = true;
+    }
+    timer::start(ctx, CLUSTER_CHECK_MS, on_slot_check, SlotCheck);
+}
+
+struct SlotCheck;
+
+/// Once a second while observers block in a cluster: one `CLUSTER NODES`,
+/// and the observers of every observed slot no longer served here are sent
+/// on. O(slots with observers), plus the keys of a slot being migrated away
+/// or moved (those keys' observers are answered).
+unsafe extern "C" fn on_slot_check(ctx: *mut RedisModuleCtx, data: *mut c_void) {
+    drop(Box::from_raw(data.cast::<SlotCheck>()));
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let ctx = Ctx(ctx);
+        let slots = {
+            let mut s = state();
+            s.0.polling = false;
+            s.0.observers.slots()
+        };
+        if slots.is_empty() {
+            return;
+        }
+        if let Some(view) = slot_view(ctx) {
+            for slot in slots {
+                if view.observers_at(slot) == ObserverSlot::Wait {
+                    continue;
+                }
+                // Its own statement: the guard must not live through the loop.
+                let keys = state().0.observers.keys_in_slot(slot);
+                for key in keys {
+                    unsafe { rm!(RedisModule_SelectDb)(ctx.0, key.0) };
+                    if let Some(error) = redirection(ctx, &view, &key) {
+                        answer_all(ctx, &key, error);
+                    }
+                }
+            }
+        }
+        if !state().0.observers.is_empty() {
+            ensure_polling(ctx);
+        }
+    }));
 }
 
 fn stop_check(ctx: Ctx, stop: Option<RedisModuleTimerID>) {
@@ -282,13 +389,37 @@ fn ensure_subscribed(ctx: Ctx) {
         | raw::REDISMODULE_NOTIFY_EXPIRED
         | raw::REDISMODULE_NOTIFY_EVICTED
         | raw::REDISMODULE_NOTIFY_STRING;
-    let flush = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
-    let swap = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_SWAPDB, dataver: 1 };
+    db_events::subscribe(ctx);
+    // A module has one callback per server event (a second subscription
+    // replaces the first): nothing else in the module takes this one.
+    let role = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, dataver: 1 };
     unsafe {
         rm!(RedisModule_SubscribeToKeyspaceEvents)(ctx.0, types, Some(on_key_event));
-        rm!(RedisModule_SubscribeToServerEvent)(ctx.0, flush, Some(on_db_event));
-        rm!(RedisModule_SubscribeToServerEvent)(ctx.0, swap, Some(on_db_event));
+        rm!(RedisModule_SubscribeToServerEvent)(ctx.0, role, Some(on_role_changed));
     }
+}
+
+/// This master became a replica. Redis 7.0/8.2 and valkey 8.1 unblock every
+/// blocked client first (`replicationSetMaster`), which took our observers
+/// out already; valkey 9.1 in a cluster leaves module-blocked clients
+/// blocked. Those came to a master, not with `READONLY` to a replica, so
+/// they are answered as Redis answers the others.
+unsafe extern "C" fn on_role_changed(
+    ctx: *mut RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    if subevent != raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA || observing() == 0 {
+        return;
+    }
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let keys: Vec<KeyId> = state().0.observers.keys().cloned().collect();
+        let error = c"UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)";
+        for key in keys {
+            answer_all(Ctx(ctx), &key, error.to_owned());
+        }
+    }));
 }
 
 /// A key changed: if anyone observes it, check it right after this command.
@@ -310,7 +441,7 @@ unsafe extern "C" fn on_key_event(
 
 /// FLUSHDB / FLUSHALL finished, or SWAPDB: every key with observers in the
 /// affected databases is checked right after this command.
-unsafe extern "C" fn on_db_event(
+pub(crate) unsafe extern "C" fn on_db_event(
     ctx: *mut RedisModuleCtx,
     event: raw::RedisModuleEvent,
     subevent: u64,

@@ -89,6 +89,10 @@ pub static OBSERVER_TIMEOUTS: Counter = Counter::new();
 /// Observers that ended otherwise: disconnected, `CLIENT UNBLOCK … ERROR`,
 /// or sent on (`MOVED`/`TRYAGAIN`) because the key's slot moved.
 pub static OBSERVERS_CANCELLED: Counter = Counter::new();
+/// `CLUSTER NODES` readings made for observers: one a second while any
+/// observer blocks in cluster mode, plus one per check of an observed key
+/// that finds no leader.
+pub static OBSERVER_SLOT_CHECKS: Counter = Counter::new();
 
 /// Clients blocked in LOCK.OBSERVE right now (kept by `crate::observe`).
 pub static OBSERVING: AtomicU64 = AtomicU64::new(0);
@@ -108,7 +112,7 @@ pub fn waiting() -> u64 {
 
 /// The `INFO lock` section (fields appear as `lock_<name>`).
 pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c_int) {
-    let fields: [(&CStr, u64); 34] = [
+    let fields: [(&CStr, u64); 35] = [
         (c"grants", GRANTS.get()),
         (c"refusals", REFUSALS.get()),
         (c"renewals", RENEWALS.get()),
@@ -142,6 +146,7 @@ pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c
         (c"observer_wakes", OBSERVER_WAKES.get()),
         (c"observer_timeouts", OBSERVER_TIMEOUTS.get()),
         (c"observers_cancelled", OBSERVERS_CANCELLED.get()),
+        (c"observer_slot_checks", OBSERVER_SLOT_CHECKS.get()),
         (c"observing", observing()),
     ];
     rm!(RedisModule_InfoAddSection)(ctx, std::ptr::null());

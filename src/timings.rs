@@ -330,16 +330,13 @@ pub fn stop_holds() {
 /// hook that ends a hold runs before the write, so its own `del` finds the
 /// hold already recorded, and `expire` ends nothing.
 fn subscribe(ctx: Ctx) {
-    let flush = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
-    let swap = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_SWAPDB, dataver: 1 };
+    crate::db_events::subscribe(ctx);
     unsafe {
         rm!(RedisModule_SubscribeToKeyspaceEvents)(
             ctx.0,
             raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED | raw::REDISMODULE_NOTIFY_GENERIC,
             Some(on_key_event),
         );
-        rm!(RedisModule_SubscribeToServerEvent)(ctx.0, flush, Some(on_db_event));
-        rm!(RedisModule_SubscribeToServerEvent)(ctx.0, swap, Some(on_db_event));
     }
 }
 
@@ -391,7 +388,7 @@ unsafe extern "C" fn on_key_event(
 
 /// A flush or SWAPDB: the table cannot tell which holds belonged to which
 /// database (it keeps hashes), so every hold goes, unrecorded.
-unsafe extern "C" fn on_db_event(
+pub(crate) unsafe extern "C" fn on_db_event(
     _ctx: *mut RedisModuleCtx,
     event: raw::RedisModuleEvent,
     subevent: u64,

@@ -663,13 +663,9 @@ fn ensure_subscribed(ctx: Ctx) {
         | raw::REDISMODULE_NOTIFY_EXPIRED
         | raw::REDISMODULE_NOTIFY_EVICTED
         | raw::REDISMODULE_NOTIFY_ZSET;
-    // Version 1 of both events' data is what Redis 6.0 and later send.
-    let flush = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
-    let swap = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_SWAPDB, dataver: 1 };
+    db_events::subscribe(ctx);
     unsafe {
         rm!(RedisModule_SubscribeToKeyspaceEvents)(ctx.0, types, Some(on_key_event));
-        rm!(RedisModule_SubscribeToServerEvent)(ctx.0, flush, Some(on_db_event));
-        rm!(RedisModule_SubscribeToServerEvent)(ctx.0, swap, Some(on_db_event));
     }
 }
 
@@ -696,7 +692,7 @@ unsafe extern "C" fn on_key_event(
 /// event tells which keys went away, so every queue in the affected
 /// databases is checked right after this command (a free key goes to its
 /// head, a taken one waits for its new holder's deadline).
-unsafe extern "C" fn on_db_event(
+pub(crate) unsafe extern "C" fn on_db_event(
     ctx: *mut RedisModuleCtx,
     event: raw::RedisModuleEvent,
     subevent: u64,

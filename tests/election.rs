@@ -580,3 +580,26 @@ fn a_leader_and_the_term_floor_survive_an_aof_restart() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn one_flushall_reaches_observers_and_waiters_alike() {
+    // Each part of the module used to subscribe to FLUSHDB itself, and a
+    // module has one callback per server event: the last to subscribe (here
+    // the waits, after the observers) got the flushes, the others none.
+    let server = Server::start();
+    let mut c = server.conn();
+    let term = elect(&mut c, "e", "lead", LEASE_MS, "v").expect("elected");
+    let (tx, rx) = mpsc::channel();
+    observer(&server, "e", term, 120_000, tx);
+    until_observing(&mut c, 1);
+    acquire(&mut c, "held", "holder");
+    let (wtx, wrx) = mpsc::channel();
+    waiter(&server, "held", "next", 30_000, wtx);
+    until_waiting(&mut c, 1);
+    let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+    assert_eq!(answered(&rx), None, "the flush ended the leadership");
+    assert_eq!((info_field(&mut c, "observer_wakes"), info_field(&mut c, "observer_timeouts")), (1, 0), "woken by it");
+    let (_, granted, _) = wrx.recv_timeout(Duration::from_secs(30)).expect("the waiter was answered");
+    assert!(matches!(granted, Value::Int(_)), "granted on the flushed key: {granted:?}");
+    assert!(get(&mut c, "held").is_some(), "the waiter holds it");
+}

@@ -10,8 +10,12 @@
 //! to date (those whose `AFTER` is the current revision) form one range of
 //! the map and are not looked at. A renewal, a `PEXPIRE` or any other event
 //! that changes no revision costs O(log N) for N observers of the key.
+//!
+//! Keys with observers are also grouped by hash slot, so that a cluster's
+//! once-a-second slot check looks at the slots that have observers, not
+//! at every key.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::Hash;
 
 use crate::queue::timer_delay;
@@ -26,6 +30,7 @@ struct Watch<O, T> {
     /// Observers by (the revision they saw, arrival), each with its client.
     by_rev: BTreeMap<(u64, u64), (u64, O)>,
     check: Option<Check<T>>,
+    slot: u16,
 }
 
 struct Check<T> {
@@ -55,12 +60,14 @@ pub struct Arm<T> {
 pub struct Observers<K, O, T> {
     keys: HashMap<K, Watch<O, T>>,
     by_client: HashMap<u64, Place<K>>,
+    /// Keys with observers, by hash slot.
+    by_slot: HashMap<u16, HashSet<K>>,
     next_gen: u64,
 }
 
 impl<K: Hash + Eq + Clone, O, T> Default for Observers<K, O, T> {
     fn default() -> Self {
-        Observers { keys: HashMap::new(), by_client: HashMap::new(), next_gen: 0 }
+        Observers { keys: HashMap::new(), by_client: HashMap::new(), by_slot: HashMap::new(), next_gen: 0 }
     }
 }
 
@@ -87,9 +94,23 @@ impl<K: Hash + Eq + Clone, O, T> Observers<K, O, T> {
         self.keys.keys()
     }
 
-    /// `client`'s observation number `seq` of `key`, which last saw `after`.
-    pub fn push(&mut self, key: K, client: u64, seq: u64, after: u64, observer: O) {
-        let w = self.keys.entry(key.clone()).or_insert_with(|| Watch { by_rev: BTreeMap::new(), check: None });
+    /// Slots with observers (each once, in no order).
+    pub fn slots(&self) -> Vec<u16> {
+        self.by_slot.keys().copied().collect()
+    }
+
+    /// The keys of `slot` that have observers.
+    pub fn keys_in_slot(&self, slot: u16) -> Vec<K> {
+        self.by_slot.get(&slot).map(|keys| keys.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// `client`'s observation number `seq` of `key` (in hash slot `slot`),
+    /// which last saw `after`.
+    pub fn push(&mut self, key: K, slot: u16, client: u64, seq: u64, after: u64, observer: O) {
+        let w = self.keys.entry(key.clone()).or_insert_with(|| {
+            self.by_slot.entry(slot).or_default().insert(key.clone());
+            Watch { by_rev: BTreeMap::new(), check: None, slot }
+        });
         w.by_rev.insert((after, seq), (client, observer));
         self.by_client.insert(client, Place { key, after, seq });
     }
@@ -150,7 +171,14 @@ impl<K: Hash + Eq + Clone, O, T> Observers<K, O, T> {
 
     fn drop_if_empty(&mut self, key: &K) -> Option<T> {
         if self.keys.get(key).is_some_and(|w| w.by_rev.is_empty()) {
-            return self.keys.remove(key).and_then(|w| w.check).and_then(|c| c.timer);
+            let w = self.keys.remove(key)?;
+            if let Some(keys) = self.by_slot.get_mut(&w.slot) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    self.by_slot.remove(&w.slot);
+                }
+            }
+            return w.check.and_then(|c| c.timer);
         }
         None
     }
@@ -203,12 +231,12 @@ mod tests {
     #[test]
     fn a_change_answers_exactly_those_that_saw_another_revision() {
         let mut o = Obs::default();
-        o.push("k", 1, 10, 5, "a5");
-        o.push("k", 2, 11, 7, "b7");
-        o.push("k", 3, 12, 7, "c7");
-        o.push("k", 4, 13, 0, "d0");
-        o.push("k", 5, 14, 9, "e9");
-        o.push("j", 6, 15, 7, "x7");
+        o.push("k", 0, 1, 10, 5, "a5");
+        o.push("k", 0, 2, 11, 7, "b7");
+        o.push("k", 0, 3, 12, 7, "c7");
+        o.push("k", 0, 4, 13, 0, "d0");
+        o.push("k", 0, 5, 14, 9, "e9");
+        o.push("j", 0, 6, 15, 7, "x7");
         assert_eq!((o.len(), o.observers_on(&"k")), (6, 5));
         let t = o.take_changed(&"k", 7);
         assert_eq!(sorted(t.observers), ["a5", "d0", "e9"]);
@@ -226,8 +254,8 @@ mod tests {
     #[test]
     fn the_largest_revision_and_zero_are_ordinary() {
         let mut o = Obs::default();
-        o.push("k", 1, 1, u64::MAX, "max");
-        o.push("k", 2, 2, 0, "zero");
+        o.push("k", 0, 1, 1, u64::MAX, "max");
+        o.push("k", 0, 2, 2, 0, "zero");
         assert_eq!(o.take_changed(&"k", u64::MAX).observers, ["zero"]);
         assert_eq!(o.take_changed(&"k", 0).observers, ["max"]);
         assert!(o.is_empty());
@@ -236,13 +264,13 @@ mod tests {
     #[test]
     fn an_observer_leaves_once_and_an_old_timer_cannot_end_a_later_observation() {
         let mut o = Obs::default();
-        o.push("k", 1, 1, 3, "a");
-        o.push("k", 2, 2, 3, "b");
+        o.push("k", 0, 1, 1, 3, "a");
+        o.push("k", 0, 2, 2, 3, "b");
         assert_eq!(o.remove(1, Some(1)), Some(("a", None)));
         assert_eq!(o.remove(1, None), None, "gone means gone");
         assert_eq!(o.remove(2, None), Some(("b", None)), "the timer waits for the last one");
         // A client blocks once at a time: its next observation.
-        o.push("k", 2, 9, 4, "b2");
+        o.push("k", 0, 2, 9, 4, "b2");
         assert_eq!(o.remove(2, Some(2)), None, "the earlier observation's timer");
         assert_eq!(o.observer_mut(2, 2), None);
         assert_eq!(o.observer_mut(2, 9), Some(&mut "b2"));
@@ -256,7 +284,7 @@ mod tests {
     fn take_all_answers_everyone() {
         let mut o = Obs::default();
         for (c, r) in [(1, 0), (2, 5), (3, 5)] {
-            o.push("k", c, c, r, "o");
+            o.push("k", 0, c, c, r, "o");
         }
         assert_eq!(o.take_all(&"k").observers.len(), 3);
         assert!(o.is_empty() && !o.has(&"k"));
@@ -266,7 +294,7 @@ mod tests {
     #[test]
     fn one_check_timer_per_key_the_earliest_wins() {
         let mut o = Obs::default();
-        o.push("k", 1, 1, 0, "a");
+        o.push("k", 0, 1, 1, 0, "a");
         let first = o.check_by(&"k", 5_000, 1_000).expect("armed");
         o.armed(&"k", first.gen, 1);
         assert_eq!(o.check_by(&"k", 6_000, 1_000), None);
@@ -275,5 +303,27 @@ mod tests {
         assert!(!o.check_fired(&"k", first.gen));
         assert!(o.check_fired(&"k", second.gen));
         assert!(!o.check_fired(&"k", second.gen), "fires once");
+    }
+
+    #[test]
+    fn keys_are_grouped_by_slot_while_they_have_observers() {
+        let mut o = Obs::default();
+        o.push("a", 7, 1, 1, 0, "a1");
+        o.push("a", 7, 2, 2, 3, "a2");
+        o.push("b", 7, 3, 3, 0, "b");
+        o.push("c", 9, 4, 4, 0, "c");
+        let mut slots = o.slots();
+        slots.sort_unstable();
+        assert_eq!(slots, [7, 9]);
+        assert_eq!(sorted(o.keys_in_slot(7)), ["a", "b"]);
+        assert_eq!(o.keys_in_slot(8), Vec::<&str>::new());
+        assert_eq!(o.remove(1, None), Some(("a1", None)));
+        assert_eq!(sorted(o.keys_in_slot(7)), ["a", "b"], "a still has an observer");
+        assert_eq!(o.take_changed(&"a", 0).observers, ["a2"]);
+        assert_eq!(o.keys_in_slot(7), ["b"]);
+        assert_eq!(o.take_all(&"c").observers, ["c"]);
+        assert_eq!(o.slots(), [7]);
+        assert_eq!(o.remove(3, None), Some(("b", None)));
+        assert!(o.slots().is_empty() && o.is_empty());
     }
 }
