@@ -390,36 +390,20 @@ fn ensure_subscribed(ctx: Ctx) {
         | raw::REDISMODULE_NOTIFY_EVICTED
         | raw::REDISMODULE_NOTIFY_STRING;
     db_events::subscribe(ctx);
-    // A module has one callback per server event (a second subscription
-    // replaces the first): nothing else in the module takes this one.
-    let role = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, dataver: 1 };
-    unsafe {
-        rm!(RedisModule_SubscribeToKeyspaceEvents)(ctx.0, types, Some(on_key_event));
-        rm!(RedisModule_SubscribeToServerEvent)(ctx.0, role, Some(on_role_changed));
-    }
+    unsafe { rm!(RedisModule_SubscribeToKeyspaceEvents)(ctx.0, types, Some(on_key_event)) };
 }
 
-/// This master became a replica. Redis 7.0/8.2 and valkey 8.1 unblock every
-/// blocked client first (`replicationSetMaster`), which took our observers
-/// out already; valkey 9.1 in a cluster leaves module-blocked clients
-/// blocked. Those came to a master, not with `READONLY` to a replica, so
-/// they are answered as Redis answers the others.
-unsafe extern "C" fn on_role_changed(
-    ctx: *mut RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    subevent: u64,
-    _data: *mut c_void,
-) {
-    if subevent != raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA || observing() == 0 {
+/// This master became a replica (`crate::db_events`, on a role change): observers
+/// that came to it as a master are answered as Redis answers the blocked
+/// clients it unblocks itself.
+pub(crate) fn on_demoted(ctx: Ctx) {
+    if observing() == 0 {
         return;
     }
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let keys: Vec<KeyId> = state().0.observers.keys().cloned().collect();
-        let error = c"UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)";
-        for key in keys {
-            answer_all(Ctx(ctx), &key, error.to_owned());
-        }
-    }));
+    let keys: Vec<KeyId> = state().0.observers.keys().cloned().collect();
+    for key in keys {
+        answer_all(ctx, &key, db_events::UNBLOCKED.to_owned());
+    }
 }
 
 /// A key changed: if anyone observes it, check it right after this command.

@@ -536,6 +536,19 @@ fn send_away(ctx: Ctx, key: &QueueId, error: &CString) {
     }
 }
 
+/// This master became a replica (`crate::db_events`, on a role change): every
+/// waiter is answered as Redis answers the clients it unblocks itself.
+pub(crate) fn on_demoted(ctx: Ctx) {
+    if waiting() == 0 {
+        return;
+    }
+    let keys: Vec<QueueId> = state().0.queues.keys().cloned().collect();
+    let error = crate::db_events::UNBLOCKED.to_owned();
+    for key in keys {
+        send_away(ctx, &key, &error);
+    }
+}
+
 /// Removes and returns the head waiter of `key`.
 fn pop_head(ctx: Ctx, key: &QueueId) -> Option<Waiter> {
     let left = state().0.queues.pop_head(key)?;

@@ -282,7 +282,7 @@ fn observations_add_up(c: &mut redis::Connection) {
 }
 
 #[test]
-fn a_failover_answers_each_observer_once() {
+fn a_failover_answers_each_observer_and_waiter_once() {
     let cluster = Cluster::start(3, 1);
     let master = cluster.owner_of(&cluster.key_on("elect-f:", 0));
     let replica = *cluster.replicas_of(master).first().expect("a replica");
@@ -298,6 +298,18 @@ fn a_failover_answers_each_observer_once() {
     let mut promoted = cluster.node(replica).conn();
     until_observing(&mut on_master, 1);
     until_observing(&mut promoted, 1);
+    // A waiter for the led key on the old master.
+    let (tx, waiter) = mpsc::channel();
+    let mut w = cluster.node(master).conn();
+    let wkey = led.clone();
+    std::thread::spawn(move || {
+        let r: redis::RedisResult<Value> =
+            redis::cmd("LOCK.ACQUIRE").arg(&wkey).arg("w").arg(LEASE_MS).arg("WAIT").arg(120_000).query(&mut w);
+        let _ = tx.send(r);
+    });
+    while info_field(&mut on_master, "waiting") != 1 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
 
     assert_eq!(cluster.failover(master, ""), replica);
     // The old master, now a replica, unblocked its observer (Redis does,
@@ -305,6 +317,11 @@ fn a_failover_answers_each_observer_once() {
     let (r, _) = on_old_master.recv_timeout(Duration::from_secs(30)).expect("answered");
     let err = r.expect_err("unblocked or sent on").to_string();
     assert!(["UNBLOCKED", "Moved", "MOVED"].iter().any(|w| err.contains(w)), "{err}");
+    // Its waiter too (valkey 9.1 leaves module-blocked clients blocked on
+    // a demoted master: the module answers them), never granted there.
+    let r = waiter.recv_timeout(Duration::from_secs(30)).expect("the waiter answered");
+    let err = r.expect_err("not granted on a replica").to_string();
+    assert!(["UNBLOCKED", "Moved", "MOVED", "TRYAGAIN", "TryAgain"].iter().any(|w| err.contains(w)), "{err}");
     // The promoted replica serves the slot: its observer stays, through
     // slot checks, and is woken by the next change, once.
     slot_checks_pass(&mut promoted, 2);
