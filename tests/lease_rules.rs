@@ -449,11 +449,7 @@ fn bad_terms_are_refused_and_change_nothing() {
         }
     }
     // Terms on commands that do not take them.
-    for args in [
-        &["SEM.ACQUIRE", "s", "u", "1", "60000", "MAXHOLD", "60000"][..],
-        &["RWLOCK.ACQUIRE", "s", "u", "READ", "60000", "MAXHOLD", "60000"],
-        &["LOCK.RENEW", "held", "t", "60000", "MAXHOLD", "60000"],
-    ] {
+    for args in [&["LOCK.RENEW", "held", "t", "60000", "MAXHOLD", "60000"][..]] {
         let err = cmd(&mut c, args).expect_err("refused");
         assert!(err.to_string().contains("syntax error"), "{args:?}: {err}");
     }
