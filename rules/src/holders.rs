@@ -410,10 +410,11 @@ pub struct Granted {
 /// before, by `args::check_lease_terms`). Errors when a time does not fit
 /// a score exactly (nothing is written).
 pub fn grant(now_ms: i64, ttl_ms: i64, delay: i64, max_hold: Option<i64>) -> Result<Granted, ArgError> {
+    // The lease first, as the exclusive lock's grant checks it.
+    let lease = lease_end(now_ms, ttl_ms)?;
     let hold_until = max_hold
         .map(|max| now_ms.checked_add(max).filter(|&h| h <= MAX_EXACT).ok_or(ArgError::MaxHoldTooLarge))
         .transpose()?;
-    let lease = lease_end(now_ms, ttl_ms)?;
     let lease = hold_until.map_or(lease, |h| lease.min(h));
     Ok(Granted { at: place_end(lease, 0, delay)?, hold_until })
 }
@@ -528,6 +529,7 @@ mod tests {
         assert_eq!(grant(0, 5, 0, Some(MAX_EXACT)).map(|g| g.hold_until), Ok(Some(MAX_EXACT)));
         assert_eq!(grant(1, 5, 0, Some(i64::MAX)), Err(ArgError::MaxHoldTooLarge));
         assert_eq!(grant(0, MAX_EXACT, 1, None), Err(ArgError::TtlTooLarge));
+        assert_eq!(grant(1, MAX_EXACT, 0, Some(MAX_EXACT)), Err(ArgError::TtlTooLarge));
         let holder = |own, hold| Summary { delay: 50, hold, ..sem(2, 1, Some(own), Some(own)) };
         // Renewed in full while the limit is far.
         assert_eq!(renew(&holder(1_150, Some(1_250)), 1_050, 100), Ok(Renewal::Renewed { at: 1_200, capped: false }));
