@@ -23,7 +23,9 @@ above, all requests share one key, which then grows by at most
 --requests holders (under 2 % at N = 10,000). Keys are filled outside the
 measured region with one ZADD of the stored form (rules/src/holders.rs: the
 tag member "" scored with the limit, 0 for readers; every holder a member
-scored with its lease end) plus PEXPIREAT.
+scored with its lease end) plus PEXPIREAT. With --max-hold MS every holder,
+filled or measured, has a hold limit (its member "\\0" + token scored
+-holdUntil, docs/lease.md) and every acquire sends MAXHOLD MS.
 
 Targets (issue 20): at every N each write costs at most 3x the native pair
 ZADD + ZREM on a set of the same N, and at N = 100,000 at most 2x its own
@@ -64,8 +66,9 @@ def keys_for(n: int, requests: int) -> list:
     return ["k:%06d" % j for j in range(requests if n <= OWN_KEYS_UPTO else 1)]
 
 
-def fill(conn: sc.Conn, keys: list, n: int, tag, with_tag: bool = True) -> None:
-    """Every key gets n members scored with a lease end (and the tag)."""
+def fill(conn: sc.Conn, keys: list, n: int, tag, with_tag: bool = True, max_hold=None) -> None:
+    """Every key gets n members scored with a lease end (and the tag);
+    with max_hold, each its hold-limit member "\\0" + token too."""
     deadline = now_ms() + TTL
     cmds = []
     for k in keys:
@@ -75,6 +78,8 @@ def fill(conn: sc.Conn, keys: list, n: int, tag, with_tag: bool = True) -> None:
                 args += [tag, ""]
             for i in range(start, min(n, start + 50_000)):
                 args += [deadline, holder(i)]
+                if max_hold:
+                    args += [-(deadline - TTL + max_hold), "\0" + holder(i)]
             cmds.append(args)
         cmds.append(["PEXPIREAT", k, deadline])
     sc.fill(conn, cmds, batch=200)
@@ -110,23 +115,24 @@ def waiter(port: int, args: list):
     return c, cid
 
 
-def family_rows(srv: sc.Server, n: int, requests: int, sem: bool) -> dict:
+def family_rows(srv: sc.Server, n: int, requests: int, sem: bool, max_hold=None) -> dict:
     """Ir/op of acquire, renew, refusal, release and a queued grant."""
     conn = srv.conn
+    terms = ["MAXHOLD", max_hold] if max_hold else []
     keys = keys_for(n, requests)
     per_key = requests // len(keys)
     key = lambda i: keys[i % len(keys)]
     limit = n + per_key
     if sem:
-        acq = lambda i, t: ["SEM.ACQUIRE", key(i), t, limit, TTL]
-        refused = lambda i: ["SEM.ACQUIRE", key(i), "x-%06d" % i, limit, TTL]
+        acq = lambda i, t: ["SEM.ACQUIRE", key(i), t, limit, TTL] + terms
+        refused = lambda i: ["SEM.ACQUIRE", key(i), "x-%06d" % i, limit, TTL] + terms
         pre, tag = "SEM.", limit
     else:
-        acq = lambda i, t: ["RWLOCK.ACQUIRE", key(i), t, "READ", TTL]
-        refused = lambda i: ["RWLOCK.ACQUIRE", key(i), "x-%06d" % i, "WRITE", TTL]
+        acq = lambda i, t: ["RWLOCK.ACQUIRE", key(i), t, "READ", TTL] + terms
+        refused = lambda i: ["RWLOCK.ACQUIRE", key(i), "x-%06d" % i, "WRITE", TTL] + terms
         pre, tag = "RWLOCK.", 0
     conn.call("FLUSHALL")
-    fill(conn, keys, n, tag)
+    fill(conn, keys, n, tag, max_hold=max_hold)
     c = sc.Conn(srv.port)
     c.call("PING")
     mine = ["a-%06d" % i for i in range(requests)]
@@ -142,7 +148,7 @@ def family_rows(srv: sc.Server, n: int, requests: int, sem: bool) -> dict:
     waiters = []
     if sem:
         for i in range(requests):
-            waiters.append(waiter(srv.port, ["SEM.ACQUIRE", key(i), "q-%06d" % i, limit, TTL, "WAIT", 0]))
+            waiters.append(waiter(srv.port, ["SEM.ACQUIRE", key(i), "q-%06d" % i, limit, TTL, "WAIT", 0] + terms))
         until_waiting(conn, requests)
         rows["queued grant"] = measured(
             srv, c, [[pre + "RELEASE", key(i), mine[i]] for i in range(requests)], 1, f"sem-queued-grant-{n}"
@@ -154,10 +160,10 @@ def family_rows(srv: sc.Server, n: int, requests: int, sem: bool) -> dict:
         # Per key: a writer, then a reader behind it, and so on.
         writers = []
         for i in range(requests):
-            w = waiter(srv.port, ["RWLOCK.ACQUIRE", key(i), "w-%06d" % i, "WRITE", TTL, "WAIT", 0])
+            w = waiter(srv.port, ["RWLOCK.ACQUIRE", key(i), "w-%06d" % i, "WRITE", TTL, "WAIT", 0] + terms)
             writers.append(w)
             until_waiting(conn, 2 * i + 1)
-            waiters.append(waiter(srv.port, ["RWLOCK.ACQUIRE", key(i), "q-%06d" % i, "READ", TTL, "WAIT", 0]))
+            waiters.append(waiter(srv.port, ["RWLOCK.ACQUIRE", key(i), "q-%06d" % i, "READ", TTL, "WAIT", 0] + terms))
             until_waiting(conn, 2 * i + 2)
         rows["queued grant"] = measured(
             srv, c, [["CLIENT", "UNBLOCK", cid] for _, cid in writers], 1, f"rw-queued-grant-{n}"
@@ -204,6 +210,12 @@ def main() -> int:
     ap.add_argument("--redis-server", default=os.environ.get("REDIS_SERVER", "redis-server"))
     ap.add_argument("--module", default=os.environ.get("REDIS_LOCK_MODULE"))
     ap.add_argument("--no-build", action="store_true")
+    ap.add_argument(
+        "--max-hold",
+        type=int,
+        metavar="MS",
+        help="every holder (filled and measured) with MAXHOLD MS (at least 600000): the cost of hold-limit members",
+    )
     ap.add_argument("--cg-keep", metavar="DIR", help="keep the release and queued-grant profiles in DIR (for callgrind_annotate)")
     args = ap.parse_args()
     global KEEP
@@ -219,7 +231,7 @@ def main() -> int:
             nat = native_rows(srv, n, args.requests)
             print(f"cg N={n:<7} native {nat}", file=sys.stderr)
             for fam, sem in (("semaphore", True), ("read-write lock", False)):
-                rows = family_rows(srv, n, args.requests, sem)
+                rows = family_rows(srv, n, args.requests, sem, args.max_hold)
                 print(f"cg N={n:<7} {fam} {rows}", file=sys.stderr)
                 results[(fam, n)] = rows
             results[("native", n)] = nat

@@ -17,12 +17,23 @@
 //!
 //! The tag's score (a limit, 0 or -1) lies below every real lease end, so a
 //! range over scores can meet it: every range here skips the member `""`.
+//!
+//! Hold limits (`MAXHOLD`) are members `"\0" + token` scored `-holdUntil`,
+//! below [`HOLD_FLOOR`]: ranges over places start at `now` (live) or at the
+//! floor (ended), so they never meet one. A key that has any (one O(log N)
+//! look at its lowest score) counts them once per scan with `ZCOUNT`, so the
+//! live count stays exact; a key without any pays that one look only. A
+//! hold member goes in the same `ZREM` as its place (pruned or released),
+//! and comes in the same `ZADD` as its grant.
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_lock_rules::encode::decimal;
-use redis_lock_rules::holders::{last_after, Change, Last, NotOurs, Summary, Tag, PRUNE_BOUND, TAG};
+use redis_lock_rules::holders::{
+    hold_from_score, hold_member, hold_score, last_after, Change, Last, NotOurs, Summary, Tag, HOLD_FLOOR, PRUNE_BOUND,
+    TAG,
+};
 use redis_module::raw::{self, RedisModuleKey, RedisModuleString};
 
 use crate::api::rm;
@@ -36,10 +47,27 @@ pub enum Edit {
     Keep,
     /// `token`'s place ends at `at` (a grant or a renewal: its lease end
     /// plus the key's delay); `tag`: the kind and delay to tag the key
-    /// with, when they change (`tag_after_grant`).
-    Put { token: *mut RedisModuleString, at: i64, tag: Option<Tag> },
+    /// with, when they change (`tag_after_grant`); `hold`: its hold limit.
+    Put { token: *mut RedisModuleString, at: i64, tag: Option<Tag>, hold: Hold },
     /// `token` leaves (a release of a live lease).
     Remove { token: *mut RedisModuleString },
+}
+
+/// What a [`Edit::Put`] does to the caller's hold-limit member.
+#[derive(Clone, Copy)]
+pub enum Hold {
+    /// A renewal: it stays.
+    Keep,
+    /// A grant with `MAXHOLD`: the limit (Unix ms).
+    Set(i64),
+    /// A grant without: none, and none left over from an earlier grant.
+    Clear,
+}
+
+impl Hold {
+    pub fn of(hold_until: Option<i64>) -> Hold {
+        hold_until.map_or(Hold::Clear, Hold::Set)
+    }
 }
 
 impl Edit {
@@ -65,6 +93,8 @@ pub struct HoldersKey {
     ended: Vec<*mut RedisModuleString>,
     /// Ended leases beyond those: left for later commands, but counted.
     left: u64,
+    /// Hold-limit members the last scan counted (0: the key has none).
+    holds: u64,
 }
 
 /// `""`, created once (on the main thread) and never freed.
@@ -92,7 +122,7 @@ impl HoldersKey {
 
     fn open_mode(ctx: Ctx, name: *mut RedisModuleString, mode: c_int) -> HoldersKey {
         let key = unsafe { rm!(RedisModule_OpenKey)(ctx.0, name, mode) };
-        HoldersKey { ctx, name, key, mode, now: 0, ended: Vec::new(), left: 0 }
+        HoldersKey { ctx, name, key, mode, now: 0, ended: Vec::new(), left: 0, holds: 0 }
     }
 
     fn key_type(&self) -> u32 {
@@ -127,17 +157,65 @@ impl HoldersKey {
         self.forget_ended();
         self.now = now;
         let Some(tag) = self.tag()? else { return Ok(None) };
+        let has_holds = self.any_hold();
         if self.collect_ended(now) && !self.count_left(now, tag) {
             // The key expired while it was counted: absent now.
             return Ok(None);
         }
+        if has_holds {
+            // "(-2": the hold members, below the floor.
+            let Some(holds) = self.zcount(b"-inf", b"(-2", tag) else { return Ok(None) };
+            self.holds = holds;
+        }
         let members = unsafe { rm!(RedisModule_ValueLength)(self.key) } as u64;
-        let live = members.saturating_sub(1 + self.ended.len() as u64 + self.left);
+        let live = members.saturating_sub(1 + self.ended.len() as u64 + self.left + self.holds);
         // A score is live while `now` has not passed it (integer part, as
         // the rules read a hand-edited fraction: the same test for now >= 0).
         let own = token.and_then(|t| self.score(t)).filter(|&s| s >= now as f64).map(|s| s as i64);
+        let hold = token.filter(|_| self.holds > 0).and_then(|t| self.hold_of(bytes(t)));
         let last = if live > 0 { self.edge_live(now, true) } else { None };
-        Ok(Some(Summary { kind: tag.kind, delay: tag.delay, live, own, last }))
+        Ok(Some(Summary { kind: tag.kind, delay: tag.delay, live, own, last, hold }))
+    }
+
+    /// Whether any member scores below [`HOLD_FLOOR`] (a hold limit): the
+    /// lowest score is read, O(log N) at most.
+    pub fn any_hold(&self) -> bool {
+        if self.key_type() != raw::REDISMODULE_KEYTYPE_ZSET as u32 {
+            return false;
+        }
+        unsafe {
+            rm!(RedisModule_ZsetFirstInScoreRange)(self.key, f64::NEG_INFINITY, HOLD_FLOOR, 0, 1);
+            let found = rm!(RedisModule_ZsetRangeEndReached)(self.key) == 0;
+            rm!(RedisModule_ZsetRangeStop)(self.key);
+            found
+        }
+    }
+
+    /// `token`'s hold limit, if its member is there (O(1)).
+    fn hold_of(&self, token: &[u8]) -> Option<i64> {
+        let member = self.ctx.string(&hold_member(token));
+        let hold = self.score(member).and_then(hold_from_score);
+        self.ctx.free(member);
+        hold
+    }
+
+    /// `token`'s hold member, owned, if it is in the set.
+    fn hold_member_of(&self, token: &[u8]) -> Option<*mut RedisModuleString> {
+        let member = self.ctx.string(&hold_member(token));
+        if self.score(member).is_some() {
+            return Some(member);
+        }
+        self.ctx.free(member);
+        None
+    }
+
+    /// The hold limits of `holders` that have one (O(1) each; nothing
+    /// looked up on a key without any), in their order: SEM.INFO's.
+    pub fn hold_limits(&self, holders: &[(Vec<u8>, i64)]) -> Vec<(Vec<u8>, i64)> {
+        if !self.any_hold() {
+            return Vec::new();
+        }
+        holders.iter().filter_map(|(token, _)| Some((token.clone(), self.hold_of(token)?))).collect()
     }
 
     /// Collects up to [`PRUNE_BOUND`] ended leases (scores below `now`),
@@ -145,7 +223,8 @@ impl HoldersKey {
     fn collect_ended(&mut self, now: i64) -> bool {
         let mut more = false;
         unsafe {
-            rm!(RedisModule_ZsetFirstInScoreRange)(self.key, f64::NEG_INFINITY, now as f64, 0, 1);
+            // From the floor: hold members are no places.
+            rm!(RedisModule_ZsetFirstInScoreRange)(self.key, HOLD_FLOOR, now as f64, 0, 1);
             while rm!(RedisModule_ZsetRangeEndReached)(self.key) == 0 {
                 let mut score = 0.0;
                 let s = rm!(RedisModule_ZsetRangeCurrentElement)(self.key, &mut score);
@@ -170,41 +249,31 @@ impl HoldersKey {
         more
     }
 
-    /// Counts the ended leases beyond the collected ones into `left`, with
-    /// `ZCOUNT` (O(log N); the module API has no rank). The key is closed
-    /// around the call: a lookup outside a command may expire the key, which
-    /// must not happen under an open handle. False if the key is gone.
+    /// Counts the ended leases beyond the collected ones into `left`.
+    /// False if the key is gone.
     fn count_left(&mut self, now: i64, tag: Tag) -> bool {
-        unsafe { rm!(RedisModule_CloseKey)(self.key) };
         let mut digits = [0u8; 20];
-        // "(now": scores below now, as the range that collected the rest.
+        // "-2" to "(now": the range that collected the rest.
         let below = [&b"("[..], decimal(now, &mut digits)].concat();
-        let reply = unsafe {
-            rm!(RedisModule_Call)(
-                self.ctx.0,
-                c"ZCOUNT".as_ptr(),
-                c"scb".as_ptr(),
-                self.name,
-                c"-inf".as_ptr(),
-                below.as_ptr(),
-                below.len(),
-            )
-        };
-        let mut count = 0u64;
-        if !reply.is_null() {
-            if unsafe { rm!(RedisModule_CallReplyType)(reply) } == raw::REDISMODULE_REPLY_INTEGER as c_int {
-                count = unsafe { rm!(RedisModule_CallReplyInteger)(reply) }.max(0) as u64;
-            }
-            unsafe { rm!(RedisModule_FreeCallReply)(reply) };
-        }
-        self.key = unsafe { rm!(RedisModule_OpenKey)(self.ctx.0, self.name, self.mode) };
-        if self.tag() != Ok(Some(tag)) {
-            self.forget_ended();
-            return false;
-        }
+        let Some(count) = self.zcount(b"-2", &below, tag) else { return false };
         let tag_ended = u64::from(tag.score() < now as f64);
         self.left = count.saturating_sub(tag_ended + self.ended.len() as u64);
         true
+    }
+
+    /// `ZCOUNT key min max` (O(log N); the module API has no rank). The key
+    /// is closed around the call: a lookup outside a command may expire the
+    /// key, which must not happen under an open handle. `None` (and nothing
+    /// collected) if the key is gone or changed tag meanwhile.
+    fn zcount(&mut self, min: &[u8], max: &[u8], tag: Tag) -> Option<u64> {
+        unsafe { rm!(RedisModule_CloseKey)(self.key) };
+        let count = count_scores(self.ctx, self.name, min, max);
+        self.key = unsafe { rm!(RedisModule_OpenKey)(self.ctx.0, self.name, self.mode) };
+        if self.tag() != Ok(Some(tag)) {
+            self.forget_ended();
+            return None;
+        }
+        Some(count)
     }
 
     fn forget_ended(&mut self) {
@@ -212,6 +281,7 @@ impl HoldersKey {
             self.ctx.free(s);
         }
         self.left = 0;
+        self.holds = 0;
     }
 
     /// The earliest (`last` false) or the last live lease end: the first
@@ -331,6 +401,21 @@ impl HoldersKey {
                 }
             });
         }
+        if self.holds > 0 {
+            // A pruned place's hold limit goes with it.
+            let holds: Vec<_> = removed.iter().filter_map(|&m| self.hold_member_of(bytes(m))).collect();
+            removed.extend(holds);
+        }
+        let own_hold = summary.and_then(|s| s.hold);
+        // A release, or a grant without MAXHOLD to a token that had one
+        // (its place ended): no hold limit of its may stay behind.
+        let clears = match edit {
+            Edit::Remove { token } | Edit::Put { token, hold: Hold::Clear, .. } => Some(token),
+            _ => None,
+        };
+        if let Some(token) = clears.filter(|_| own_hold.is_some()) {
+            removed.extend(self.hold_member_of(bytes(token)));
+        }
         let owned = removed.len();
         if let Edit::Remove { token } = edit {
             // Live, so after every ended lease in score order.
@@ -346,16 +431,26 @@ impl HoldersKey {
         for &m in &removed[..owned] {
             ctx.free(m);
         }
-        if let Edit::Put { token, at, tag } = edit {
+        if let Edit::Put { token, at, tag, hold } = edit {
             let mut digits = [0u8; 20];
-            let mut args = Vec::with_capacity(4);
-            let mut scores = Vec::with_capacity(2);
+            let mut args = Vec::with_capacity(6);
+            let mut scores = Vec::with_capacity(3);
             let own = summary.and_then(|s| s.own);
-            for (score, member) in tag.map(|t| (t.score(), tag_member())).into_iter().chain(
-                // A renewal to the same end writes nothing.
-                // Place ends are integers below 2^53 (place_end): exact as doubles.
-                (own != Some(at)).then_some((at as f64, token)),
-            ) {
+            let hold = match hold {
+                Hold::Set(h) if own_hold != Some(h) => Some((hold_score(h), ctx.string(&hold_member(bytes(token))))),
+                _ => None,
+            };
+            let hold_string = hold.map(|(_, m)| m);
+            for (score, member) in tag
+                .map(|t| (t.score(), tag_member()))
+                .into_iter()
+                .chain(
+                    // A renewal to the same end writes nothing.
+                    // Place ends are integers below 2^53 (place_end): exact as doubles.
+                    (own != Some(at)).then_some((at as f64, token)),
+                )
+                .chain(hold)
+            {
                 let score_str = if score.fract() == 0.0 {
                     ctx.string(decimal(score as i64, &mut digits))
                 } else {
@@ -371,7 +466,7 @@ impl HoldersKey {
                 self.replicate(c"ZADD", &args);
                 self.changed(c"zadd", raw::REDISMODULE_NOTIFY_ZSET);
             }
-            for s in scores {
+            for s in scores.into_iter().chain(hold_string) {
                 ctx.free(s);
             }
         }
@@ -429,6 +524,31 @@ impl HoldersKey {
             rm!(RedisModule_NotifyKeyspaceEvent)(self.ctx.0, class, event.as_ptr(), self.name);
         }
     }
+}
+
+/// `ZCOUNT name min max` through `RedisModule_Call` (O(log N)): 0 when the
+/// key is absent or the call fails. No key of it may be open here.
+pub fn count_scores(ctx: Ctx, name: *mut RedisModuleString, min: &[u8], max: &[u8]) -> u64 {
+    let reply = unsafe {
+        rm!(RedisModule_Call)(
+            ctx.0,
+            c"ZCOUNT".as_ptr(),
+            c"sbb".as_ptr(),
+            name,
+            min.as_ptr(),
+            min.len(),
+            max.as_ptr(),
+            max.len(),
+        )
+    };
+    let mut count = 0u64;
+    if !reply.is_null() {
+        if unsafe { rm!(RedisModule_CallReplyType)(reply) } == raw::REDISMODULE_REPLY_INTEGER as c_int {
+            count = unsafe { rm!(RedisModule_CallReplyInteger)(reply) }.max(0) as u64;
+        }
+        unsafe { rm!(RedisModule_FreeCallReply)(reply) };
+    }
+    count
 }
 
 impl Drop for HoldersKey {

@@ -251,6 +251,7 @@ const COMMANDS: &[Command] = &[
             Arg::Flag(c"fence", c"FENCE"),
             Arg::Option(c"timeout-ms", c"WAIT"),
             Arg::Option(c"lock-delay-ms", c"LOCKDELAY"),
+            Arg::Option(c"max-hold-ms", c"MAXHOLD"),
         ],
     },
     Command {
@@ -259,7 +260,7 @@ const COMMANDS: &[Command] = &[
         flags: c"write",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE),
         acl: c"write sortedset slow",
-        summary: c"Gives a semaphore holder's permit a new lease of ttl-ms",
+        summary: c"Gives a semaphore holder's permit a new lease of ttl-ms (2: cut short by its MAXHOLD)",
         complexity: c"O(log(N) + M) where N is the number of holders and M the number of ended leases it removes (at most 1000)",
         args: &[Arg::Key(c"key"), Arg::Str(c"token"), Arg::Int(c"ttl-ms")],
     },
@@ -299,6 +300,7 @@ const COMMANDS: &[Command] = &[
             Arg::Flag(c"fence", c"FENCE"),
             Arg::Option(c"timeout-ms", c"WAIT"),
             Arg::Option(c"lock-delay-ms", c"LOCKDELAY"),
+            Arg::Option(c"max-hold-ms", c"MAXHOLD"),
         ],
     },
     Command {
@@ -307,7 +309,7 @@ const COMMANDS: &[Command] = &[
         flags: c"write",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE),
         acl: c"write sortedset slow",
-        summary: c"Gives a read-write lock holder a new lease of ttl-ms",
+        summary: c"Gives a read-write lock holder a new lease of ttl-ms (2: cut short by its MAXHOLD)",
         complexity: c"O(log(N) + M) where N is the number of holders and M the number of ended leases it removes (at most 1000)",
         args: &[Arg::Key(c"key"), Arg::Str(c"token"), Arg::Int(c"ttl-ms")],
     },

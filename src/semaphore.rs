@@ -10,29 +10,30 @@
 //! unless it answers with an error: then it changes nothing.
 
 use redis_lock_rules::args::{
-    check_key_and_token, parse_grant_options, parse_ttl, wait_deadline, Grammar, GrantOptions,
+    check_holder_key_and_token, check_lease_terms, parse_grant_options, parse_ttl, wait_deadline, Grammar, GrantOptions,
 };
+use redis_lock_rules::encode::decimal;
 use redis_lock_rules::holders::{
-    admit, check_tag, parse_info_options, parse_limit, place_end, refused_early, tag_after_grant, Admit, Family, Kind,
-    Summary, Want,
+    admit, check_tag, grant, held_off_by_delay, parse_info_options, parse_limit, place_end, refused_early,
+    renew as renewal, tag_after_grant, Admit, Family, Kind, Renewal, Summary, Want,
 };
 use redis_lock_rules::lease::Terms;
 use redis_module::raw::RedisModuleString;
 
 use crate::commands::check_fence_space;
 use crate::fence;
-use crate::holders::{Edit, HoldersKey};
+use crate::holders::{count_scores, Edit, Hold, HoldersKey};
 use crate::key::{bytes, Ctx};
 use crate::reply::{Argv, Failure, Reply, Value};
-use crate::stats::{holder_counters, holder_grants};
+use crate::stats::{holder_counters, holder_grants, FamilyCounters};
 use crate::wait::{self, Claim};
 
 type Outcome = Result<Reply, Failure>;
 
-/// SEM.ACQUIRE key token limit ttl-ms [FENCE] [WAIT timeout-ms] [LOCKDELAY ms]
+/// SEM.ACQUIRE key token limit ttl-ms [FENCE] [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms]
 pub fn sem_acquire(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, limit, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
-    check_key_and_token(bytes(key), bytes(token))?;
+    check_holder_key_and_token(bytes(key), bytes(token))?;
     let want = Want::Permit { limit: parse_limit(bytes(limit))? };
     let ttl = parse_ttl(bytes(ttl))?;
     acquire(ctx, key, token, want, ttl, parse_grant_options(Grammar::Holders, options.iter().map(|&o| bytes(o)))?)
@@ -69,7 +70,8 @@ pub fn acquire(
     // The key's delay, like its limit: every acquirer names the same.
     let delay = opts.lock_delay.unwrap_or(0);
     check_tag(want, delay)?;
-    let at = place_end(now, ttl, delay)?;
+    check_lease_terms(&opts, ttl)?;
+    let granted = grant(now, ttl, delay, opts.max_hold)?;
     let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
     check_fence_space(ctx, opts)?;
     let counters = holder_counters(want.family());
@@ -93,11 +95,12 @@ pub fn acquire(
             // Issued before the key changes: an exhausted space refuses.
             let fence = opts.fence.then(|| fence::issue(ctx, now).ok_or(Failure::FencesExhausted)).transpose()?;
             let tag = tag_after_grant(summary.as_ref(), want, delay);
-            k.commit(summary.as_ref(), Edit::Put { token, at, tag }, counters.expired);
+            let hold = Hold::of(granted.hold_until);
+            k.commit(summary.as_ref(), Edit::Put { token, at: granted.at, tag, hold }, counters.expired);
             return Ok(Reply::Int(fence::grant_reply(ctx, fence, holder_grants(want))));
         }
         Admit::AlreadyHolds => {}
-        Admit::Grant | Admit::Wait => {
+        verdict @ (Admit::Grant | Admit::Wait) => {
             if let Some(deadline) = wait_until.filter(|_| wait::may_block(ctx)) {
                 if !wait::has_room() {
                     return Err(Failure::TooManyWaiters);
@@ -105,21 +108,50 @@ pub fn acquire(
                 k.commit(summary.as_ref(), Edit::Keep, counters.expired);
                 let next = k.first_live();
                 drop(k);
+                count_delayed(ctx, key, summary.as_ref(), verdict, want, now, &counters);
                 let request = wait::Request {
                     claim: Claim::Holder(want),
                     ttl,
                     fence: opts.fence,
                     deadline,
-                    terms: Terms { lock_delay: opts.lock_delay, max_hold: None },
+                    terms: Terms::of(&opts),
                 };
                 wait::block(ctx, key, token, request, next);
                 return Ok(Reply::Blocked);
             }
+            k.commit(summary.as_ref(), Edit::Keep, counters.expired);
+            drop(k);
+            count_delayed(ctx, key, summary.as_ref(), verdict, want, now, &counters);
+            counters.refusals.add();
+            return Ok(if opts.fence { Reply::Nil } else { Reply::Int(0) });
         }
     }
     k.commit(summary.as_ref(), Edit::Keep, counters.expired);
     counters.refusals.add();
     Ok(if opts.fence { Reply::Nil } else { Reply::Int(0) })
+}
+
+/// Counts an acquirer the key made wait (refused, or queued) only because
+/// places in their lock-delay fill it: those are counted (scores in
+/// `[now, now + delay)`: lease ended, place not yet) with one `ZCOUNT`, on
+/// a key with a delay only, and after the key is closed.
+fn count_delayed(
+    ctx: Ctx,
+    key: *mut RedisModuleString,
+    summary: Option<&Summary>,
+    verdict: Admit,
+    want: Want,
+    now: i64,
+    counters: &FamilyCounters,
+) {
+    let Some(s) = summary.filter(|s| s.delay > 0 && verdict == Admit::Wait) else { return };
+    let (mut lo, mut hi) = ([0u8; 20], [0u8; 20]);
+    let from = decimal(now, &mut lo);
+    let below = [&b"("[..], decimal(now.saturating_add(s.delay), &mut hi)].concat();
+    let in_delay = count_scores(ctx, key, from, &below);
+    if held_off_by_delay(s, want, s.delay, in_delay) {
+        counters.delayed.add();
+    }
 }
 
 /// The error reply of an acquirer the key can never admit.
@@ -144,21 +176,25 @@ fn live_of(family: Family, summary: Option<Summary>) -> Result<Option<Summary>, 
 /// `… RENEW key token ttl-ms`: a new lease end for a live holder.
 pub fn renew(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     let &[_, key, token, ttl] = argv else { return Err(Failure::Arity) };
-    check_key_and_token(bytes(key), bytes(token))?;
+    check_holder_key_and_token(bytes(key), bytes(token))?;
     let now = ctx.now_ms();
     let ttl = parse_ttl(bytes(ttl))?;
     place_end(now, ttl, 0)?;
     let counters = holder_counters(family);
     let mut k = HoldersKey::open(ctx, key);
     let summary = k.scan(now, Some(token)).map_err(|_| Failure::WrongType)?;
-    match live_of(family, summary)? {
-        // A place in its lock-delay is no longer its holder's to renew.
-        Some(live) if live.own_lease(now).is_some() => {
-            // The key's delay follows the new lease end (nothing is written on error).
-            let at = place_end(now, ttl, live.delay)?;
-            k.commit(Some(&live), Edit::Put { token, at, tag: None }, counters.expired);
+    let live = live_of(family, summary)?;
+    // A place in its lock-delay, or past its hold limit, is no longer its
+    // holder's to renew. The key's delay follows the new lease end
+    // (nothing is written on error).
+    match live.map(|s| renewal(&s, now, ttl).map(|r| (s, r))).transpose()? {
+        Some((live, Renewal::Renewed { at, capped })) => {
+            k.commit(Some(&live), Edit::Put { token, at, tag: None, hold: Hold::Keep }, counters.expired);
             counters.renewals.add();
-            Ok(Reply::Int(1))
+            if capped {
+                counters.capped.add();
+            }
+            Ok(Reply::Int(if capped { 2 } else { 1 }))
         }
         _ => {
             k.commit(summary.as_ref(), Edit::Keep, counters.expired);
@@ -172,7 +208,7 @@ pub fn renew(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
 /// the line in the same command.
 pub fn release(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     let &[_, key, token] = argv else { return Err(Failure::Arity) };
-    check_key_and_token(bytes(key), bytes(token))?;
+    check_holder_key_and_token(bytes(key), bytes(token))?;
     let counters = holder_counters(family);
     let mut k = HoldersKey::open(ctx, key);
     let now = ctx.now_ms();
@@ -218,6 +254,8 @@ pub fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
             (c"mode", Value::Bytes(if writer { b"write".to_vec() } else { b"read".to_vec() }))
         }
     };
+    let hold_limits = k.hold_limits(&holders);
+    drop(k);
     // What is left of each lease: negative for a place in its lock-delay
     // (its lease ended that long ago; the place is free `lock-delay-ms` later).
     let holders = holders.into_iter().map(|(token, end)| (token, end - tag.delay - now)).collect();
@@ -226,5 +264,6 @@ pub fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
         (c"holders", Value::Holders(holders)),
         (c"waiters", Value::Int(wait::waiters_on(ctx, bytes(key)) as i64)),
         (c"lock-delay-ms", Value::Int(tag.delay)),
+        (c"hold-until", Value::Holders(hold_limits)),
     ]))
 }

@@ -68,6 +68,11 @@ pub static SEM_REFUSALS: Counter = Counter::new();
 pub static SEM_RENEWALS: Counter = Counter::new();
 pub static SEM_RELEASES: Counter = Counter::new();
 pub static SEM_EXPIRED: Counter = Counter::new();
+/// SEM.ACQUIRE refused or queued only because places in their lock-delay
+/// fill the key (it would have been granted without them); SEM.RENEW
+/// replies of 2 (MAXHOLD cut the renewal short; also in `sem_renewals`).
+pub static SEM_DELAYED_ACQUIRES: Counter = Counter::new();
+pub static SEM_CAPPED_RENEWALS: Counter = Counter::new();
 /// Read-write locks (RWLOCK.*), as the semaphore's.
 pub static RW_READ_GRANTS: Counter = Counter::new();
 pub static RW_WRITE_GRANTS: Counter = Counter::new();
@@ -75,6 +80,8 @@ pub static RW_REFUSALS: Counter = Counter::new();
 pub static RW_RENEWALS: Counter = Counter::new();
 pub static RW_RELEASES: Counter = Counter::new();
 pub static RW_EXPIRED: Counter = Counter::new();
+pub static RW_DELAYED_ACQUIRES: Counter = Counter::new();
+pub static RW_CAPPED_RENEWALS: Counter = Counter::new();
 
 /// Elections: LOCK.ELECT grants (also to waiters), and LOCK.PROCLAIM
 /// replies of 1 (a new value under the same term).
@@ -112,7 +119,7 @@ pub fn waiting() -> u64 {
 
 /// The `INFO lock` section (fields appear as `lock_<name>`).
 pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c_int) {
-    let fields: [(&CStr, u64); 35] = [
+    let fields: [(&CStr, u64); 39] = [
         (c"grants", GRANTS.get()),
         (c"refusals", REFUSALS.get()),
         (c"renewals", RENEWALS.get()),
@@ -134,12 +141,16 @@ pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c
         (c"sem_renewals", SEM_RENEWALS.get()),
         (c"sem_releases", SEM_RELEASES.get()),
         (c"sem_expired", SEM_EXPIRED.get()),
+        (c"sem_delayed_acquires", SEM_DELAYED_ACQUIRES.get()),
+        (c"sem_capped_renewals", SEM_CAPPED_RENEWALS.get()),
         (c"rw_read_grants", RW_READ_GRANTS.get()),
         (c"rw_write_grants", RW_WRITE_GRANTS.get()),
         (c"rw_refusals", RW_REFUSALS.get()),
         (c"rw_renewals", RW_RENEWALS.get()),
         (c"rw_releases", RW_RELEASES.get()),
         (c"rw_expired", RW_EXPIRED.get()),
+        (c"rw_delayed_acquires", RW_DELAYED_ACQUIRES.get()),
+        (c"rw_capped_renewals", RW_CAPPED_RENEWALS.get()),
         (c"elections", ELECTIONS.get()),
         (c"proclaims", PROCLAIMS.get()),
         (c"observes_started", OBSERVES_STARTED.get()),
@@ -171,6 +182,8 @@ pub struct FamilyCounters {
     pub renewals: &'static Counter,
     pub releases: &'static Counter,
     pub expired: &'static Counter,
+    pub delayed: &'static Counter,
+    pub capped: &'static Counter,
 }
 
 pub fn holder_counters(family: Family) -> FamilyCounters {
@@ -180,12 +193,16 @@ pub fn holder_counters(family: Family) -> FamilyCounters {
             renewals: &SEM_RENEWALS,
             releases: &SEM_RELEASES,
             expired: &SEM_EXPIRED,
+            delayed: &SEM_DELAYED_ACQUIRES,
+            capped: &SEM_CAPPED_RENEWALS,
         },
         Family::ReadWrite => FamilyCounters {
             refusals: &RW_REFUSALS,
             renewals: &RW_RENEWALS,
             releases: &RW_RELEASES,
             expired: &RW_EXPIRED,
+            delayed: &RW_DELAYED_ACQUIRES,
+            capped: &RW_CAPPED_RENEWALS,
         },
     }
 }

@@ -281,7 +281,7 @@ pub fn holders_commit(
                 record(&mut s, e, true);
             }
         }
-        Edit::Put { token, at, tag } => {
+        Edit::Put { token, at, tag, .. } => {
             let t = token_hash(bytes(token));
             let delay = tag.map(|t| t.delay).or(summary.map(|s| s.delay)).unwrap_or(0);
             let lease_end = at.saturating_sub(delay);

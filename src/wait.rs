@@ -42,7 +42,7 @@ use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
-use redis_lock_rules::holders::{admit, place_end, tag_after_grant, Admit, Want};
+use redis_lock_rules::holders::{admit, grant as grant_place, tag_after_grant, Admit, Want};
 use redis_lock_rules::lease::{self as rules_lease, Terms};
 use redis_lock_rules::lock;
 use redis_lock_rules::queue::{next_piece, Arm, Left, Queues};
@@ -55,7 +55,7 @@ use crate::config;
 use crate::db_events;
 use crate::errors;
 use crate::fence;
-use crate::holders::{Edit, HoldersKey};
+use crate::holders::{Edit, Hold, HoldersKey};
 use crate::key::{bytes, Ctx, LockKey};
 use crate::lease::{self, Granted};
 use crate::stats::{self, waiting, WAITING};
@@ -103,7 +103,8 @@ pub struct Request {
     pub fence: bool,
     /// When the wait gives up (Unix ms; none: never).
     pub deadline: Option<i64>,
-    /// The exclusive lock's LOCKDELAY and MAXHOLD, stored with its grant.
+    /// Its LOCKDELAY and MAXHOLD, stored with its grant (a holder's
+    /// MAXHOLD counts from that grant, not from its call).
     pub terms: Terms,
 }
 
@@ -449,12 +450,15 @@ fn grant_holder(ctx: Ctx, name: *mut RedisModuleString, key: &QueueId, want: Wan
         drop(k);
         return answer_head(ctx, key, answer);
     }
-    let (w, at, fence) = match take_head(ctx, key, now, |now, w: &Waiter| place_end(now, w.ttl, delay).ok()) {
+    let place = |now, w: &Waiter| grant_place(now, w.ttl, delay, w.terms.max_hold).ok();
+    let (w, granted, fence) = match take_head(ctx, key, now, place) {
         Ok(head) => head,
         Err(step) => return step,
     };
+    let at = granted.at;
     let tag = tag_after_grant(summary.as_ref(), want, delay);
-    k.commit(summary.as_ref(), Edit::Put { token: w.token, at, tag }, counters.expired);
+    let edit = Edit::Put { token: w.token, at, tag, hold: Hold::of(granted.hold_until) };
+    k.commit(summary.as_ref(), edit, counters.expired);
     drop(k);
     saw_expiry(key, Some(at).max(summary.as_ref().and_then(|s| s.last)));
     answer_grant(ctx, w, fence, stats::holder_grants(want));

@@ -210,7 +210,7 @@ fn info_count_lists_the_earliest_lease_ends_first() {
             cmd.arg(*a);
         }
         let redis::Value::Array(f) = cmd.query::<redis::Value>(c).unwrap() else { panic!("{args:?}") };
-        assert_eq!(f.len(), 8, "{f:?}");
+        assert_eq!(f.len(), 10, "{f:?}");
         let redis::Value::Array(h) = &f[3] else { panic!("{f:?}") };
         h.chunks(2)
             .map(|p| match &p[0] {
@@ -563,7 +563,7 @@ fn registration_key_specs_acl_categories_and_docs() {
             "sem.acquire",
             "blocking",
             "insert",
-            &["key", "token", "limit", "ttl-ms", "fence", "timeout-ms", "lock-delay-ms"][..],
+            &["key", "token", "limit", "ttl-ms", "fence", "timeout-ms", "lock-delay-ms", "max-hold-ms"][..],
         ),
         ("sem.renew", "write", "update", &["key", "token", "ttl-ms"]),
         ("sem.release", "write", "delete", &["key", "token"]),
@@ -572,7 +572,7 @@ fn registration_key_specs_acl_categories_and_docs() {
             "rwlock.acquire",
             "blocking",
             "insert",
-            &["key", "token", "mode", "ttl-ms", "fence", "timeout-ms", "lock-delay-ms"],
+            &["key", "token", "mode", "ttl-ms", "fence", "timeout-ms", "lock-delay-ms", "max-hold-ms"],
         ),
         ("rwlock.renew", "write", "update", &["key", "token", "ttl-ms"]),
         ("rwlock.release", "write", "delete", &["key", "token"]),

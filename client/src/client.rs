@@ -284,13 +284,6 @@ impl LockClient {
         flavor: Flavor,
     ) -> Result<Lock> {
         let lease = lease_of(opts, ttl)?;
-        if kind != LockKind::Exclusive && lease.max_hold().is_some() {
-            // SEM/RWLOCK.ACQUIRE take LOCKDELAY (the key's, in its tag) but
-            // keep no per-holder hold limit (docs/lease.md).
-            return Err(Error::InvalidArgument(
-                "max_hold applies to exclusive locks and elections, not semaphores or read-write locks".into(),
-            ));
-        }
         let cmd = LockCmd::acquire_of(kind, key, &token_of(opts), ttl)?.with_lease(lease);
         let span = acquire_span(&cmd, "acquire", wait);
         let started = Instant::now();

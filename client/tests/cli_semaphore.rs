@@ -221,3 +221,22 @@ fn clashing_modes_are_usage_errors() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(m.exists(), "CMD ran under its permit");
 }
+
+/// `--max-hold` with `--permits` and `-s`: the run's own permit or hold
+/// gets the server's hold limit, and the run ends at it as a lost lock
+/// (exit 79), as an exclusive run does.
+#[test]
+fn max_hold_ends_a_permit_or_shared_run_at_the_limit() {
+    let s = Server::start();
+    let url = s.url();
+    // A key each: the first run's place may outlive its exit by a moment.
+    for (mode, key) in [(&["--permits", "2"][..], "cli:capped:sem"), (&["-s"], "cli:capped:rw")] {
+        let mut args = vec!["run", "--url", &url];
+        args.extend_from_slice(mode);
+        args.extend_from_slice(&["--ttl", "2000", "--max-hold", "5000", "--grace", "500", key]);
+        args.extend_from_slice(&["--", "sleep", "60"]);
+        let o = cli(&args);
+        assert_eq!(o.status.code(), Some(79), "{mode:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("max-hold"), "{mode:?}: {}", stderr(&o));
+    }
+}

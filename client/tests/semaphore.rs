@@ -178,6 +178,40 @@ fn the_watchdog_keeps_permits_alive_and_reports_their_loss() {
     assert_eq!(lost.wait_timeout(PATIENCE), Some(LossReason::NotOwner));
 }
 
+/// `max_hold` on a permit and a read lock: the server caps their
+/// renewals (`SEM.RENEW` / `RWLOCK.RENEW` answer 2 near the limit), and
+/// the watchdog reports the end as `MaxHold`, as for an exclusive lock.
+#[test]
+fn max_hold_ends_a_permit_and_a_read_lock_as_max_hold() {
+    let s = Server::start();
+    let c = client(&s);
+    let opts = LockOptions::new().watchdog(WatchdogOptions::new()).max_hold(ms(7000));
+    let permit = c.semaphore("capped", 2).try_acquire_with(ms(3000), &opts).expect("permit");
+    let reader = c.rw_lock("capped:rw").read().try_acquire_with(ms(3000), &opts).expect("reader");
+    let mut con = s.conn();
+    let member = [&b"\0"[..], permit.token().as_bytes()].concat();
+    let limit: Option<f64> = redis::cmd("ZSCORE").arg("capped").arg(member).query(&mut con).unwrap();
+    assert!(limit.is_some_and(|l| l < -2.0), "the server keeps the permit's hold limit: {limit:?}");
+    assert_eq!(permit.lost_signal().wait_timeout(PATIENCE), Some(LossReason::MaxHold));
+    assert_eq!(reader.lost_signal().wait_timeout(PATIENCE), Some(LossReason::MaxHold));
+    assert!(eventually(|| c.semaphore("capped", 2).info().is_ok_and(|i| i.is_none())), "the places end at the limit");
+    // A capped renewal by hand is a renewal, up to the limit.
+    let opts = LockOptions::new().max_hold(ms(6000));
+    let permit = c.semaphore("manual", 1).try_acquire_with(ms(4000), &opts).expect("permit");
+    thread::sleep(ms(2500));
+    permit.renew(ms(4000)).expect("a capped renewal is a renewal");
+    assert!(permit.is_held());
+    assert_eq!(permit.lost_signal().wait_timeout(PATIENCE), Some(LossReason::MaxHold));
+    // Below the TTL, refused before sending; a NUL-led token never leaves.
+    let bad = LockOptions::new().max_hold(ms(500));
+    assert!(matches!(c.semaphore("k", 2).try_acquire_with(ms(1000), &bad), Err(Error::InvalidArgument(_))));
+    let nul = LockOptions::new().token("\0t");
+    assert!(
+        matches!(c.semaphore("k", 2).try_acquire_with(ms(1000), &nul), Err(Error::InvalidArgument(m)) if m.contains("NUL"))
+    );
+    assert!(c.try_acquire_with("k:lock", ms(1000), &nul).is_ok(), "an exclusive lock takes any token");
+}
+
 #[test]
 fn readers_share_and_a_writer_waits_for_them() {
     let s = Server::start();

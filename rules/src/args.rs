@@ -50,6 +50,10 @@ pub enum ArgError {
     LimitTooLargeForDelay,
     /// LOCK.TOP's `COUNT n` is not an integer from 1 to 1000.
     TopCountInvalid,
+    /// A semaphore's or read-write lock's token that starts with a NUL
+    /// byte: that prefix names the holders' hold-limit members
+    /// (`holders::HOLD_PREFIX`), so such a token could forge one.
+    TokenReserved,
 }
 
 impl ArgError {
@@ -78,6 +82,9 @@ impl ArgError {
             ArgError::RevInvalid => c"ERR AFTER rev must be a non-negative integer",
             ArgError::LimitTooLargeForDelay => c"ERR limit must be at most 4294967296 with LOCKDELAY",
             ArgError::TopCountInvalid => c"ERR COUNT must be an integer from 1 to 1000",
+            ArgError::TokenReserved => {
+                c"ERR token must not start with a NUL byte (reserved for the holders' hold limits)"
+            }
         }
     }
 
@@ -103,6 +110,17 @@ pub fn check_key_and_token(key: &[u8], token: &[u8]) -> Result<(), ArgError> {
     } else {
         Ok(())
     }
+}
+
+/// Key and token of a semaphore or read-write lock command: non-empty, and
+/// the token not starting with the NUL byte that marks a holder's
+/// hold-limit member (`crate::holders::HOLD_PREFIX`).
+pub fn check_holder_key_and_token(key: &[u8], token: &[u8]) -> Result<(), ArgError> {
+    check_key_and_token(key, token)?;
+    if token.first() == Some(&crate::holders::HOLD_PREFIX) {
+        return Err(ArgError::TokenReserved);
+    }
+    Ok(())
 }
 
 /// Parses ttl-ms with the syntax Redis accepts for `PX` (no sign, no leading
@@ -152,8 +170,8 @@ pub enum Grammar {
     /// LOCK.TAKEOVER: `[FENCE] [LOCKDELAY ms] [MAXHOLD ms]`.
     Takeover,
     /// SEM.ACQUIRE and RWLOCK.ACQUIRE: `[FENCE] [WAIT timeout-ms]
-    /// [LOCKDELAY ms]` (their sorted sets keep one delay per key and no
-    /// per-holder hold limit yet, see `docs/lease.md`).
+    /// [LOCKDELAY ms] [MAXHOLD ms]` (one delay per key, in its tag; one
+    /// hold limit per holder, see `crate::holders`).
     Holders,
 }
 
@@ -167,7 +185,7 @@ impl Grammar {
     }
 
     fn takes_max_hold(self) -> bool {
-        matches!(self, Grammar::Acquire | Grammar::Takeover)
+        matches!(self, Grammar::Acquire | Grammar::Takeover | Grammar::Holders)
     }
 }
 
@@ -304,10 +322,10 @@ mod tests {
     }
 
     #[test]
-    fn lease_terms_parse_on_lock_grants_only() {
+    fn lease_terms_parse_on_every_grant() {
         let parse = |g, args: &[&[u8]]| parse_grant_options(g, args.iter().copied());
         let terms = |lock_delay, max_hold| GrantOptions { lock_delay, max_hold, ..GrantOptions::default() };
-        for g in [Grammar::Acquire, Grammar::Takeover] {
+        for g in [Grammar::Acquire, Grammar::Takeover, Grammar::Holders] {
             assert_eq!(parse(g, &[b"lockdelay", b"5000"]), Ok(terms(Some(5000), None)));
             assert_eq!(parse(g, &[b"MaxHold", b"90000", b"LOCKDELAY", b"0"]), Ok(terms(Some(0), Some(90_000))));
             assert_eq!(parse(g, &[b"LOCKDELAY", b"60000"]), Ok(terms(Some(60_000), None)));
@@ -327,7 +345,7 @@ mod tests {
         let holders = parse(Grammar::Holders, &[b"lockdelay", b"5", b"WAIT", b"10", b"fence"]);
         assert_eq!(holders, Ok(GrantOptions { fence: true, wait: Some(10), lock_delay: Some(5), max_hold: None }));
         assert_eq!(parse(Grammar::Holders, &[b"LOCKDELAY", b"60001"]), Err(ArgError::LockDelayInvalid));
-        assert_eq!(parse(Grammar::Holders, &[b"MAXHOLD", b"5"]), Err(ArgError::Syntax));
+        assert_eq!(parse(Grammar::Holders, &[b"MAXHOLD", b"5"]), Ok(terms(None, Some(5))));
     }
 
     #[test]
@@ -380,6 +398,12 @@ mod tests {
         assert_eq!(check_key_and_token(b"", b"t"), Err(ArgError::KeyOrTokenMissing));
         assert_eq!(check_key_and_token(b"k", b""), Err(ArgError::KeyOrTokenMissing));
         assert_eq!(check_key_and_token(b"k", b"t"), Ok(()));
+        assert_eq!(check_key_and_token(b"k", b"\0t"), Ok(()));
+        assert_eq!(check_holder_key_and_token(b"k", b"\0t"), Err(ArgError::TokenReserved));
+        assert_eq!(check_holder_key_and_token(b"k", b"\0"), Err(ArgError::TokenReserved));
+        assert_eq!(check_holder_key_and_token(b"", b"t"), Err(ArgError::KeyOrTokenMissing));
+        assert_eq!(check_holder_key_and_token(b"k", b"t\0"), Ok(()));
+        assert!(ArgError::TokenReserved.reply().contains("NUL"));
         assert_eq!(check_utf8(b"\xff"), Err(ArgError::NotUtf8));
     }
 }

@@ -26,6 +26,16 @@
 //! and only renew and release read the lease, `score - delay`. A holder
 //! whose lease ended keeps its place until the delay passed, and can neither
 //! renew nor release it.
+//!
+//! **Hold limit** (`MAXHOLD ms`, issue 22): one per holder, grant time +
+//! `ms`, kept in a second member, `"\0" + token` ([`HOLD_PREFIX`]), scored
+//! `-holdUntil`: below [`HOLD_FLOOR`], so below the tag (≥ -1.6) and every
+//! place, outside every range that reads places (live holders from `now`
+//! up, pruning from `HOLD_FLOOR` up). No renewal ends the lease past it
+//! ([`renew`]); the place itself still ends by its score, so nothing else
+//! reads the hold limit. Tokens starting with a NUL byte are refused
+//! (`args::check_holder_key_and_token`), so no token can forge one. A key
+//! without a hold limit has no such member and is stored as before.
 
 use crate::args::ArgError;
 
@@ -35,6 +45,34 @@ pub const TAG: &[u8] = b"";
 /// Scores are doubles: integers up to 2^53 are exact, so no deadline and
 /// no limit may go beyond (year ~287 000 for a deadline).
 pub const MAX_EXACT: i64 = 1 << 53;
+
+/// The first byte of a hold-limit member, `"\0" + token`: no token of a
+/// semaphore or read-write lock starts with it.
+pub const HOLD_PREFIX: u8 = 0;
+
+/// Hold-limit members score below this (`-holdUntil`, and every hold
+/// limit is a Unix time far above 2); the tag (≥ -1.6) and places are at
+/// or above it.
+pub const HOLD_FLOOR: f64 = -2.0;
+
+/// The hold-limit member of `token`.
+pub fn hold_member(token: &[u8]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(token.len() + 1);
+    m.push(HOLD_PREFIX);
+    m.extend_from_slice(token);
+    m
+}
+
+/// The score of a hold limit (Unix ms, at most [`MAX_EXACT`]: exact).
+pub fn hold_score(hold_until: i64) -> f64 {
+    -(hold_until as f64)
+}
+
+/// The hold limit a hold member's score stands for: only scores below
+/// [`HOLD_FLOOR`] that are integers (what [`hold_score`] writes).
+pub fn hold_from_score(score: f64) -> Option<i64> {
+    (score < HOLD_FLOOR && score >= -(MAX_EXACT as f64) && score.fract() == 0.0).then(|| -score as i64)
+}
 
 /// Which family of commands a key belongs to (`SEM.*` or `RWLOCK.*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,6 +242,9 @@ pub struct Summary {
     pub own: Option<i64>,
     /// The last place end (`None` when `live` is 0): the key's expiry.
     pub last: Option<i64>,
+    /// The caller's hold limit (`MAXHOLD`: grant time + ms), when its
+    /// member is there (also for a place that ended and is not pruned yet).
+    pub hold: Option<i64>,
 }
 
 impl Summary {
@@ -355,6 +396,65 @@ pub fn place_end(now_ms: i64, ttl_ms: i64, delay: i64) -> Result<i64, ArgError> 
         .ok_or(ArgError::TtlTooLarge)
 }
 
+/// What a grant at `now` stores: its place's score, and its hold limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Granted {
+    /// The place's end: lease end (never past `hold_until`) + the delay.
+    pub at: i64,
+    /// grant time + `MAXHOLD`, when asked.
+    pub hold_until: Option<i64>,
+}
+
+/// The grant at `now` of a lease of `ttl_ms` on a key with lock-delay
+/// `delay`, with `max_hold` (`MAXHOLD ms`, at least `ttl_ms`: checked
+/// before, by `args::check_lease_terms`). Errors when a time does not fit
+/// a score exactly (nothing is written).
+pub fn grant(now_ms: i64, ttl_ms: i64, delay: i64, max_hold: Option<i64>) -> Result<Granted, ArgError> {
+    // The lease first, as the exclusive lock's grant checks it.
+    let lease = lease_end(now_ms, ttl_ms)?;
+    let hold_until = max_hold
+        .map(|max| now_ms.checked_add(max).filter(|&h| h <= MAX_EXACT).ok_or(ArgError::MaxHoldTooLarge))
+        .transpose()?;
+    let lease = hold_until.map_or(lease, |h| lease.min(h));
+    Ok(Granted { at: place_end(lease, 0, delay)?, hold_until })
+}
+
+/// What a renewal does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Renewal {
+    /// Reply 0: the caller holds no live lease here (none, ended, in its
+    /// delay, or its hold limit reached).
+    Refused,
+    /// The caller's place now ends at `at`; `capped`: the hold limit cut
+    /// the lease short of now + ttl-ms (reply 2).
+    Renewed { at: i64, capped: bool },
+}
+
+/// The renewal at `now` for `ttl_ms` by the caller `s` was scanned for:
+/// new lease end = min(now + ttl-ms, its hold limit), + the key's delay.
+/// A renewal at or after the hold limit is refused: the lease was capped
+/// there, so it has ended (or ends this millisecond) anyway.
+pub fn renew(s: &Summary, now_ms: i64, ttl_ms: i64) -> Result<Renewal, ArgError> {
+    if s.own_lease(now_ms).is_none() || s.hold.is_some_and(|h| h <= now_ms) {
+        return Ok(Renewal::Refused);
+    }
+    let lease = lease_end(now_ms, ttl_ms)?;
+    let (lease, capped) = match s.hold {
+        Some(h) if h < lease => (h, true),
+        _ => (lease, false),
+    };
+    Ok(Renewal::Renewed { at: place_end(lease, 0, s.delay)?, capped })
+}
+
+/// Whether an acquirer the key made wait ([`Admit::Wait`]) would have been
+/// admitted without the `in_delay` places that are in their lock-delay
+/// (lease ended, place not yet: scores in `[now, now + delay)`): counted
+/// as a delayed acquire.
+pub fn held_off_by_delay(s: &Summary, want: Want, delay: i64, in_delay: u64) -> bool {
+    let without = Summary { live: s.live.saturating_sub(in_delay), ..*s };
+    in_delay > 0 && admit(Some(&without), want, delay) == Admit::Grant
+}
+
 /// `limit`: a positive integer in Redis's strict syntax, at most 2^53.
 pub fn parse_limit(arg: &[u8]) -> Result<u64, ArgError> {
     match crate::args::parse_ttl(arg) {
@@ -394,11 +494,83 @@ mod tests {
     use super::*;
 
     fn sem(limit: u64, live: u64, own: Option<i64>, last: Option<i64>) -> Summary {
-        Summary { kind: Kind::Semaphore { limit }, delay: 0, live, own, last }
+        Summary { kind: Kind::Semaphore { limit }, delay: 0, live, own, last, hold: None }
     }
 
     fn rw(writer: bool, live: u64, own: Option<i64>) -> Summary {
-        Summary { kind: Kind::ReadWrite { writer }, delay: 0, live, own, last: Some(100) }
+        Summary { kind: Kind::ReadWrite { writer }, delay: 0, live, own, last: Some(100), hold: None }
+    }
+
+    #[test]
+    fn hold_members_score_below_every_tag_and_place() {
+        assert_eq!(hold_member(b"tok"), b"\0tok".to_vec());
+        for h in [3, 1_700_000_000_000, MAX_EXACT] {
+            assert!(hold_score(h) < HOLD_FLOOR);
+            assert_eq!(hold_from_score(hold_score(h)), Some(h));
+            // What a replica parses from the replicated integer.
+            assert_eq!(hold_from_score(format!("{}", -h).parse().unwrap()), Some(h));
+        }
+        // Tags (down to a writer with the longest delay) are above the floor.
+        assert!(Tag { kind: Kind::ReadWrite { writer: true }, delay: MAX_DELAY }.score() > HOLD_FLOOR);
+        for bad in [-2.0, -1.6, 0.0, 5.0, -2.5, f64::NEG_INFINITY, f64::NAN, -(MAX_EXACT as f64) * 2.0] {
+            assert_eq!(hold_from_score(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_hold_limit_counts_from_the_grant_and_caps_renewals() {
+        // Granted at 1,000 for 100 ms with MAXHOLD 250, delay 50.
+        let g = grant(1_000, 100, 50, Some(250)).unwrap();
+        assert_eq!(g, Granted { at: 1_150, hold_until: Some(1_250) });
+        assert_eq!(grant(1_000, 100, 0, None), Ok(Granted { at: 1_100, hold_until: None }));
+        // A hold limit below the ttl (refused before) caps the grant itself.
+        assert_eq!(grant(1_000, 100, 0, Some(40)), Ok(Granted { at: 1_040, hold_until: Some(1_040) }));
+        assert_eq!(grant(MAX_EXACT - 10, 5, 0, Some(11)), Err(ArgError::MaxHoldTooLarge));
+        assert_eq!(grant(0, 5, 0, Some(MAX_EXACT)).map(|g| g.hold_until), Ok(Some(MAX_EXACT)));
+        assert_eq!(grant(1, 5, 0, Some(i64::MAX)), Err(ArgError::MaxHoldTooLarge));
+        assert_eq!(grant(0, MAX_EXACT, 1, None), Err(ArgError::TtlTooLarge));
+        assert_eq!(grant(1, MAX_EXACT, 0, Some(MAX_EXACT)), Err(ArgError::TtlTooLarge));
+        let holder = |own, hold| Summary { delay: 50, hold, ..sem(2, 1, Some(own), Some(own)) };
+        // Renewed in full while the limit is far.
+        assert_eq!(renew(&holder(1_150, Some(1_250)), 1_050, 100), Ok(Renewal::Renewed { at: 1_200, capped: false }));
+        // Cut at the limit: the place ends at limit + delay.
+        assert_eq!(renew(&holder(1_150, Some(1_250)), 1_100, 200), Ok(Renewal::Renewed { at: 1_300, capped: true }));
+        // Exactly reaching it is not a cut.
+        assert_eq!(renew(&holder(1_250, Some(1_250)), 1_150, 100), Ok(Renewal::Renewed { at: 1_300, capped: false }));
+        // At or after the limit: refused (the lease was capped there).
+        assert_eq!(renew(&holder(1_300, Some(1_250)), 1_250, 100), Ok(Renewal::Refused));
+        // No hold limit: as before.
+        assert_eq!(renew(&holder(1_150, None), 1_100, 200), Ok(Renewal::Renewed { at: 1_350, capped: false }));
+        // A lease that ended (its place in the delay) or no place: refused.
+        assert_eq!(renew(&holder(1_120, Some(5_000)), 1_100, 100), Ok(Renewal::Refused));
+        assert_eq!(renew(&Summary { own: None, ..holder(1, None) }, 1_100, 100), Ok(Renewal::Refused));
+        assert_eq!(renew(&holder(1_150, None), 1_100, MAX_EXACT), Err(ArgError::TtlTooLarge));
+    }
+
+    #[test]
+    fn places_in_their_delay_that_fill_the_key_hold_off_an_acquirer() {
+        let p = Want::Permit { limit: 2 };
+        let full = Summary { delay: 50, ..sem(2, 2, None, Some(160)) };
+        assert_eq!(admit(Some(&full), p, 50), Admit::Wait);
+        assert!(held_off_by_delay(&full, p, 50, 1));
+        assert!(held_off_by_delay(&full, p, 50, 2));
+        assert!(!held_off_by_delay(&full, p, 50, 0));
+        let three = Summary { live: 3, ..full };
+        // Over the limit by more than the delayed places: not the delay's doing.
+        assert!(!held_off_by_delay(
+            &Summary { kind: Kind::Semaphore { limit: 1 }, ..three },
+            Want::Permit { limit: 1 },
+            50,
+            1
+        ));
+        // A writer in its delay holds off readers and writers.
+        let writer = Summary { delay: 50, ..rw(true, 1, None) };
+        assert!(held_off_by_delay(&writer, Want::Read, 50, 1));
+        assert!(held_off_by_delay(&writer, Want::Write, 50, 1));
+        // Readers, one of them delayed: a writer still waits for the other.
+        let readers = Summary { delay: 50, ..rw(false, 2, None) };
+        assert!(!held_off_by_delay(&readers, Want::Write, 50, 1));
+        assert!(held_off_by_delay(&readers, Want::Write, 50, 2));
     }
 
     #[test]

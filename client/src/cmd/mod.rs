@@ -241,7 +241,7 @@ impl LockCmd {
     }
 
     pub(crate) fn release_of(kind: LockKind, key: &str, token: &str) -> Result<Self> {
-        args::check_key_and_token(key.as_bytes(), token.as_bytes())?;
+        check_token(kind, key, token)?;
         Ok(LockCmd::Release { kind, key: key.into(), token: token.into() })
     }
 
@@ -393,11 +393,21 @@ impl LockCmd {
     }
 }
 
+/// Key and token: a semaphore's or read-write lock's token may not start
+/// with the NUL byte its hold limits are stored under.
+fn check_token(kind: LockKind, key: &str, token: &str) -> Result<()> {
+    match kind {
+        LockKind::Exclusive => args::check_key_and_token(key.as_bytes(), token.as_bytes())?,
+        _ => args::check_holder_key_and_token(key.as_bytes(), token.as_bytes())?,
+    }
+    Ok(())
+}
+
 /// The checks of `redis_lock_rules::args` (and `holders` for the kinds
 /// stored as sorted sets), made before anything is sent so module and
 /// fallback reject the same calls with the same words.
 fn check(kind: LockKind, key: &str, token: &str, ttl: Duration) -> Result<u64> {
-    args::check_key_and_token(key.as_bytes(), token.as_bytes())?;
+    check_token(kind, key, token)?;
     if let LockKind::Permit { limit } = kind {
         if limit == 0 || limit > holders::MAX_EXACT.unsigned_abs() {
             return Err(ArgError::LimitInvalid.into());
