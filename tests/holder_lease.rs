@@ -12,33 +12,22 @@
 
 use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::{Connection, Value};
 use redis_lock_harness::Server;
 use redis_lock_rules::holders::{Kind, Tag};
 
 mod support;
+use support::lease::{cmd, field, fields_of, int, server_now, until_server_time};
 use support::{until_waiting, wait_for_link};
 
+/// INFO of a holders key as (field, value) pairs.
+fn info(c: &mut Connection, command: &str, key: &str) -> Option<Vec<(String, Value)>> {
+    fields_of(c, &[command, key])
+}
+
 const DELAY_MS: i64 = 4_000;
-
-/// The server's clock (Unix ms).
-fn server_now(c: &mut Connection) -> i64 {
-    let (s, us): (i64, i64) = redis::cmd("TIME").query(c).expect("TIME");
-    s * 1000 + us / 1000
-}
-
-fn cmd(c: &mut Connection, args: &[&str]) -> redis::RedisResult<Value> {
-    redis::cmd(args[0]).arg(&args[1..]).query(c)
-}
-
-fn int(c: &mut Connection, args: &[&str]) -> i64 {
-    match cmd(c, args) {
-        Ok(Value::Int(n)) => n,
-        other => panic!("{args:?}: {other:?}"),
-    }
-}
 
 fn err(c: &mut Connection, args: &[&str]) -> String {
     cmd(c, args).expect_err(&format!("{args:?} refused")).to_string()
@@ -73,36 +62,6 @@ fn rw(writer: bool, delay: i64) -> Option<Tag> {
 /// A holder's score: the end of its place (lease end + the key's delay).
 fn place(c: &mut Connection, key: &str, token: &str) -> i64 {
     score(c, key, token).unwrap_or_else(|| panic!("{token} holds no place in {key}")) as i64
-}
-
-/// Waits (on the server's clock) until `at` has passed.
-fn until_server_time(c: &mut Connection, at: i64) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while server_now(c) <= at {
-        assert!(Instant::now() < deadline, "the server's clock did not reach {at}");
-        thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// INFO of a holders key as (field, value) pairs.
-fn info(c: &mut Connection, command: &str, key: &str) -> Option<Vec<(String, Value)>> {
-    match cmd(c, &[command, key]).expect("INFO") {
-        Value::Nil => None,
-        Value::Array(items) => Some(
-            items
-                .chunks(2)
-                .map(|p| (redis::from_redis_value_ref::<String>(&p[0]).expect("name"), p[1].clone()))
-                .collect(),
-        ),
-        Value::Map(pairs) => {
-            Some(pairs.into_iter().map(|(k, v)| (redis::from_redis_value::<String>(k).expect("name"), v)).collect())
-        }
-        other => panic!("{command} {other:?}"),
-    }
-}
-
-fn field(f: &[(String, Value)], name: &str) -> Value {
-    f.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no {name} in {f:?}")).1.clone()
 }
 
 /// `args` on a new connection from a thread: its reply (an error as a

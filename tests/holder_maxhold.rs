@@ -12,30 +12,18 @@
 
 use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::{Connection, Value};
 use redis_lock_harness::Server;
 
 mod support;
+use support::lease::{cmd, fields_of, int, server_now, until_server_time};
 use support::{info_field, until_waiting, wait_for_link};
 
-/// The server's clock (Unix ms).
-fn server_now(c: &mut Connection) -> i64 {
-    let (s, us): (i64, i64) = redis::cmd("TIME").query(c).expect("TIME");
-    s * 1000 + us / 1000
-}
-
-fn cmd(c: &mut Connection, args: &[&[u8]]) -> redis::RedisResult<Value> {
-    redis::cmd(std::str::from_utf8(args[0]).unwrap()).arg(&args[1..]).query(c)
-}
-
-fn int(c: &mut Connection, args: &[&str]) -> i64 {
-    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-    match cmd(c, &args) {
-        Ok(Value::Int(n)) => n,
-        other => panic!("{args:?}: {other:?}"),
-    }
+/// INFO of a holders key as (field, value) pairs.
+fn info(c: &mut Connection, command: &str, key: &str) -> Option<Vec<(String, Value)>> {
+    fields_of(c, &[command, key])
 }
 
 fn err(c: &mut Connection, args: &[&[u8]]) -> String {
@@ -66,31 +54,6 @@ fn hold(c: &mut Connection, key: &str, token: &str) -> Option<i64> {
 
 fn place(c: &mut Connection, key: &str, token: &str) -> i64 {
     score(c, key, token.as_bytes()).unwrap_or_else(|| panic!("{token} holds no place in {key}")) as i64
-}
-
-fn until_server_time(c: &mut Connection, at: i64) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while server_now(c) <= at {
-        assert!(Instant::now() < deadline, "the server's clock did not reach {at}");
-        thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// INFO of a holders key as (field, value) pairs.
-fn info(c: &mut Connection, command: &str, key: &str) -> Option<Vec<(String, Value)>> {
-    match cmd(c, &[command.as_bytes(), key.as_bytes()]).expect("INFO") {
-        Value::Nil => None,
-        Value::Array(items) => Some(
-            items
-                .chunks(2)
-                .map(|p| (redis::from_redis_value_ref::<String>(&p[0]).expect("name"), p[1].clone()))
-                .collect(),
-        ),
-        Value::Map(pairs) => {
-            Some(pairs.into_iter().map(|(k, v)| (redis::from_redis_value::<String>(k).expect("name"), v)).collect())
-        }
-        other => panic!("{command} {other:?}"),
-    }
 }
 
 /// A flat [token, n, …] field of INFO as pairs.

@@ -21,26 +21,15 @@ use redis_lock_rules::scripts;
 use redis_lock_rules::value;
 
 mod support;
+use support::lease::{cmd, field, fields_of, int, server_now, until_server_time};
 use support::{expiry_ms, info_field, until_waiting, wait_for_link, LEASE_MS};
 
+/// LOCK.INFO as (field, value) pairs.
+fn info(c: &mut Connection, key: &str) -> Option<Vec<(String, Value)>> {
+    fields_of(c, &["LOCK.INFO", key])
+}
+
 const DELAY_MS: i64 = 4_000;
-
-/// The server's clock (Unix ms).
-fn server_now(c: &mut Connection) -> i64 {
-    let (s, us): (i64, i64) = redis::cmd("TIME").query(c).expect("TIME");
-    s * 1000 + us / 1000
-}
-
-fn cmd(c: &mut Connection, args: &[&str]) -> redis::RedisResult<Value> {
-    redis::cmd(args[0]).arg(&args[1..]).query(c)
-}
-
-fn int(c: &mut Connection, args: &[&str]) -> i64 {
-    match cmd(c, args) {
-        Ok(Value::Int(n)) => n,
-        other => panic!("{args:?}: {other:?}"),
-    }
-}
 
 fn get(c: &mut Connection, key: &str) -> Option<Vec<u8>> {
     redis::cmd("GET").arg(key).query(c).expect("GET")
@@ -52,15 +41,6 @@ fn stored(c: &mut Connection, key: &str) -> value::Stored {
     value::parse(&v).unwrap_or_else(|| panic!("{key} holds {}", String::from_utf8_lossy(&v)))
 }
 
-/// Waits (on the server's clock) until `at` has passed.
-fn until_server_time(c: &mut Connection, at: i64) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while server_now(c) <= at {
-        assert!(Instant::now() < deadline, "the server's clock did not reach {at}");
-        thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Waits until `key` is gone (its expiry passed), then a minute at most.
 fn until_gone(c: &mut Connection, key: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -68,27 +48,6 @@ fn until_gone(c: &mut Connection, key: &str) {
         assert!(Instant::now() < deadline, "{key} did not expire");
         thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// LOCK.INFO as (field, value) pairs.
-fn info(c: &mut Connection, key: &str) -> Option<Vec<(String, Value)>> {
-    match cmd(c, &["LOCK.INFO", key]).expect("LOCK.INFO") {
-        Value::Nil => None,
-        Value::Array(items) => Some(
-            items
-                .chunks(2)
-                .map(|p| (redis::from_redis_value_ref::<String>(&p[0]).expect("name"), p[1].clone()))
-                .collect(),
-        ),
-        Value::Map(pairs) => {
-            Some(pairs.into_iter().map(|(k, v)| (redis::from_redis_value::<String>(k).expect("name"), v)).collect())
-        }
-        other => panic!("LOCK.INFO {other:?}"),
-    }
-}
-
-fn field(f: &[(String, Value)], name: &str) -> Value {
-    f.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no {name} in {f:?}")).1.clone()
 }
 
 /// Checks that the key, whose lease has ended and whose delay ends at

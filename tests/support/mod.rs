@@ -7,6 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 pub mod holders;
+pub mod lease;
 
 use redis::Value;
 use redis_lock_harness::Server;
