@@ -18,20 +18,7 @@ use std::time::{Duration, Instant};
 
 use redis_lock_harness::Server;
 use redis_lock_rules::histogram::bucket_of;
-use support::LEASE_MS;
-
-fn info(c: &mut redis::Connection) -> HashMap<String, String> {
-    let text: String = redis::cmd("INFO").arg("lock").query(c).expect("info");
-    text.lines()
-        .filter_map(|l| l.strip_prefix("lock_"))
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-        .collect()
-}
-
-fn count(i: &HashMap<String, String>, field: &str) -> u64 {
-    i.get(field).unwrap_or_else(|| panic!("no lock_{field}: {i:?}")).parse().expect("a number")
-}
+use support::{count, lock_info as info, LEASE_MS};
 
 /// `p50=…,p99=…,p99.9=…` → the three values.
 fn percentiles(i: &HashMap<String, String>, field: &str) -> Vec<(String, u64)> {

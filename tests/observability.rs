@@ -16,21 +16,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 use redis_lock_harness::Server;
 use redis_lock_rules::histogram::{bucket_max, bucket_of};
-use support::{acquire, release, until_waiting, waiter, LEASE_MS};
-
-/// `INFO lock` as field → text, without the `lock_` prefix.
-fn info(c: &mut redis::Connection) -> HashMap<String, String> {
-    let text: String = redis::cmd("INFO").arg("lock").query(c).expect("info");
-    text.lines()
-        .filter_map(|l| l.strip_prefix("lock_"))
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-        .collect()
-}
-
-fn count(i: &HashMap<String, String>, field: &str) -> u64 {
-    i.get(field).unwrap_or_else(|| panic!("no lock_{field}: {i:?}")).parse().expect("a number")
-}
+use support::{acquire, count, lock_info as info, release, until_waiting, waiter, LEASE_MS};
 
 /// `p50=…,p99=…,p99.9=…` → the three values.
 fn percentiles(i: &HashMap<String, String>, field: &str) -> HashMap<String, u64> {

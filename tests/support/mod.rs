@@ -58,6 +58,21 @@ pub fn info_field(c: &mut redis::Connection, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no lock_{name} in INFO"))
 }
 
+/// `INFO lock` as field → text, without the `lock_` prefix.
+pub fn lock_info(c: &mut redis::Connection) -> std::collections::HashMap<String, String> {
+    let text: String = redis::cmd("INFO").arg("lock").query(c).expect("info");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("lock_"))
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// A counter of [`lock_info`].
+pub fn count(i: &std::collections::HashMap<String, String>, field: &str) -> u64 {
+    i.get(field).unwrap_or_else(|| panic!("no lock_{field}: {i:?}")).parse().expect("a number")
+}
+
 /// Waits until a replica's link to its master is up (it has synced).
 pub fn wait_for_link(replica: &mut redis::Connection) {
     let deadline = Instant::now() + Duration::from_secs(30);
