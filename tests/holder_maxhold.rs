@@ -336,3 +336,34 @@ fn a_replica_and_an_aof_restart_hold_the_same_members() {
     drop(master);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The live count leaves out every hold member (counted by `ZCOUNT`), on
+/// small keys (a listpack) and large ones (a skiplist, above 128 members):
+/// a semaphore admits exactly its limit.
+#[test]
+fn the_live_count_is_exact_with_many_hold_members() {
+    let server = Server::start();
+    let mut c = server.conn();
+    for with_hold in [10, 64, 65, 150] {
+        let key = format!("many-{with_hold}");
+        let limit = (with_hold + 5).to_string();
+        for i in 0..with_hold {
+            let t = format!("h{i}");
+            assert_eq!(int(&mut c, &["SEM.ACQUIRE", &key, &t, &limit, "600000", "MAXHOLD", "900000"]), 1);
+        }
+        for i in 0..5 {
+            let t = format!("p{i}");
+            assert_eq!(int(&mut c, &["SEM.ACQUIRE", &key, &t, &limit, "600000"]), 1, "{key} {t}");
+        }
+        assert_eq!(int(&mut c, &["SEM.ACQUIRE", &key, "over", &limit, "600000"]), 0, "{key}: full");
+        assert_eq!(int(&mut c, &["SEM.ACQUIRE", &key, "over", &limit, "600000", "MAXHOLD", "900000"]), 0);
+        assert_eq!(zcard(&mut c, &key), 1 + 2 * with_hold as i64 + 5);
+        // One holder with a limit leaves: exactly one place frees.
+        assert_eq!(int(&mut c, &["SEM.RELEASE", &key, "h0"]), 1);
+        assert_eq!(int(&mut c, &["SEM.ACQUIRE", &key, "again", &limit, "600000"]), 1);
+        assert_eq!(int(&mut c, &["SEM.ACQUIRE", &key, "over", &limit, "600000"]), 0, "{key}: full again");
+        let f = info(&mut c, "SEM.INFO", &key).expect("held");
+        assert_eq!(pairs(&f, "holders").len(), with_hold + 5);
+        assert_eq!(pairs(&f, "hold-until").len(), with_hold - 1);
+    }
+}
