@@ -18,6 +18,7 @@ mod fence;
 mod guard;
 mod holders;
 mod key;
+mod key_events;
 mod lease;
 mod observe;
 mod registration;

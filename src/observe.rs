@@ -6,7 +6,7 @@
 //! revision they saw (`redis_lock_rules::observers`). What they share with
 //! the waiters is the machinery:
 //! - every change of the key is noticed through a keyspace-event
-//!   subscription (taken on the first OBSERVE): the module's own writes
+//!   subscription (`crate::key_events`, taken on the first OBSERVE): the module's own writes
 //!   (grant, proclaim, release, takeover, renewal) raise the same events a
 //!   native `SET`, `DEL` or `PEXPIRE` does, and a script's `SET`, `DEL`,
 //!   expiry, eviction, `RENAME` away raise theirs; whole databases that
@@ -64,6 +64,7 @@ use crate::db_events;
 use crate::election::{self, leader_reply, Led};
 use crate::entry;
 use crate::key::{bytes, Ctx, LockKey};
+use crate::key_events;
 use crate::reply::Failure;
 use crate::stats::{self, observing, OBSERVING};
 use crate::timer;
@@ -384,13 +385,9 @@ fn ensure_subscribed(ctx: Ctx) {
     }
     s.0.subscribed = true;
     drop(s);
-    // STRING: a `SET` by anyone (a script, a client) changes the value.
-    let types = raw::REDISMODULE_NOTIFY_GENERIC
-        | raw::REDISMODULE_NOTIFY_EXPIRED
-        | raw::REDISMODULE_NOTIFY_EVICTED
-        | raw::REDISMODULE_NOTIFY_STRING;
     db_events::subscribe(ctx);
-    unsafe { rm!(RedisModule_SubscribeToKeyspaceEvents)(ctx.0, types, Some(on_key_event)) };
+    // STRING: a `SET` by anyone (a script, a client) changes the value.
+    key_events::subscribe(ctx, key_events::Also::String);
 }
 
 /// This master became a replica (`crate::db_events`, on a role change): observers
@@ -407,20 +404,11 @@ pub(crate) fn on_demoted(ctx: Ctx) {
 }
 
 /// A key changed: if anyone observes it, check it right after this command.
-unsafe extern "C" fn on_key_event(
-    ctx: *mut RedisModuleCtx,
-    _type: c_int,
-    _event: *const std::ffi::c_char,
-    key: *mut RedisModuleString,
-) -> c_int {
+pub(crate) fn on_key_event(ctx: Ctx, key: *mut RedisModuleString) {
     if observing() == 0 {
-        return raw::REDISMODULE_OK as c_int;
+        return;
     }
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let ctx = Ctx(ctx);
-        check_by(ctx, &(ctx.db(), bytes(key).to_vec()), ctx.now_ms());
-    }));
-    raw::REDISMODULE_OK as c_int
+    check_by(ctx, &(ctx.db(), bytes(key).to_vec()), ctx.now_ms());
 }
 
 /// FLUSHDB / FLUSHALL finished, or SWAPDB: every key with observers in the

@@ -51,7 +51,7 @@
 //!
 //! Everything here is touched on Redis's main thread only.
 
-use std::ffi::{c_int, c_void, CStr, CString};
+use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
@@ -331,13 +331,7 @@ pub fn stop_holds() {
 /// hold already recorded, and `expire` ends nothing.
 fn subscribe(ctx: Ctx) {
     crate::db_events::subscribe(ctx);
-    unsafe {
-        rm!(RedisModule_SubscribeToKeyspaceEvents)(
-            ctx.0,
-            raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED | raw::REDISMODULE_NOTIFY_GENERIC,
-            Some(on_key_event),
-        );
-    }
+    crate::key_events::subscribe(ctx, crate::key_events::Also::Nothing);
 }
 
 /// The generic events (Redis 7.0's `notifyKeyspaceEvent(NOTIFY_GENERIC, …)`
@@ -351,39 +345,29 @@ fn removes_value(event: &[u8]) -> bool {
     matches!(event, b"del" | b"rename_from" | b"rename_to" | b"move_from" | b"copy_to" | b"restore")
 }
 
-unsafe extern "C" fn on_key_event(
-    ctx: *mut RedisModuleCtx,
-    type_: c_int,
-    event: *const std::ffi::c_char,
-    key: *mut RedisModuleString,
-) -> c_int {
-    if TRACKED.load(Ordering::Relaxed) != 0 {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let expired = type_ & raw::REDISMODULE_NOTIFY_EXPIRED != 0;
-            let gone = expired
-                || type_ & raw::REDISMODULE_NOTIFY_EVICTED != 0
-                || (!event.is_null() && removes_value(CStr::from_ptr(event).to_bytes()));
-            if !gone {
-                return;
-            }
-            let ctx = Ctx(ctx);
-            let h = key_hash(ctx.db(), bytes(key));
-            let now = ctx.now_ms();
-            let mut s = state();
-            let mut ends = Vec::new();
-            if expired {
-                s.table.key_expired(h, now, |e| ends.push(e));
-            } else {
-                s.table.key_deleted(h, now, |e| ends.push(e));
-            }
-            // Nothing of the module counted these ends.
-            for e in ends {
-                record(&mut s, e, false);
-            }
-            publish(&s);
-        }));
+pub(crate) fn on_key_event(ctx: Ctx, type_: c_int, event: &[u8], key: *mut RedisModuleString) {
+    if TRACKED.load(Ordering::Relaxed) == 0 {
+        return;
     }
-    raw::REDISMODULE_OK as c_int
+    let expired = type_ & raw::REDISMODULE_NOTIFY_EXPIRED != 0;
+    let gone = expired || type_ & raw::REDISMODULE_NOTIFY_EVICTED != 0 || removes_value(event);
+    if !gone {
+        return;
+    }
+    let h = key_hash(ctx.db(), bytes(key));
+    let now = ctx.now_ms();
+    let mut s = state();
+    let mut ends = Vec::new();
+    if expired {
+        s.table.key_expired(h, now, |e| ends.push(e));
+    } else {
+        s.table.key_deleted(h, now, |e| ends.push(e));
+    }
+    // Nothing of the module counted these ends.
+    for e in ends {
+        record(&mut s, e, false);
+    }
+    publish(&s);
 }
 
 /// A flush or SWAPDB: the table cannot tell which holds belonged to which

@@ -5,7 +5,7 @@
 //! - LOCK.RELEASE hands it over in the same command (no other client can
 //!   slip in; replicas see `DEL` + `SET ... PXAT` in one transaction);
 //! - deletion or expiry by anything else is noticed through a keyspace-event
-//!   subscription (taken on the first WAIT) and the queue's check timer,
+//!   subscription (`crate::key_events`, taken on the first WAIT) and the queue's check timer,
 //!   armed at the holder's expiry, and the head is granted from the timer.
 //!   Redis's own expiry can lag behind a key's deadline; the timer cannot.
 //! - whole databases that change without a per-key event (FLUSHDB, FLUSHALL
@@ -57,6 +57,7 @@ use crate::errors;
 use crate::fence;
 use crate::holders::{Edit, Hold, HoldersKey};
 use crate::key::{bytes, Ctx, LockKey};
+use crate::key_events;
 use crate::lease::{self, Granted};
 use crate::stats::{self, waiting, WAITING};
 use crate::timer;
@@ -675,34 +676,19 @@ fn ensure_subscribed(ctx: Ctx) {
     }
     s.0.subscribed = true;
     drop(s);
-    // ZSET: a holder removed by hand (`ZREM`) frees a permit too.
-    let types = raw::REDISMODULE_NOTIFY_GENERIC
-        | raw::REDISMODULE_NOTIFY_EXPIRED
-        | raw::REDISMODULE_NOTIFY_EVICTED
-        | raw::REDISMODULE_NOTIFY_ZSET;
     db_events::subscribe(ctx);
-    unsafe {
-        rm!(RedisModule_SubscribeToKeyspaceEvents)(ctx.0, types, Some(on_key_event));
-    }
+    // ZSET: a holder removed by hand (`ZREM`) frees a permit too.
+    key_events::subscribe(ctx, key_events::Also::Zset);
 }
 
 /// A key was deleted, expired, evicted, renamed away or got a new TTL:
 /// if anyone waits on it, check it right after this command.
-unsafe extern "C" fn on_key_event(
-    ctx: *mut RedisModuleCtx,
-    type_: c_int,
-    _event: *const std::ffi::c_char,
-    key: *mut RedisModuleString,
-) -> c_int {
+pub(crate) fn on_key_event(ctx: Ctx, type_: c_int, key: *mut RedisModuleString) {
     let removed = raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED;
     if waiting() == 0 || (SERVING.load(Ordering::Relaxed) != 0 && type_ & removed == 0) {
-        return raw::REDISMODULE_OK as c_int;
+        return;
     }
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let ctx = Ctx(ctx);
-        check_by(ctx, &(ctx.db(), bytes(key).to_vec()), ctx.now_ms());
-    }));
-    raw::REDISMODULE_OK as c_int
+    check_by(ctx, &(ctx.db(), bytes(key).to_vec()), ctx.now_ms());
 }
 
 /// FLUSHDB / FLUSHALL finished, or SWAPDB swapped two databases: no key
