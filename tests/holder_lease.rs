@@ -19,7 +19,7 @@ use redis_lock_harness::Server;
 use redis_lock_rules::holders::{Kind, Tag};
 
 mod support;
-use support::lease::{cmd, field, fields_of, int, server_now, until_server_time};
+use support::lease::{err, field, fields_of, int, pexpiretime, place, score, server_now, until_server_time, zrange};
 use support::{until_waiting, wait_for_link};
 
 /// INFO of a holders key as (field, value) pairs.
@@ -28,23 +28,6 @@ fn info(c: &mut Connection, command: &str, key: &str) -> Option<Vec<(String, Val
 }
 
 const DELAY_MS: i64 = 4_000;
-
-fn err(c: &mut Connection, args: &[&str]) -> String {
-    cmd(c, args).expect_err(&format!("{args:?} refused")).to_string()
-}
-
-/// The whole sorted set, as the server prints it (members and scores).
-fn zrange(c: &mut Connection, key: &str) -> Vec<(Vec<u8>, String)> {
-    redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query(c).expect("ZRANGE")
-}
-
-fn score(c: &mut Connection, key: &str, member: &str) -> Option<f64> {
-    redis::cmd("ZSCORE").arg(key).arg(member).query(c).expect("ZSCORE")
-}
-
-fn pexpiretime(c: &mut Connection, key: &str) -> i64 {
-    redis::cmd("PEXPIRETIME").arg(key).query(c).expect("PEXPIRETIME")
-}
 
 /// What the key's tag member `""` says, read as the module reads it.
 fn tag(c: &mut Connection, key: &str) -> Option<Tag> {
@@ -57,11 +40,6 @@ fn sem(limit: u64, delay: i64) -> Option<Tag> {
 
 fn rw(writer: bool, delay: i64) -> Option<Tag> {
     Some(Tag { kind: Kind::ReadWrite { writer }, delay })
-}
-
-/// A holder's score: the end of its place (lease end + the key's delay).
-fn place(c: &mut Connection, key: &str, token: &str) -> i64 {
-    score(c, key, token).unwrap_or_else(|| panic!("{token} holds no place in {key}")) as i64
 }
 
 /// `args` on a new connection from a thread: its reply (an error as a

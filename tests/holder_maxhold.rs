@@ -18,7 +18,7 @@ use redis::{Connection, Value};
 use redis_lock_harness::Server;
 
 mod support;
-use support::lease::{cmd, fields_of, int, server_now, until_server_time};
+use support::lease::{err, fields_of, int, pexpiretime, place, score, server_now, until_server_time, zrange};
 use support::{info_field, until_waiting, wait_for_link};
 
 /// INFO of a holders key as (field, value) pairs.
@@ -26,34 +26,14 @@ fn info(c: &mut Connection, command: &str, key: &str) -> Option<Vec<(String, Val
     fields_of(c, &[command, key])
 }
 
-fn err(c: &mut Connection, args: &[&[u8]]) -> String {
-    cmd(c, args).expect_err("refused").to_string()
-}
-
-fn zrange(c: &mut Connection, key: &str) -> Vec<(Vec<u8>, String)> {
-    redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query(c).expect("ZRANGE")
-}
-
-fn score(c: &mut Connection, key: &str, member: &[u8]) -> Option<f64> {
-    redis::cmd("ZSCORE").arg(key).arg(member).query(c).expect("ZSCORE")
-}
-
 fn zcard(c: &mut Connection, key: &str) -> i64 {
     redis::cmd("ZCARD").arg(key).query(c).expect("ZCARD")
-}
-
-fn pexpiretime(c: &mut Connection, key: &str) -> i64 {
-    redis::cmd("PEXPIRETIME").arg(key).query(c).expect("PEXPIRETIME")
 }
 
 /// `token`'s hold limit as stored: its member `"\0" + token`, scored `-holdUntil`.
 fn hold(c: &mut Connection, key: &str, token: &str) -> Option<i64> {
     let member = [&b"\0"[..], token.as_bytes()].concat();
     score(c, key, &member).map(|s| -s as i64)
-}
-
-fn place(c: &mut Connection, key: &str, token: &str) -> i64 {
-    score(c, key, token.as_bytes()).unwrap_or_else(|| panic!("{token} holds no place in {key}")) as i64
 }
 
 /// A flat [token, n, …] field of INFO as pairs.

@@ -55,3 +55,27 @@ pub fn fields_of<A: ToRedisArgs + std::fmt::Debug>(c: &mut Connection, args: &[A
 pub fn field(f: &[(String, Value)], name: &str) -> Value {
     f.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no {name} in {f:?}")).1.clone()
 }
+
+/// `args`' error, as text (the command must be refused).
+pub fn err<A: ToRedisArgs + std::fmt::Debug>(c: &mut Connection, args: &[A]) -> String {
+    cmd(c, args).expect_err(&format!("{args:?} refused")).to_string()
+}
+
+/// The whole sorted set, as the server prints it (members and scores).
+pub fn zrange(c: &mut Connection, key: &str) -> Vec<(Vec<u8>, String)> {
+    redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query(c).expect("ZRANGE")
+}
+
+/// `member`'s score in `key`, if it is there.
+pub fn score<M: ToRedisArgs>(c: &mut Connection, key: &str, member: M) -> Option<f64> {
+    redis::cmd("ZSCORE").arg(key).arg(member).query(c).expect("ZSCORE")
+}
+
+pub fn pexpiretime(c: &mut Connection, key: &str) -> i64 {
+    redis::cmd("PEXPIRETIME").arg(key).query(c).expect("PEXPIRETIME")
+}
+
+/// A holder's score: the end of its place (lease end + the key's delay).
+pub fn place(c: &mut Connection, key: &str, token: &str) -> i64 {
+    score(c, key, token).unwrap_or_else(|| panic!("{token} holds no place in {key}")) as i64
+}
