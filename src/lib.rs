@@ -4,47 +4,52 @@
 //! exactly as the reference Lua scripts do (the rules live in the pure
 //! `redis-lock-rules` crate); this crate is the thin Redis adapter around
 //! them. Load with `redis-server --loadmodule target/release/libredis_lock.so`.
+//!
+//! The layers, each importing only those below it (`tests/layers.rs` keeps
+//! it so; docs/repository.md draws them): `boundary` (the edge with the
+//! server), `server` (configs, counters, events, INFO, the cluster),
+//! `store` (the keys and their replicated effects), `blocked` (the one
+//! blocked-client machine and its kinds), `commands` (the handlers, one
+//! file per family); and on top this file and `registration` (the one
+//! command table), which wire them: the listeners of server events, the
+//! config hooks, the INFO section.
 
-mod api;
-mod cluster;
-mod cluster_fence;
+mod blocked;
+mod boundary;
 mod commands;
-mod config;
-mod db_events;
-mod election;
-mod entry;
-mod errors;
-mod fence;
-mod guard;
-mod holders;
-mod key;
-mod key_events;
-mod lease;
-mod observe;
 mod registration;
-mod reply;
-mod rwlock;
-mod semaphore;
-mod stats;
-mod timer;
-mod timings;
-mod top;
-mod wait;
+mod server;
+mod store;
 
 use std::ffi::c_int;
 
 use redis_module::raw;
 use redis_module::{redis_module, Context, RedisString, Status};
 
-use fence::FENCE_TYPE;
+use boundary::api::{self, rm};
+use server::events::{self, Also, Listener};
+use server::{cluster_fence, config, info, timings};
+use store::fence::FENCE_TYPE;
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     if let Some(name) = api::missing() {
         ctx.log_warning(&format!("lock: this server lacks {name}; redis 7.0 or later is required"));
         return Status::Err;
     }
+    // Who hears the server's events, in this order (each subscription is
+    // taken when a listener first needs it).
+    events::listen(vec![
+        Listener { also: Also::Zset, on_key: blocked::queue::on_key_event, on_db: blocked::queue::on_db_event },
+        Listener {
+            also: Also::String,
+            on_key: blocked::observers::on_key_event,
+            on_db: blocked::observers::on_db_event,
+        },
+        Listener { also: Also::Nothing, on_key: timings::on_key_event, on_db: timings::on_db_event },
+    ]);
+    config::on_hold_timing_off(timings::stop_holds);
     unsafe {
-        api::rm!(RedisModule_RegisterInfoFunc)(ctx.ctx, Some(stats::info));
+        rm!(RedisModule_RegisterInfoFunc)(ctx.ctx, Some(info::render));
         if !cluster_fence::register(ctx.ctx) {
             ctx.log_warning("lock: could not register the command filter for cluster fences");
             return Status::Err;
@@ -54,7 +59,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             return Status::Err;
         }
         // Refused commands must not invalidate WATCH: we signal changes ourselves.
-        api::rm!(RedisModule_SetModuleOptions)(ctx.ctx, raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int);
+        rm!(RedisModule_SetModuleOptions)(ctx.ctx, raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int);
     }
     if let Err(e) = registration::register(ctx.ctx) {
         ctx.log_warning(&e);

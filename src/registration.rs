@@ -8,29 +8,28 @@ use std::ptr::null;
 
 use redis_module::raw::{self, RedisModuleCommandArg, RedisModuleCommandKeySpec, RedisModuleCtx};
 
-use crate::api::rm;
-use crate::commands;
-use crate::entry::command_fn;
-use crate::{election, guard, rwlock, semaphore, top};
+use crate::boundary::api::rm;
+use crate::boundary::entry::command_fn;
+use crate::commands::{election, guard, holders, lock, top};
 
-command_fn!(acquire_cmd => commands::acquire);
-command_fn!(renew_cmd => commands::renew);
-command_fn!(release_cmd => commands::release);
-command_fn!(takeover_cmd => commands::takeover);
-command_fn!(info_cmd => commands::info);
-command_fn!(fence_floor_cmd => commands::fence_floor);
+command_fn!(acquire_cmd => lock::acquire);
+command_fn!(renew_cmd => lock::renew);
+command_fn!(release_cmd => lock::release);
+command_fn!(takeover_cmd => lock::takeover);
+command_fn!(info_cmd => lock::info);
+command_fn!(fence_floor_cmd => lock::fence_floor);
 command_fn!(elect_cmd => election::elect);
 command_fn!(proclaim_cmd => election::proclaim);
 command_fn!(leader_cmd => election::leader);
 command_fn!(observe_cmd => election::observe);
-command_fn!(sem_acquire_cmd => semaphore::sem_acquire);
-command_fn!(sem_renew_cmd => semaphore::sem_renew);
-command_fn!(sem_release_cmd => semaphore::sem_release);
-command_fn!(sem_info_cmd => semaphore::sem_info);
-command_fn!(rw_acquire_cmd => rwlock::rw_acquire);
-command_fn!(rw_renew_cmd => rwlock::rw_renew);
-command_fn!(rw_release_cmd => rwlock::rw_release);
-command_fn!(rw_info_cmd => rwlock::rw_info);
+command_fn!(sem_acquire_cmd => holders::sem_acquire);
+command_fn!(sem_renew_cmd => holders::sem_renew);
+command_fn!(sem_release_cmd => holders::sem_release);
+command_fn!(sem_info_cmd => holders::sem_info);
+command_fn!(rw_acquire_cmd => holders::rw_acquire);
+command_fn!(rw_renew_cmd => holders::rw_renew);
+command_fn!(rw_release_cmd => holders::rw_release);
+command_fn!(rw_info_cmd => holders::rw_info);
 command_fn!(top_cmd => top::top);
 
 type CommandFn = unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
@@ -57,7 +56,7 @@ struct Command {
     /// How argument 1, the key, is used (None: no key).
     key: Option<u32>,
     /// The categories of the command's native twin (Redis 7.2+; 7.0 has no
-    /// API for them, see the README's ACL section).
+    /// API for them, see docs/commands.md).
     acl: &'static CStr,
     summary: &'static CStr,
     complexity: &'static CStr,

@@ -16,13 +16,15 @@
 //! - [`hold_table`]: the holds `lock.hold-timing` times, and what their ends record.
 //! - [`lease`]: LOCKDELAY and MAXHOLD: a grant's lease fields, renewals,
 //!   settling an ended lease to its tombstone, what LOCK.INFO shows.
-//! - [`queue`]: the wait queues' bookkeeping (FIFO per key, timers).
+//! - [`blocked`]: the bookkeeping every kind of blocked client shares (per key, per client, check timers).
+//! - [`queue`]: the wait queues (FIFO per key) on it.
 //! - [`scripts`]: the reference Lua scripts.
 //! - [`top`]: LOCK.TOP's order of contended keys.
 //! - [`value`]: the structured values the module writes (elections, hold
 //!   limits, lock-delays) and their tombstone.
 
 pub mod args;
+pub mod blocked;
 pub mod cjson;
 pub mod cluster;
 pub mod cluster_fence;

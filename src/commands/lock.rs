@@ -12,15 +12,14 @@ use redis_lock_rules::value;
 use redis_lock_rules::{Entry, Remaining};
 use redis_module::raw::RedisModuleString;
 
-use crate::fence;
-use crate::key::{bytes, Ctx, LockKey, NewValue};
-use crate::lease;
-use crate::reply::{Argv, Failure, Reply, Value};
-use crate::stats::{self, Counter};
-use crate::timings;
-use crate::wait;
-
-type Outcome = Result<Reply, Failure>;
+use crate::blocked::queue::{self, open_behind_waiters};
+use crate::boundary::ctx::{bytes, Ctx};
+use crate::boundary::reply::{Argv, Failure, Outcome, Reply, Value};
+use crate::server::counters::{self as stats, Counter};
+use crate::server::timings;
+use crate::store::fence;
+use crate::store::lease;
+use crate::store::lock_key::{LockKey, NewValue};
 
 /// Counts the verdict and turns it into the 1/0 reply.
 fn verdict(granted: bool, on_grant: &Counter) -> Outcome {
@@ -42,17 +41,9 @@ fn grant_reply(ctx: Ctx, granted: bool, opts: GrantOptions) -> Outcome {
         stats::REFUSALS.add();
         return Ok(Reply::Nil);
     }
-    let fence = fence::issue(ctx, ctx.now_ms()).ok_or(Failure::FencesExhausted)?;
-    Ok(Reply::Int(fence::grant_reply(ctx, Some(fence), &stats::GRANTS)))
-}
-
-/// Whether a grant can go ahead: with FENCE, only while fences remain, so
-/// that an exhausted space refuses before the key changes.
-pub fn check_fence_space(ctx: Ctx, opts: GrantOptions) -> Result<(), Failure> {
-    if opts.fence && redis_lock_rules::fence::next(fence::raise(0), ctx.now_ms()).is_none() {
-        return Err(Failure::FencesExhausted);
-    }
-    Ok(())
+    let fence = fence::issue(ctx, ctx.now_ms())?;
+    stats::GRANTS.add();
+    Ok(Reply::Int(fence::grant_value(ctx, Some(fence))))
 }
 
 /// LOCK.ACQUIRE key token ttl-ms [FENCE] [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms]
@@ -77,23 +68,23 @@ fn acquire_with(
     let grant = rules_lease::grant(now, ttl, terms)?;
     lease::check_token(bytes(token), terms)?;
     let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
-    check_fence_space(ctx, opts)?;
+    fence::check_space(ctx, opts.fence)?;
     let mut k = open_behind_waiters(ctx, key, now);
     let granted = lock::may_acquire(k.entry());
     if granted {
         k.set(lease::lock_value(bytes(token), &grant).new_value(token), grant.pxat);
         timings::hold_started(ctx, key, timings::Family::Exclusive, now);
-    } else if let Some(deadline) = wait_until.filter(|_| wait::may_block(ctx)) {
-        if !wait::has_room() {
+    } else if let Some(deadline) = wait_until.filter(|_| ctx.may_block()) {
+        if !queue::has_room() {
             return Err(Failure::TooManyWaiters);
         }
         let holder = k.expires_at();
         drop(k);
-        wait::block(
+        queue::block(
             ctx,
             key,
             token,
-            wait::Request { claim: wait::Claim::Lock, ttl, fence: opts.fence, deadline, terms },
+            queue::Request { claim: queue::Claim::Lock, ttl, fence: opts.fence, deadline, terms },
             holder,
         );
         return Ok(Reply::Blocked);
@@ -101,19 +92,6 @@ fn acquire_with(
         stats::DELAYED_ACQUIRES.add();
     }
     grant_reply(ctx, granted, opts)
-}
-
-/// Opens `key` for a newcomer at `now`, settling an ended lease. A free
-/// key that others wait on goes to the head of their queue first, so
-/// nobody jumps the line.
-pub fn open_behind_waiters(ctx: Ctx, key: *mut RedisModuleString, now: i64) -> LockKey {
-    let k = lease::open(ctx, key, now);
-    if stats::waiting() == 0 || !matches!(k.entry(), Entry::Absent) {
-        return k;
-    }
-    drop(k);
-    wait::grant_next(ctx, key);
-    LockKey::open(ctx, key)
 }
 
 /// LOCK.RENEW key token ttl-ms [FLOOR fence]
@@ -156,10 +134,10 @@ pub fn renew(ctx: Ctx, argv: Argv) -> Outcome {
         }
     };
     // Only a holder raises the mark: a quorum lock confirms its fence on
-    // every node it holds (see the README's Quorum section).
+    // every node it holds (docs/quorum.md).
     if let Some(f) = floor {
         fence::raise(f);
-        ctx.replicate_fence_floor(f);
+        fence::replicate_floor(ctx, f);
     }
     stats::RENEWALS.add();
     if capped {
@@ -189,11 +167,11 @@ pub fn release(ctx: Ctx, argv: Argv) -> Outcome {
     if granted {
         // Before the delete: its `del` event would end the hold as deleted.
         timings::hold_ended(ctx, key, timings::End::Released, ctx.now_ms());
-        let _quiet = wait::serving();
+        let _quiet = queue::serving();
         k.delete();
         drop(k);
         // Hand over in the same step: nobody can slip in between.
-        wait::grant_next(ctx, key);
+        queue::grant_next(ctx, key);
     }
     verdict(granted, &stats::RELEASES)
 }
@@ -214,7 +192,7 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
     check_lease_terms(&opts, ttl)?;
     let now = ctx.now_ms();
     let grant = rules_lease::grant(now, ttl, Terms::of(&opts))?;
-    check_fence_space(ctx, opts)?;
+    fence::check_space(ctx, opts.fence)?;
     let mut k = open_behind_waiters(ctx, key, now);
     let takeover = lock::take_over(k.entry(), run_bytes, ttl, || k.remaining())?;
     match takeover {
@@ -246,7 +224,7 @@ pub fn fence_floor(ctx: Ctx, argv: Argv) -> Outcome {
     let floor = parse_fence(bytes(floor))?;
     check_floor(ctx, floor)?;
     fence::raise(floor);
-    ctx.replicate_fence_floor(floor);
+    fence::replicate_floor(ctx, floor);
     Ok(Reply::Ok)
 }
 
@@ -279,7 +257,7 @@ pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
         (c"ttl-ms", Value::Int(ttl)),
         // The server keeps no per-lock fence (see redis_lock_rules::fence).
         (c"fence", Value::Nil),
-        (c"waiters", Value::Int(wait::waiters_on(ctx, bytes(key)) as i64)),
+        (c"waiters", Value::Int(queue::waiters_on(ctx, bytes(key)) as i64)),
         (c"lock-delay-ms", int_or_nil(lock_delay)),
         (c"hold-until", int_or_nil(hold_until)),
         (c"lease-end", int_or_nil(lease_end)),

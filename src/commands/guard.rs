@@ -12,7 +12,7 @@
 //! - `!`: the inner command's effects go to replicas and the AOF as Redis
 //!   propagates that command (relative expiries become `PXAT`/`PEXPIREAT`);
 //!   the check replicates nothing, unless it settles a lease that ended
-//!   (`crate::lease`: the tombstone's `SET … PXAT`, and then `NOTHELD`);
+//!   (`crate::store::lease`: the tombstone's `SET … PXAT`, and then `NOTHELD`);
 //! - `E`: Redis's own refusals (unknown command, arity, ACL, OOM) come back
 //!   as error replies, sent to the caller unchanged;
 //! - `0`: the reply is in the caller's protocol (RESP2 or RESP3), so it is
@@ -36,12 +36,12 @@ use redis_lock_rules::args::check_key_and_token;
 use redis_lock_rules::guard::{self, check_command, held};
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 
-use crate::api::rm;
-use crate::entry;
-use crate::key::{bytes, Ctx};
-use crate::lease;
-use crate::reply::{Argv, CallReply, Failure, Reply};
-use crate::stats;
+use crate::boundary::api::rm;
+use crate::boundary::ctx::{bytes, Ctx};
+use crate::boundary::entry;
+use crate::boundary::reply::{Argv, CallReply, Failure, Reply};
+use crate::server::counters as stats;
+use crate::store::lease;
 
 /// The registered command function: answers Redis's key-position requests
 /// here, runs the command through [`entry::run`] otherwise.

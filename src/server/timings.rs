@@ -14,13 +14,13 @@
 //! Where holds start and end (the hooks, each before the write it times,
 //! so that the module's own `del` event finds the hold already recorded):
 //!
-//! - exclusive keys: [`hold_started`] after a grant (`crate::commands`
-//!   acquire and takeover, `crate::wait::grant_lock`, `crate::election`);
+//! - exclusive keys: [`hold_started`] after a grant (`crate::commands::lock`
+//!   acquire and takeover, `crate::blocked::handover`, `crate::commands::election`);
 //!   [`hold_ended`] on LOCK.RELEASE (before its delete), a takeover, and a
-//!   lease settled as ended (`crate::lease::settle`, before its write);
+//!   lease settled as ended (`crate::store::lease::settle`, before its write);
 //! - semaphores and read-write locks: one hook, [`holders_commit`], at the
-//!   top of `crate::holders::HoldersKey::commit` (so every SEM.* / RWLOCK.*
-//!   write and `crate::wait::grant_holder` goes through it): pruned places
+//!   top of `crate::store::holders_key::HoldersKey::commit` (so every SEM.* / RWLOCK.*
+//!   write and `crate::blocked::handover` goes through it): pruned places
 //!   end as expired (held until their lease end, the lock-delay after it is
 //!   not held), a release as released, a grant starts timing, a renewal
 //!   moves the lease end, and a commit that deletes the key (no live holder
@@ -51,19 +51,20 @@
 //!
 //! Everything here is touched on Redis's main thread only.
 
-use std::ffi::{c_int, c_void, CString};
+use std::ffi::{c_int, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use redis_lock_rules::histogram::Histogram;
 use redis_lock_rules::hold_table::{Ended, HoldTable};
-use redis_lock_rules::holders::{last_after, Change, Family as HolderFamily, Last, Summary};
-use redis_module::raw::{self, RedisModuleCtx, RedisModuleInfoCtx, RedisModuleString};
+use redis_lock_rules::holders::{last_after, Change, Family as HolderFamily, Last, Summary, Tag};
+use redis_module::raw::{self, RedisModuleInfoCtx, RedisModuleString};
 
-use crate::api::rm;
-use crate::holders::Edit;
-use crate::key::{bytes, Ctx};
-use crate::stats;
+use crate::boundary::api::rm;
+use crate::boundary::ctx::{bytes, Ctx};
+use crate::server::config;
+use crate::server::counters;
+use crate::server::events::{self, Also, DbEvent, KeyEvent};
 
 /// At most this many holds (an exclusive key, or a holder of a semaphore
 /// or read-write lock) are timed at once; grants beyond are not timed.
@@ -100,16 +101,34 @@ impl Family {
 
 pub use redis_lock_rules::hold_table::End;
 
+/// What a semaphore's or read-write lock's commit does besides pruning, as
+/// hold timing sees it (the storage layer's edit, with tokens as bytes).
+#[derive(Clone, Copy)]
+pub enum HolderEdit<'a> {
+    Keep,
+    /// A grant or a renewal: the place now ends at `at`; `tag`: the key's
+    /// kind and delay when they change.
+    Put {
+        token: &'a [u8],
+        at: i64,
+        tag: Option<Tag>,
+    },
+    /// A release.
+    Remove {
+        token: &'a [u8],
+    },
+}
+
 struct Timings {
     wait: [Histogram; 4],
     hold: [Histogram; 4],
     /// Hold ends by family; for semaphores and read-write locks, only
-    /// those `crate::stats`' counters do not see (see [`record`]).
+    /// those `crate::server::counters`' counters do not see (see [`record`]).
     released: [u64; 4],
     expired: [u64; 4],
     taken_over: [u64; 4],
     deleted: [u64; 4],
-    /// The semaphore and read-write counters of `crate::stats` at the last
+    /// The semaphore and read-write counters of `crate::server::counters` at the last
     /// `CONFIG RESETSTAT` (those keep counting since the start).
     base: [u64; 4],
     table: HoldTable<Family>,
@@ -177,7 +196,7 @@ fn token_hash(token: &[u8]) -> u64 {
 }
 
 /// Adds a hold's end to the figures. `stats_saw`: a semaphore's or
-/// read-write lock's end that `crate::stats` counted already (a release,
+/// read-write lock's end that `crate::server::counters` counted already (a release,
 /// or a place pruned by a command), so only its length is recorded here.
 /// Deleted holds are counted, not recorded: how long a lock was held until
 /// someone deleted it says nothing about the work it protected.
@@ -215,7 +234,7 @@ fn after_grant(ctx: Ctx, mut s: MutexGuard<'static, Timings>) {
 /// The module granted `name` (an exclusive key) at `now`. Nothing unless
 /// `lock.hold-timing` is on.
 pub fn hold_started(ctx: Ctx, name: *mut RedisModuleString, family: Family, now: i64) {
-    if !crate::config::hold_timing() {
+    if !config::hold_timing() {
         return;
     }
     let h = key_hash(ctx.db(), bytes(name));
@@ -241,7 +260,7 @@ pub fn hold_ended(ctx: Ctx, name: *mut RedisModuleString, end: End, now: i64) {
     }
 }
 
-/// The hook of `crate::holders::HoldersKey::commit`, called before it
+/// The hook of `crate::store::holders_key::HoldersKey::commit`, called before it
 /// writes (and so before the `del` it may raise): what the commit does to
 /// the timed holders of `name`, a semaphore or read-write lock key
 /// `summary` describes (`None`: absent) at the scan's `now`.
@@ -260,11 +279,11 @@ pub fn holders_commit(
     ctx: Ctx,
     name: *mut RedisModuleString,
     summary: Option<&Summary>,
-    edit: Edit,
+    edit: HolderEdit,
     ended: &[*mut RedisModuleString],
     now: i64,
 ) {
-    if !crate::config::hold_timing() {
+    if !config::hold_timing() {
         return;
     }
     let h = key_hash(ctx.db(), bytes(name));
@@ -275,14 +294,14 @@ pub fn holders_commit(
         }
     }
     match edit {
-        Edit::Keep => {}
-        Edit::Remove { token } => {
-            if let Some(e) = s.table.holder_ended(h, token_hash(bytes(token)), End::Released, now) {
+        HolderEdit::Keep => {}
+        HolderEdit::Remove { token } => {
+            if let Some(e) = s.table.holder_ended(h, token_hash(token), End::Released, now) {
                 record(&mut s, e, true);
             }
         }
-        Edit::Put { token, at, tag, .. } => {
-            let t = token_hash(bytes(token));
+        HolderEdit::Put { token, at, tag } => {
+            let t = token_hash(token);
             let delay = tag.map(|t| t.delay).or(summary.map(|s| s.delay)).unwrap_or(0);
             let lease_end = at.saturating_sub(delay);
             let kind = tag.map(|t| t.kind).or(summary.map(|s| s.kind));
@@ -296,9 +315,9 @@ pub fn holders_commit(
         }
     }
     let change = match edit {
-        Edit::Keep => Change::Keep,
-        Edit::Put { at, .. } => Change::Put(at),
-        Edit::Remove { .. } => Change::Remove,
+        HolderEdit::Keep => Change::Keep,
+        HolderEdit::Put { at, .. } => Change::Put(at),
+        HolderEdit::Remove { .. } => Change::Remove,
     };
     if summary.is_some() && matches!(last_after(summary, change), Last::Gone) {
         let mut ends = Vec::new();
@@ -330,8 +349,7 @@ pub fn stop_holds() {
 /// hook that ends a hold runs before the write, so its own `del` finds the
 /// hold already recorded, and `expire` ends nothing.
 fn subscribe(ctx: Ctx) {
-    crate::db_events::subscribe(ctx);
-    crate::key_events::subscribe(ctx, crate::key_events::Also::Nothing);
+    events::need(ctx, Also::Nothing);
 }
 
 /// The generic events (Redis 7.0's `notifyKeyspaceEvent(NOTIFY_GENERIC, …)`
@@ -345,16 +363,18 @@ fn removes_value(event: &[u8]) -> bool {
     matches!(event, b"del" | b"rename_from" | b"rename_to" | b"move_from" | b"copy_to" | b"restore")
 }
 
-pub(crate) fn on_key_event(ctx: Ctx, type_: c_int, event: &[u8], key: *mut RedisModuleString) {
+/// The listener of key events (`crate::server::events`): a timed key that
+/// expired, was evicted, or was deleted, overwritten or moved by someone
+/// else ends its holds.
+pub fn on_key_event(ctx: Ctx, ev: &KeyEvent) {
     if TRACKED.load(Ordering::Relaxed) == 0 {
         return;
     }
-    let expired = type_ & raw::REDISMODULE_NOTIFY_EXPIRED != 0;
-    let gone = expired || type_ & raw::REDISMODULE_NOTIFY_EVICTED != 0 || removes_value(event);
-    if !gone {
+    let expired = ev.expired();
+    if !(expired || ev.evicted() || removes_value(ev.name)) {
         return;
     }
-    let h = key_hash(ctx.db(), bytes(key));
+    let h = key_hash(ctx.db(), bytes(ev.key));
     let now = ctx.now_ms();
     let mut s = state();
     let mut ends = Vec::new();
@@ -370,24 +390,19 @@ pub(crate) fn on_key_event(ctx: Ctx, type_: c_int, event: &[u8], key: *mut Redis
     publish(&s);
 }
 
-/// A flush or SWAPDB: the table cannot tell which holds belonged to which
-/// database (it keeps hashes), so every hold goes, unrecorded.
-pub(crate) unsafe extern "C" fn on_db_event(
-    _ctx: *mut RedisModuleCtx,
-    event: raw::RedisModuleEvent,
-    subevent: u64,
-    _: *mut c_void,
-) {
-    if event.id == raw::REDISMODULE_EVENT_FLUSHDB && subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
-        return;
+/// The listener of database events: a flush or SWAPDB forgets every hold,
+/// unrecorded (the table keeps hashes: it cannot tell which holds belonged
+/// to which database).
+pub fn on_db_event(_ctx: Ctx, ev: DbEvent) {
+    if let DbEvent::Changed(_) = ev {
+        stop_holds();
     }
-    let _ = std::panic::catch_unwind(stop_holds);
 }
 
-/// The semaphore and read-write counters of `crate::stats` that count
+/// The semaphore and read-write counters of `crate::server::counters` that count
 /// their holds' ends: released and expired, per family.
 fn holder_ends() -> [u64; 4] {
-    [stats::SEM_RELEASES.get(), stats::SEM_EXPIRED.get(), stats::RW_RELEASES.get(), stats::RW_EXPIRED.get()]
+    [counters::SEM_RELEASES.get(), counters::SEM_EXPIRED.get(), counters::RW_RELEASES.get(), counters::RW_EXPIRED.get()]
 }
 
 /// `CONFIG RESETSTAT` (noticed by [`notice_resetstat`]): the distributions
@@ -442,7 +457,7 @@ fn notice_resetstat(s: &mut Timings) {
 }
 
 /// Adds the fields of issue 23 to the `lock` section (after the counters).
-pub unsafe fn info(ctx: *mut RedisModuleInfoCtx) {
+pub unsafe fn render(ctx: *mut RedisModuleInfoCtx) {
     let mut s = state();
     notice_resetstat(&mut s);
     let ends = holder_ends();
@@ -463,7 +478,7 @@ pub unsafe fn info(ctx: *mut RedisModuleInfoCtx) {
         if s.wait[f].count() > 0 {
             text("wait_hist_ms", s.wait[f].raw());
         }
-        // A semaphore's or read-write lock's: `crate::stats`' counters,
+        // A semaphore's or read-write lock's: `crate::server::counters`' counters,
         // plus the ends only hold timing sees (a key that expired whole).
         let (released, expired) = match family {
             Family::Semaphore => (since_reset(0), since_reset(1)),

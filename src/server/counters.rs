@@ -1,15 +1,12 @@
-//! Counters since the server started, shown by `INFO lock`.
+//! Counters since the server started, shown by `INFO lock`
+//! (`crate::server::info` renders them).
 //!
 //! Commands run on Redis's main thread, so relaxed atomics cost no more than
 //! plain increments and keep the statics safe to touch from anywhere.
 
-use std::ffi::{c_int, CStr};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_lock_rules::holders::{Family, Want};
-use redis_module::raw::RedisModuleInfoCtx;
-
-use crate::api::rm;
 
 pub struct Counter(AtomicU64);
 
@@ -101,70 +98,20 @@ pub static OBSERVERS_CANCELLED: Counter = Counter::new();
 /// that finds no leader.
 pub static OBSERVER_SLOT_CHECKS: Counter = Counter::new();
 
-/// Clients blocked in LOCK.OBSERVE right now (kept by `crate::observe`).
+/// Clients blocked in LOCK.OBSERVE right now (kept by `crate::blocked::observers`).
 pub static OBSERVING: AtomicU64 = AtomicU64::new(0);
 
 pub fn observing() -> u64 {
     OBSERVING.load(Ordering::Relaxed)
 }
 
-/// Clients blocked in WAIT right now (kept by `crate::wait`); lets every
+/// Clients blocked in WAIT right now (kept by `crate::blocked::queue`); lets every
 /// command skip the wait state when it is 0.
 pub static WAITING: AtomicU64 = AtomicU64::new(0);
 
 /// Clients blocked in WAIT right now.
 pub fn waiting() -> u64 {
     WAITING.load(Ordering::Relaxed)
-}
-
-/// The `INFO lock` section (fields appear as `lock_<name>`).
-pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c_int) {
-    let fields: [(&CStr, u64); 39] = [
-        (c"grants", GRANTS.get()),
-        (c"refusals", REFUSALS.get()),
-        (c"renewals", RENEWALS.get()),
-        (c"releases", RELEASES.get()),
-        (c"takeovers_same_run", TAKEOVERS_SAME_RUN.get()),
-        (c"takeovers_stale_legacy", TAKEOVERS_STALE_LEGACY.get()),
-        (c"waits_started", WAITS_STARTED.get()),
-        (c"waits_granted", WAITS_GRANTED.get()),
-        (c"waits_timed_out", WAITS_TIMED_OUT.get()),
-        (c"waits_cancelled", WAITS_CANCELLED.get()),
-        (c"waiting", waiting()),
-        (c"guarded", GUARDED.get()),
-        (c"guard_refusals", GUARD_REFUSALS.get()),
-        (c"delayed_acquires", DELAYED_ACQUIRES.get()),
-        (c"capped_renewals", CAPPED_RENEWALS.get()),
-        (c"delays_started", DELAYS_STARTED.get()),
-        (c"sem_grants", SEM_GRANTS.get()),
-        (c"sem_refusals", SEM_REFUSALS.get()),
-        (c"sem_renewals", SEM_RENEWALS.get()),
-        (c"sem_releases", SEM_RELEASES.get()),
-        (c"sem_expired", SEM_EXPIRED.get()),
-        (c"sem_delayed_acquires", SEM_DELAYED_ACQUIRES.get()),
-        (c"sem_capped_renewals", SEM_CAPPED_RENEWALS.get()),
-        (c"rw_read_grants", RW_READ_GRANTS.get()),
-        (c"rw_write_grants", RW_WRITE_GRANTS.get()),
-        (c"rw_refusals", RW_REFUSALS.get()),
-        (c"rw_renewals", RW_RENEWALS.get()),
-        (c"rw_releases", RW_RELEASES.get()),
-        (c"rw_expired", RW_EXPIRED.get()),
-        (c"rw_delayed_acquires", RW_DELAYED_ACQUIRES.get()),
-        (c"rw_capped_renewals", RW_CAPPED_RENEWALS.get()),
-        (c"elections", ELECTIONS.get()),
-        (c"proclaims", PROCLAIMS.get()),
-        (c"observes_started", OBSERVES_STARTED.get()),
-        (c"observer_wakes", OBSERVER_WAKES.get()),
-        (c"observer_timeouts", OBSERVER_TIMEOUTS.get()),
-        (c"observers_cancelled", OBSERVERS_CANCELLED.get()),
-        (c"observer_slot_checks", OBSERVER_SLOT_CHECKS.get()),
-        (c"observing", observing()),
-    ];
-    rm!(RedisModule_InfoAddSection)(ctx, std::ptr::null());
-    for (name, value) in fields {
-        rm!(RedisModule_InfoAddFieldULongLong)(ctx, name.as_ptr(), value);
-    }
-    crate::timings::info(ctx);
 }
 
 /// The grant counter of an acquirer of a semaphore or read-write lock.

@@ -1,50 +1,78 @@
 //! The server's fencing-token high-water mark and how it survives: RDB aux
 //! data here, `LOCK.FENCEFLOOR` in the replication stream (see
-//! `commands::fence_floor`), the clock floor in `redis_lock_rules::fence`.
+//! `crate::commands::lock::fence_floor`), the clock floor in `redis_lock_rules::fence`.
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use redis_lock_rules::encode::decimal;
 use redis_lock_rules::fence;
 use redis_module::native_types::RedisType;
 use redis_module::raw::{self, RedisModuleIO};
 
-use crate::cluster_fence;
-use crate::key::Ctx;
-use crate::stats::Counter;
+use crate::boundary::api::rm;
+use crate::boundary::ctx::Ctx;
+use crate::boundary::reply::Failure;
+use crate::server::cluster_fence;
 
 /// The largest fence handed out or learnt (from the master, the RDB or AOF).
 static HIGH_WATER: AtomicU64 = AtomicU64::new(0);
 
-/// Hands out the next fence, or `None` when the space is exhausted. In a
-/// cluster the floor is the configEpoch's (`crate::cluster_fence`).
-pub fn issue(ctx: Ctx, now_ms: i64) -> Option<u64> {
+/// Hands out the next fence, or refuses when the space is exhausted. In a
+/// cluster the floor is the configEpoch's (`crate::server::cluster_fence`).
+/// Every fence the module issues (a grant's, a waiter's, an election's
+/// term, a proclaimed revision) comes from here.
+pub fn issue(ctx: Ctx, now_ms: i64) -> Result<u64, Failure> {
     let last = HIGH_WATER.load(Ordering::Relaxed);
     let next = match cluster_fence::floor(ctx, now_ms) {
-        Some(floor) => redis_lock_rules::cluster_fence::next(last, floor)?,
-        None => fence::next(last, now_ms)?,
-    };
+        Some(floor) => redis_lock_rules::cluster_fence::next(last, floor),
+        None => fence::next(last, now_ms),
+    }
+    .ok_or(Failure::FencesExhausted)?;
     HIGH_WATER.store(next, Ordering::Relaxed);
-    Some(next)
+    Ok(next)
 }
 
-/// The reply of a grant, counted in `grants`: its fence, whose new floor
-/// goes to replicas and the AOF with the grant's effects, or 1 without
-/// FENCE. Every grant replies through here: a command's, a waiter's.
-pub fn grant_reply(ctx: Ctx, fence: Option<u64>, grants: &Counter) -> i64 {
-    grants.add();
+/// Whether a grant can go ahead: with FENCE (`wanted`), only while fences
+/// remain, so that an exhausted space refuses before the key changes.
+pub fn check_space(ctx: Ctx, wanted: bool) -> Result<(), Failure> {
+    if wanted && fence::next(mark(), ctx.now_ms()).is_none() {
+        return Err(Failure::FencesExhausted);
+    }
+    Ok(())
+}
+
+/// The integer a grant replies: its fence, whose new floor goes to
+/// replicas and the AOF with the grant's effects, or 1 without FENCE.
+/// Every grant replies through here: a command's, a waiter's.
+pub fn grant_value(ctx: Ctx, fence: Option<u64>) -> i64 {
     match fence {
         Some(f) => {
-            ctx.replicate_fence_floor(f);
+            replicate_floor(ctx, f);
             f as i64
         }
         None => 1,
     }
 }
 
-/// Learns that fences up to `floor` exist; returns the mark.
-pub fn raise(floor: u64) -> u64 {
-    HIGH_WATER.fetch_max(floor, Ordering::Relaxed).max(floor)
+/// `LOCK.FENCEFLOOR fence` to replicas and the AOF.
+pub fn replicate_floor(ctx: Ctx, fence: u64) {
+    let mut digits = [0u8; 20];
+    // Fences stay below 2^63 (redis_lock_rules::fence), so the cast is exact.
+    let fence = decimal(fence as i64, &mut digits);
+    unsafe {
+        rm!(RedisModule_Replicate)(ctx.0, c"LOCK.FENCEFLOOR".as_ptr(), c"b".as_ptr(), fence.as_ptr(), fence.len());
+    }
+}
+
+/// Learns that fences up to `floor` exist.
+pub fn raise(floor: u64) {
+    HIGH_WATER.fetch_max(floor, Ordering::Relaxed);
+}
+
+/// The mark: the largest fence issued or learnt.
+pub fn mark() -> u64 {
+    HIGH_WATER.load(Ordering::Relaxed)
 }
 
 unsafe extern "C" fn aux_save(rdb: *mut RedisModuleIO, _when: c_int) {

@@ -4,11 +4,11 @@
 
 use std::ffi::{c_int, c_void};
 
-use redis_lock_rules::queue::MAX_TIMER_MS;
+use redis_lock_rules::blocked::MAX_TIMER_MS;
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleTimerID};
 
-use crate::api::rm;
-use crate::key::Ctx;
+use crate::boundary::api::rm;
+use crate::boundary::ctx::Ctx;
 
 /// Starts a timer of at most [`MAX_TIMER_MS`] that hands `data` to `callback`.
 pub fn start<T>(

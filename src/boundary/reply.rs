@@ -1,16 +1,19 @@
 //! The reply vocabulary shared by every handler and the C boundary: a
 //! command's arguments, its reply, why it failed, and LOCK.GUARD's
-//! forwarded reply. It imports no handler, so `commands`, `semaphore`,
-//! `guard` and `entry` all build on it without importing each other.
+//! forwarded reply. Every handler and every blocked client's answer is
+//! sent through `crate::boundary::entry::send`.
 
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::{c_char, c_int, CStr, CString};
 
 use redis_lock_rules::guard::legacy_acl_error;
 use redis_lock_rules::{ArgError, WrongType};
 use redis_module::raw::{self, RedisModuleCallReply, RedisModuleCtx, RedisModuleString};
 
-use crate::api::rm;
-use crate::errors::INTERNAL;
+use crate::boundary::api::rm;
+use crate::boundary::errors::INTERNAL;
+
+/// What a command (or a blocked client, when its wait ends) replies.
+pub type Outcome = Result<Reply, Failure>;
 
 /// A command's arguments, the command name first.
 pub type Argv<'a> = &'a [*mut RedisModuleString];
@@ -28,6 +31,10 @@ pub enum Failure {
     TooManyWaiters,
     /// An error reply composed elsewhere (LOCK.GUARD's NOTHELD and refusals).
     Error(&'static CStr),
+    /// An error reply composed at run time: the redirection a blocked
+    /// client is sent on with (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN`), or
+    /// `UNBLOCKED`.
+    Message(CString),
     /// A semaphore acquired with another limit than its stored one (this).
     LimitDiffers(u64),
     /// A semaphore or read-write lock acquired with another lock-delay

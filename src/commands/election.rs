@@ -1,73 +1,27 @@
 //! The election handlers: LOCK.ELECT, LOCK.PROCLAIM, LOCK.LEADER and
 //! LOCK.OBSERVE, on the exclusive lock's key (see `docs/election.md`).
 //! The rules are `redis_lock_rules::election`; observers wait in
-//! `crate::observe`, candidates in the key's one line (`crate::wait`).
+//! `crate::blocked::observers`, candidates in the key's one line
+//! (`crate::blocked::queue`); who leads is read by `crate::store::leadership`.
 
 use redis_lock_rules::args::{
     check_key_and_token, check_lease_terms, check_utf8, parse_grant_options, parse_ttl, wait_deadline, Grammar,
 };
 use redis_lock_rules::election::{
-    check_value, elected, leadership, led_by, observe_ready, parse_observe_options, proclaimed, seen_rev, Leadership,
-    Proclaim,
+    check_value, elected, led_by, observe_ready, parse_observe_options, proclaimed, Proclaim,
 };
-use redis_lock_rules::lease::{self as rules_lease, Settle, Terms};
+use redis_lock_rules::lease::{self as rules_lease, Terms};
 use redis_lock_rules::{lock, ArgError, Entry};
-use redis_module::raw::RedisModuleString;
 
-use crate::commands::{check_fence_space, open_behind_waiters};
-use crate::fence;
-use crate::key::{bytes, Ctx, LockKey, NewValue};
-use crate::lease;
-use crate::observe;
-use crate::reply::{Argv, Failure, Reply, Value};
-use crate::stats;
-use crate::wait;
-
-type Outcome = Result<Reply, Failure>;
-
-/// A key's leadership and when its lease ends (Unix ms; none: no expiry):
-/// with LOCKDELAY, before the key's own expiry (`docs/lease.md`).
-pub struct Led {
-    pub leadership: Leadership,
-    pub expires_at: Option<i64>,
-}
-
-/// Who leads `name` now: `None` when leaderless; WRONGTYPE when the key
-/// is no string. Opens the key read-only: on a replica, an expired key is
-/// gone, as for GET. A lease that has ended (LOCKDELAY, MAXHOLD) leads no
-/// more, settled or not: observers armed for its end see it leaderless.
-pub fn read(ctx: Ctx, name: *mut RedisModuleString) -> Result<Option<Led>, Failure> {
-    let k = LockKey::open_read(ctx, name);
-    let pxat = k.expires_at();
-    let (leadership, expires_at) = match k.entry() {
-        Entry::Absent => return Ok(None),
-        Entry::OtherType => return Err(Failure::WrongType),
-        Entry::Str(value) if rules_lease::settle(value, pxat, ctx.now_ms()) != Settle::Keep => return Ok(None),
-        Entry::Str(value) => (leadership(value), rules_lease::held_until(value, pxat)),
-    };
-    Ok(leadership.map(|leadership| Led { leadership, expires_at }))
-}
-
-/// The revision a reading of the key stands for (another type: none, 0).
-pub fn rev_of(current: &Result<Option<Led>, Failure>) -> u64 {
-    match current {
-        Ok(led) => seen_rev(led.as_ref().map(|l| &l.leadership)),
-        Err(_) => 0,
-    }
-}
-
-/// LOCK.LEADER's reply (and LOCK.OBSERVE's): nil, or
-/// `value V term N rev N ttl-ms MS` (-1: the key has no expiry).
-pub fn leader_reply(current: Option<&Led>, now: i64) -> Reply {
-    let Some(Led { leadership, expires_at }) = current else { return Reply::Nil };
-    let ttl = expires_at.map_or(-1, |at| at.saturating_sub(now).max(0));
-    Reply::Fields(vec![
-        (c"value", Value::Bytes(leadership.value.as_bytes().to_vec())),
-        (c"term", Value::Int(leadership.term as i64)),
-        (c"rev", Value::Int(leadership.rev as i64)),
-        (c"ttl-ms", Value::Int(ttl)),
-    ])
-}
+use crate::blocked::{observers, queue};
+use crate::boundary::ctx::{bytes, Ctx};
+use crate::boundary::reply::{Argv, Failure, Outcome, Reply};
+use crate::server::counters as stats;
+use crate::server::timings;
+use crate::store::fence;
+use crate::store::leadership::{leader_reply, read};
+use crate::store::lease;
+use crate::store::lock_key::NewValue;
 
 /// LOCK.ELECT key token ttl-ms value [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms]
 pub fn elect(ctx: Ctx, argv: Argv) -> Outcome {
@@ -88,27 +42,28 @@ pub fn elect(ctx: Ctx, argv: Argv) -> Outcome {
     let now = ctx.now_ms();
     let grant = rules_lease::grant(now, ttl, terms)?;
     let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
-    check_fence_space(ctx, opts)?;
-    let mut k = open_behind_waiters(ctx, key, now);
+    fence::check_space(ctx, opts.fence)?;
+    let mut k = queue::open_behind_waiters(ctx, key, now);
     if lock::may_acquire(k.entry()) {
-        let term = fence::issue(ctx, now).ok_or(Failure::FencesExhausted)?;
+        let term = fence::issue(ctx, now)?;
         let stored = if terms.stores_fields() {
             lease::elect_value(bytes(token), term, bytes(value), &grant)
         } else {
             elected(token_str, term, value_str)
         };
         k.set(NewValue::Composed(&stored), grant.pxat);
-        crate::timings::hold_started(ctx, key, crate::timings::Family::Election, now);
-        return Ok(Reply::Int(fence::grant_reply(ctx, Some(term), &stats::ELECTIONS)));
+        timings::hold_started(ctx, key, timings::Family::Election, now);
+        stats::ELECTIONS.add();
+        return Ok(Reply::Int(fence::grant_value(ctx, Some(term))));
     }
-    if let Some(deadline) = wait_until.filter(|_| wait::may_block(ctx)) {
-        if !wait::has_room() {
+    if let Some(deadline) = wait_until.filter(|_| ctx.may_block()) {
+        if !queue::has_room() {
             return Err(Failure::TooManyWaiters);
         }
         let holder = k.expires_at();
         drop(k);
-        let claim = wait::Claim::Elect { value };
-        wait::block(ctx, key, token, wait::Request { claim, ttl, fence: true, deadline, terms }, holder);
+        let claim = queue::Claim::Elect { value };
+        queue::block(ctx, key, token, queue::Request { claim, ttl, fence: true, deadline, terms }, holder);
         return Ok(Reply::Blocked);
     }
     if lease::delayed(&k) {
@@ -136,12 +91,13 @@ pub fn proclaim(ctx: Ctx, argv: Argv) -> Outcome {
         stats::REFUSALS.add();
         return Ok(Reply::Int(0));
     };
-    let rev = fence::issue(ctx, ctx.now_ms()).ok_or(Failure::FencesExhausted)?;
+    let rev = fence::issue(ctx, ctx.now_ms())?;
     match proclaimed(stored, value, rev) {
         Proclaim::Store(new) => {
             k.set(NewValue::Composed(&new), at);
             // The new revision's floor goes to replicas and the AOF.
-            fence::grant_reply(ctx, Some(rev), &stats::PROCLAIMS);
+            fence::replicate_floor(ctx, rev);
+            stats::PROCLAIMS.add();
             Ok(Reply::Int(1))
         }
         Proclaim::NotLeader => {
@@ -167,11 +123,11 @@ pub fn observe(ctx: Ctx, argv: Argv) -> Outcome {
     let current = read(ctx, key)?;
     let ready = observe_ready(current.as_ref().map(|l| &l.leadership), opts.after);
     if let (false, Some(after), Some(deadline)) = (ready, opts.after, wait_until) {
-        if wait::may_block(ctx) {
-            if !wait::has_room() {
+        if ctx.may_block() {
+            if !queue::has_room() {
                 return Err(Failure::TooManyWaiters);
             }
-            observe::block(ctx, key, after, deadline, current.and_then(|l| l.expires_at));
+            observers::block(ctx, key, after, deadline, current.and_then(|l| l.expires_at));
             return Ok(Reply::Blocked);
         }
     }

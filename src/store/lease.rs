@@ -17,8 +17,10 @@ use redis_lock_rules::value::{self, Election, Stored};
 use redis_lock_rules::Entry;
 use redis_module::raw::RedisModuleString;
 
-use crate::key::{Ctx, LockKey, NewValue};
-use crate::stats;
+use crate::boundary::ctx::Ctx;
+use crate::server::counters as stats;
+use crate::server::timings;
+use crate::store::lock_key::{LockKey, NewValue};
 
 /// Opens `name` for a write command at `now`, settling an ended lease first.
 pub fn open(ctx: Ctx, name: *mut RedisModuleString, now: i64) -> LockKey {
@@ -41,7 +43,7 @@ pub fn settle(k: &mut LockKey, now: i64) {
     // The lease ran out while held (its key lives on as the tombstone).
     // Recorded before the write, whose `del` would end it as deleted.
     let (ctx, name) = k.ctx_and_name();
-    crate::timings::hold_ended(ctx, name, crate::timings::End::Expired, now);
+    timings::hold_ended(ctx, name, timings::End::Expired, now);
     match verdict {
         Settle::Keep => {}
         Settle::Tombstone { until } => {

@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 use redis_lock_rules::cluster_fence;
 use redis_module::raw::{self, RedisModuleCommandFilterCtx, RedisModuleCtx};
 
-use crate::api::rm;
-use crate::cluster::cluster_call;
-use crate::key::Ctx;
+use crate::boundary::api::rm;
+use crate::boundary::ctx::Ctx;
+use crate::server::cluster::cluster_call;
 
 /// How long a cached configEpoch is trusted without a `CLUSTER` command
 /// or role change in between.
@@ -62,8 +62,7 @@ pub fn register(ctx: *mut RedisModuleCtx) -> bool {
 /// mode (or if the epoch cannot be read or does not fit): then the
 /// single-server floor applies.
 pub fn floor(ctx: Ctx, now_ms: i64) -> Option<u64> {
-    let flags = unsafe { rm!(RedisModule_GetContextFlags)(ctx.0) } as u32;
-    if flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER == 0 {
+    if !ctx.in_cluster() {
         return None;
     }
     if IMPORTING.swap(false, Ordering::Relaxed) {
@@ -72,7 +71,7 @@ pub fn floor(ctx: Ctx, now_ms: i64) -> Option<u64> {
         cluster_call(ctx, c"BUMPEPOCH");
         STALE.store(true, Ordering::Relaxed);
     }
-    let master = flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0;
+    let master = ctx.is_master();
     let mut read = READ.lock().unwrap_or_else(|p| p.into_inner());
     let fresh = matches!(*read, Some((at, role)) if role == master && at.elapsed() < REFRESH_EVERY);
     if STALE.swap(false, Ordering::Relaxed) || !fresh {

@@ -1,4 +1,4 @@
-//! A lock key opened through the low-level key API, and the effects of
+//! A lock key (a string) opened through the low-level key API, and the effects of
 //! changing it.
 //!
 //! Every change here does what the scripts' native command would do next to
@@ -9,74 +9,15 @@
 //! with `NO_IMPLICIT_SIGNAL_MODIFIED`, so a refused command leaves WATCH
 //! alone.
 
-use std::ffi::{c_int, CStr};
+use std::ffi::c_int;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_lock_rules::encode::decimal;
 use redis_lock_rules::{Entry, Remaining};
-use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString};
+use redis_module::raw::{self, RedisModuleKey, RedisModuleString};
 
-use crate::api::rm;
-
-/// The command's context: replies, replication and the clock go through it.
-#[derive(Clone, Copy)]
-pub struct Ctx(pub *mut RedisModuleCtx);
-
-impl Ctx {
-    /// The server's clock, in Unix milliseconds.
-    pub fn now_ms(self) -> i64 {
-        unsafe { rm!(RedisModule_Milliseconds)() }
-    }
-
-    /// The database the command runs in (`SELECT`).
-    pub fn db(self) -> c_int {
-        unsafe { rm!(RedisModule_GetSelectedDb)(self.0) }
-    }
-
-    /// Whether the command comes from the master's replication stream or
-    /// the AOF: effects decided elsewhere, to apply as they are.
-    pub fn replaying(self) -> bool {
-        let flags = unsafe { rm!(RedisModule_GetContextFlags)(self.0) } as u32;
-        flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0
-    }
-
-    /// A new string owned by the caller (free it with [`Ctx::free`]).
-    pub fn string(self, bytes: &[u8]) -> *mut RedisModuleString {
-        unsafe { rm!(RedisModule_CreateString)(self.0, bytes.as_ptr().cast(), bytes.len()) }
-    }
-
-    pub fn free(self, s: *mut RedisModuleString) {
-        unsafe { rm!(RedisModule_FreeString)(self.0, s) }
-    }
-
-    /// `LOCK.FENCEFLOOR fence` to replicas and the AOF.
-    pub fn replicate_fence_floor(self, fence: u64) {
-        let mut digits = [0u8; 20];
-        // Fences stay below 2^63 (redis_lock_rules::fence), so the cast is exact.
-        let fence = decimal(fence as i64, &mut digits);
-        unsafe {
-            rm!(RedisModule_Replicate)(self.0, c"LOCK.FENCEFLOOR".as_ptr(), c"b".as_ptr(), fence.as_ptr(), fence.len());
-        }
-    }
-
-    fn notify(self, class: c_int, event: &CStr, key: *mut RedisModuleString) {
-        unsafe {
-            rm!(RedisModule_NotifyKeyspaceEvent)(self.0, class, event.as_ptr(), key);
-        }
-    }
-}
-
-/// The bytes of a command argument (valid while the command runs).
-pub fn bytes<'a>(s: *mut RedisModuleString) -> &'a [u8] {
-    let mut len = 0usize;
-    let ptr = unsafe { rm!(RedisModule_StringPtrLen)(s, &mut len) };
-    if ptr.is_null() {
-        return &[];
-    }
-    // SAFETY: Redis guarantees `len` readable bytes at `ptr` for as long as
-    // the argument lives, which is the whole command.
-    unsafe { std::slice::from_raw_parts(ptr.cast(), len) }
-}
+use crate::boundary::api::rm;
+use crate::boundary::ctx::{bytes, Ctx};
 
 // Replication arguments. RM_Replicate's "l" format costs ~600 instructions
 // (sdsfromlonglong into a separate object) and "c" a strlen and a copy; the

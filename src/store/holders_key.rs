@@ -36,9 +36,10 @@ use redis_lock_rules::holders::{
 };
 use redis_module::raw::{self, RedisModuleKey, RedisModuleString};
 
-use crate::api::rm;
-use crate::key::{bytes, Ctx};
-use crate::stats::Counter;
+use crate::boundary::api::rm;
+use crate::boundary::ctx::{bytes, Ctx};
+use crate::server::counters::Counter;
+use crate::server::timings::{self, HolderEdit};
 
 /// What a command writes besides pruning ended leases.
 #[derive(Clone, Copy)]
@@ -71,6 +72,15 @@ impl Hold {
 }
 
 impl Edit {
+    /// The edit as hold timing sees it.
+    fn timed<'a>(self) -> HolderEdit<'a> {
+        match self {
+            Edit::Keep => HolderEdit::Keep,
+            Edit::Put { token, at, tag, .. } => HolderEdit::Put { token: bytes(token), at, tag },
+            Edit::Remove { token } => HolderEdit::Remove { token: bytes(token) },
+        }
+    }
+
     fn change(self) -> Change {
         match self {
             Edit::Keep => Change::Keep,
@@ -372,7 +382,7 @@ impl HoldersKey {
         }
         let ctx = self.ctx;
         // Hold timing's hook: before anything is written or notified.
-        crate::timings::holders_commit(ctx, self.name, summary, edit, &self.ended, self.now);
+        timings::holders_commit(ctx, self.name, summary, edit.timed(), &self.ended, self.now);
         let last = match last_after(summary, edit.change()) {
             Last::Gone => {
                 if summary.is_some() {

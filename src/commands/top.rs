@@ -12,7 +12,7 @@
 //! read the top keys costs O(K + n log n) for K contended keys. One who may
 //! not reads on in pages twice as long each time, each a new pass over the
 //! queues: O(K log K) at worst, when the ACL hides nearly every key. The
-//! check runs with the queues' lock released (`crate::wait`'s discipline).
+//! check runs with the queues' lock released (`crate::blocked::queue`'s discipline).
 
 use std::ffi::c_int;
 
@@ -21,10 +21,11 @@ use redis_lock_rules::top::{parse_top_options, Contended};
 use redis_lock_rules::{Entry, Remaining};
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString, RedisModuleUser};
 
-use crate::holders::HoldersKey;
-use crate::key::{bytes, Ctx, LockKey};
-use crate::reply::{Argv, Failure, Reply, Value};
-use crate::wait::{self, TopKey};
+use crate::blocked::queue::{self, TopKey};
+use crate::boundary::ctx::{bytes, Ctx};
+use crate::boundary::reply::{Argv, Failure, Reply, Value};
+use crate::store::holders_key::HoldersKey;
+use crate::store::lock_key::LockKey;
 
 type Outcome = Result<Reply, Failure>;
 
@@ -32,7 +33,7 @@ type Outcome = Result<Reply, Failure>;
 pub fn top(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, ref options @ ..] = argv else { return Err(Failure::Arity) };
     let count = parse_top_options(options.iter().map(|&o| bytes(o)))?;
-    let mut page = wait::contended(ctx, None, count);
+    let mut page = queue::contended(ctx, None, count);
     if page.keys.is_empty() {
         return Ok(Reply::List(Vec::new()));
     }
@@ -59,7 +60,7 @@ pub fn top(ctx: Ctx, argv: Argv) -> Outcome {
         // twice as long each time (at most log2(K) of them).
         let after = last_hidden.or_else(|| listed.last().cloned());
         n = n.saturating_mul(2);
-        page = wait::contended(ctx, after.as_ref(), n);
+        page = queue::contended(ctx, after.as_ref(), n);
     }
     drop(user);
     let now = ctx.now_ms();

@@ -1,7 +1,7 @@
 //! The SEM.* handlers, and the flow they share with RWLOCK.*
 //! (`crate::rwlock`): a key with several holders, each with its own token
 //! and lease. The rules (`redis_lock_rules::holders`) decide on the live
-//! holders; `crate::holders` stores the result; `crate::wait` queues and
+//! holders; `crate::store::holders_key` stores the result; `crate::blocked::queue` queues and
 //! serves those who wait.
 //!
 //! Every write command first drops the holders whose lease has ended (the
@@ -14,21 +14,18 @@ use redis_lock_rules::args::{
 };
 use redis_lock_rules::encode::decimal;
 use redis_lock_rules::holders::{
-    admit, check_tag, grant, held_off_by_delay, parse_info_options, parse_limit, place_end, refused_early,
+    admit, check_tag, grant, held_off_by_delay, parse_info_options, parse_limit, parse_mode, place_end, refused_early,
     renew as renewal, tag_after_grant, Admit, Family, Kind, Renewal, Summary, Want,
 };
 use redis_lock_rules::lease::Terms;
 use redis_module::raw::RedisModuleString;
 
-use crate::commands::check_fence_space;
-use crate::fence;
-use crate::holders::{count_scores, Edit, Hold, HoldersKey};
-use crate::key::{bytes, Ctx};
-use crate::reply::{Argv, Failure, Reply, Value};
-use crate::stats::{holder_counters, holder_grants, FamilyCounters};
-use crate::wait::{self, Claim};
-
-type Outcome = Result<Reply, Failure>;
+use crate::blocked::queue::{self, Claim};
+use crate::boundary::ctx::{bytes, Ctx};
+use crate::boundary::reply::{Argv, Failure, Outcome, Reply, Value};
+use crate::server::counters::{holder_counters, holder_grants, FamilyCounters};
+use crate::store::fence;
+use crate::store::holders_key::{count_scores, Edit, Hold, HoldersKey};
 
 /// SEM.ACQUIRE key token limit ttl-ms [FENCE] [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms]
 pub fn sem_acquire(ctx: Ctx, argv: Argv) -> Outcome {
@@ -54,11 +51,35 @@ pub fn sem_info(ctx: Ctx, argv: Argv) -> Outcome {
     info(ctx, Family::Semaphore, argv)
 }
 
+/// RWLOCK.ACQUIRE key token READ|WRITE ttl-ms [FENCE] [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms]
+pub fn rw_acquire(ctx: Ctx, argv: Argv) -> Outcome {
+    let &[_, key, token, mode, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
+    check_holder_key_and_token(bytes(key), bytes(token))?;
+    let want = parse_mode(bytes(mode))?;
+    let ttl = parse_ttl(bytes(ttl))?;
+    acquire(ctx, key, token, want, ttl, parse_grant_options(Grammar::Holders, options.iter().map(|&o| bytes(o)))?)
+}
+
+/// RWLOCK.RENEW key token ttl-ms
+pub fn rw_renew(ctx: Ctx, argv: Argv) -> Outcome {
+    renew(ctx, Family::ReadWrite, argv)
+}
+
+/// RWLOCK.RELEASE key token
+pub fn rw_release(ctx: Ctx, argv: Argv) -> Outcome {
+    release(ctx, Family::ReadWrite, argv)
+}
+
+/// RWLOCK.INFO key [COUNT n]
+pub fn rw_info(ctx: Ctx, argv: Argv) -> Outcome {
+    info(ctx, Family::ReadWrite, argv)
+}
+
 /// Grants `token` a place among `key`'s holders, or queues it (`WAIT`), or
 /// refuses. Those already in line are served first and a newcomer never
 /// passes them. An error is judged before the queue is served or anything
 /// is pruned, so it changes nothing.
-pub fn acquire(
+fn acquire(
     ctx: Ctx,
     key: *mut RedisModuleString,
     token: *mut RedisModuleString,
@@ -73,9 +94,9 @@ pub fn acquire(
     check_lease_terms(&opts, ttl)?;
     let granted = grant(now, ttl, delay, opts.max_hold)?;
     let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
-    check_fence_space(ctx, opts)?;
+    fence::check_space(ctx, opts.fence)?;
     let counters = holder_counters(want.family());
-    let mut queued = wait::waiters_on(ctx, bytes(key)) > 0;
+    let mut queued = queue::waiters_on(ctx, bytes(key)) > 0;
     let mut k = HoldersKey::open(ctx, key);
     let mut summary = k.scan(now, Some(token)).map_err(|_| Failure::WrongType)?;
     if let Some(error) = refused_early(summary.as_ref(), want, delay, queued) {
@@ -84,8 +105,8 @@ pub fn acquire(
     if queued {
         drop(k);
         // A permit freed (a lease ended) goes to the head of the line.
-        wait::grant_next(ctx, key);
-        queued = wait::waiters_on(ctx, bytes(key)) > 0;
+        queue::grant_next(ctx, key);
+        queued = queue::waiters_on(ctx, bytes(key)) > 0;
         k = HoldersKey::open(ctx, key);
         summary = k.scan(now, Some(token)).map_err(|_| Failure::WrongType)?;
     }
@@ -93,30 +114,31 @@ pub fn acquire(
         error @ (Admit::LimitDiffers(_) | Admit::DelayDiffers(_) | Admit::WrongFamily) => return Err(failure(error)),
         Admit::Grant if !queued => {
             // Issued before the key changes: an exhausted space refuses.
-            let fence = opts.fence.then(|| fence::issue(ctx, now).ok_or(Failure::FencesExhausted)).transpose()?;
+            let fence = opts.fence.then(|| fence::issue(ctx, now)).transpose()?;
             let tag = tag_after_grant(summary.as_ref(), want, delay);
             let hold = Hold::of(granted.hold_until);
             k.commit(summary.as_ref(), Edit::Put { token, at: granted.at, tag, hold }, counters.expired);
-            return Ok(Reply::Int(fence::grant_reply(ctx, fence, holder_grants(want))));
+            holder_grants(want).add();
+            return Ok(Reply::Int(fence::grant_value(ctx, fence)));
         }
         Admit::AlreadyHolds => {}
         verdict @ (Admit::Grant | Admit::Wait) => {
-            if let Some(deadline) = wait_until.filter(|_| wait::may_block(ctx)) {
-                if !wait::has_room() {
+            if let Some(deadline) = wait_until.filter(|_| ctx.may_block()) {
+                if !queue::has_room() {
                     return Err(Failure::TooManyWaiters);
                 }
                 k.commit(summary.as_ref(), Edit::Keep, counters.expired);
                 let next = k.first_live();
                 drop(k);
                 count_delayed(ctx, key, summary.as_ref(), verdict, want, now, &counters);
-                let request = wait::Request {
+                let request = queue::Request {
                     claim: Claim::Holder(want),
                     ttl,
                     fence: opts.fence,
                     deadline,
                     terms: Terms::of(&opts),
                 };
-                wait::block(ctx, key, token, request, next);
+                queue::block(ctx, key, token, request, next);
                 return Ok(Reply::Blocked);
             }
             k.commit(summary.as_ref(), Edit::Keep, counters.expired);
@@ -174,7 +196,7 @@ fn live_of(family: Family, summary: Option<Summary>) -> Result<Option<Summary>, 
 }
 
 /// `… RENEW key token ttl-ms`: a new lease end for a live holder.
-pub fn renew(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
+fn renew(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     let &[_, key, token, ttl] = argv else { return Err(Failure::Arity) };
     check_holder_key_and_token(bytes(key), bytes(token))?;
     let now = ctx.now_ms();
@@ -206,7 +228,7 @@ pub fn renew(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
 
 /// `… RELEASE key token`: the holder leaves; its place goes to the head of
 /// the line in the same command.
-pub fn release(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
+fn release(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     let &[_, key, token] = argv else { return Err(Failure::Arity) };
     check_holder_key_and_token(bytes(key), bytes(token))?;
     let counters = holder_counters(family);
@@ -216,11 +238,11 @@ pub fn release(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     match live_of(family, summary)? {
         // A lease that ended keeps its place through the delay: not released.
         Some(live) if live.own_lease(now).is_some() => {
-            let _quiet = wait::serving();
+            let _quiet = queue::serving();
             k.commit(Some(&live), Edit::Remove { token }, counters.expired);
             drop(k);
             counters.releases.add();
-            wait::grant_next(ctx, key);
+            queue::grant_next(ctx, key);
             Ok(Reply::Int(1))
         }
         _ => {
@@ -234,7 +256,7 @@ pub fn release(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
 /// `… INFO key [COUNT n]`: the live holders (the `n` earliest lease ends,
 /// or all) with their remaining lease, the limit or mode, and the waiters.
 /// Reads only (works on replicas).
-pub fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
+fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     let &[_, key, ref options @ ..] = argv else { return Err(Failure::Arity) };
     let count = parse_info_options(options.iter().map(|&o| bytes(o)))?.unwrap_or(usize::MAX);
     let now = ctx.now_ms();
@@ -262,7 +284,7 @@ pub fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     Ok(Reply::Fields(vec![
         (name, value),
         (c"holders", Value::Holders(holders)),
-        (c"waiters", Value::Int(wait::waiters_on(ctx, bytes(key)) as i64)),
+        (c"waiters", Value::Int(queue::waiters_on(ctx, bytes(key)) as i64)),
         (c"lock-delay-ms", Value::Int(tag.delay)),
         (c"hold-until", Value::Holders(hold_limits)),
     ]))

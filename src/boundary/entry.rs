@@ -10,17 +10,17 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 
-use crate::api::rm;
-use crate::errors::{delay_differs, limit_differs, EXHAUSTED, INTERNAL, TOO_MANY_WAITERS, WRONGTYPE};
-use crate::key::Ctx;
-use crate::reply::{Argv, Failure, Reply, Value};
+use crate::boundary::api::rm;
+use crate::boundary::ctx::Ctx;
+use crate::boundary::errors::{delay_differs, limit_differs, EXHAUSTED, INTERNAL, TOO_MANY_WAITERS, WRONGTYPE};
+use crate::boundary::reply::{Argv, Failure, Outcome, Reply, Value};
 
 /// Runs `handler` on the command's arguments and sends its reply.
 pub fn run(
     ctx: *mut RedisModuleCtx,
     argv: *mut *mut RedisModuleString,
     argc: c_int,
-    handler: fn(Ctx, Argv) -> Result<Reply, Failure>,
+    handler: fn(Ctx, Argv) -> Outcome,
 ) -> c_int {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let args: Argv = match usize::try_from(argc) {
@@ -38,7 +38,7 @@ pub fn run(
 }
 
 /// Sends a handler's reply (also a blocked client's, when its wait ends).
-pub fn send(ctx: *mut RedisModuleCtx, outcome: Result<Reply, Failure>) -> c_int {
+pub fn send(ctx: *mut RedisModuleCtx, outcome: Outcome) -> c_int {
     unsafe {
         match outcome {
             Ok(Reply::Int(n)) => rm!(RedisModule_ReplyWithLongLong)(ctx, n),
@@ -61,6 +61,7 @@ pub fn send(ctx: *mut RedisModuleCtx, outcome: Result<Reply, Failure>) -> c_int 
             Err(Failure::FencesExhausted) => rm!(RedisModule_ReplyWithError)(ctx, EXHAUSTED.as_ptr()),
             Err(Failure::TooManyWaiters) => rm!(RedisModule_ReplyWithError)(ctx, TOO_MANY_WAITERS.as_ptr()),
             Err(Failure::Error(e)) => rm!(RedisModule_ReplyWithError)(ctx, e.as_ptr()),
+            Err(Failure::Message(e)) => rm!(RedisModule_ReplyWithError)(ctx, e.as_ptr()),
             Err(Failure::LimitDiffers(limit)) => rm!(RedisModule_ReplyWithError)(ctx, limit_differs(limit).as_ptr()),
             Err(Failure::DelayDiffers(ms)) => rm!(RedisModule_ReplyWithError)(ctx, delay_differs(ms).as_ptr()),
         };
@@ -100,7 +101,7 @@ macro_rules! command_fn {
             argv: *mut *mut redis_module::raw::RedisModuleString,
             argc: std::ffi::c_int,
         ) -> std::ffi::c_int {
-            $crate::entry::run(ctx, argv, argc, $handler)
+            $crate::boundary::entry::run(ctx, argv, argc, $handler)
         }
     };
 }

@@ -4,10 +4,11 @@
 
 use std::ffi::{c_char, c_int, c_longlong, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 
-use crate::api::rm;
+use crate::boundary::api::rm;
 
 /// Default of `lock.max-waiters`: no cap of its own (Redis's `maxclients`,
 /// 10000 by default, still bounds how many clients can wait).
@@ -17,7 +18,7 @@ static MAX_WAITERS: AtomicU64 = AtomicU64::new(DEFAULT_MAX_WAITERS);
 
 /// `lock.max-waiters`: how many clients may block in `WAIT` at once across
 /// all keys (0: no cap). A WAIT beyond it is refused with an error instead
-/// of blocking. Each waiter costs server memory (README: WAIT limits).
+/// of blocking. Each waiter costs server memory (docs/configuration.md).
 pub fn max_waiters() -> u64 {
     MAX_WAITERS.load(Ordering::Relaxed)
 }
@@ -39,8 +40,18 @@ unsafe extern "C" fn set_max_waiters(
 
 static HOLD_TIMING: AtomicBool = AtomicBool::new(false);
 
+/// What turning `lock.hold-timing` off must do (forget the holds being
+/// timed), registered at load by `lib.rs`: config imports no consumer.
+static HOLD_TIMING_OFF: OnceLock<fn()> = OnceLock::new();
+
+/// Registers the hook run when `lock.hold-timing` is turned off. Before
+/// [`register`], which may apply a value from the server's config.
+pub fn on_hold_timing_off(hook: fn()) {
+    let _ = HOLD_TIMING_OFF.set(hook);
+}
+
 /// `lock.hold-timing`: whether the module times the holds it grants
-/// (`INFO lock`'s `lock_hold_ms_*`; `crate::timings`). Off by default:
+/// (`INFO lock`'s `lock_hold_ms_*`; `crate::server::timings`). Off by default:
 /// timing costs every grant a table insert and every expired, evicted or
 /// generic keyspace event of the server a callback into the module
 /// (docs/performance.md). Off, the hold table is empty.
@@ -61,7 +72,9 @@ unsafe extern "C" fn set_hold_timing(
     let on = value != 0;
     HOLD_TIMING.store(on, Ordering::Relaxed);
     if !on {
-        crate::timings::stop_holds();
+        if let Some(stop) = HOLD_TIMING_OFF.get() {
+            stop();
+        }
     }
     raw::REDISMODULE_OK as c_int
 }

@@ -11,21 +11,19 @@
 use std::ffi::{CStr, CString};
 
 use redis_lock_rules::cluster::{key_slot, slot_state, NodesView, SlotState};
-use redis_module::raw;
 
-use crate::api::rm;
-use crate::key::Ctx;
+use crate::boundary::api::rm;
+use crate::boundary::ctx::Ctx;
 
 /// The error to send `key`'s waiters instead of a grant, or `None` where a
 /// grant may be made (always outside cluster mode).
 pub fn redirect(ctx: Ctx, key: &[u8]) -> Option<CString> {
-    let flags = unsafe { rm!(RedisModule_GetContextFlags)(ctx.0) } as u32;
-    if flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER == 0 {
+    if !ctx.in_cluster() {
         return None;
     }
     let slot = key_slot(key);
     // Only masters grant; a replica's queues were emptied when it became one.
-    let state = if flags & raw::REDISMODULE_CTX_FLAGS_MASTER == 0 {
+    let state = if !ctx.is_master() {
         SlotState::Moving
     } else {
         // Rare (a grant to a waiter, in cluster mode): the module API has no
@@ -45,8 +43,7 @@ pub fn redirect(ctx: Ctx, key: &[u8]) -> Option<CString> {
 /// `None` outside a cluster or when the call fails (callers then redirect
 /// nobody).
 pub fn nodes_view(ctx: Ctx) -> Option<NodesView> {
-    let flags = unsafe { rm!(RedisModule_GetContextFlags)(ctx.0) } as u32;
-    if flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER == 0 {
+    if !ctx.in_cluster() {
         return None;
     }
     Some(NodesView::parse(&cluster_call(ctx, c"NODES")?))

@@ -1,0 +1,14 @@
+//! Layer 2, the server's machinery: the module's configs (`config`), its
+//! counters (`counters`) and `INFO lock` (`info`, with the wait and hold
+//! distributions of `timings`), the one subscription to each server event
+//! and its listeners (`events`), the cluster as this node sees it
+//! (`cluster`) and the fence floor it sets (`cluster_fence`). It knows no
+//! lock key: it imports only the boundary.
+
+pub mod cluster;
+pub mod cluster_fence;
+pub mod config;
+pub mod counters;
+pub mod events;
+pub mod info;
+pub mod timings;
