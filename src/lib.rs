@@ -26,6 +26,7 @@ use std::ffi::c_int;
 use redis_module::raw;
 use redis_module::{redis_module, Context, RedisString, Status};
 
+use blocked::{machine, observers::Observers, queue, waiters::Waiters};
 use boundary::api::{self, rm};
 use server::events::{self, Also, Listener};
 use server::{cluster_fence, config, info, timings};
@@ -39,11 +40,11 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // Who hears the server's events, in this order (each subscription is
     // taken when a listener first needs it).
     events::listen(vec![
-        Listener { also: Also::Zset, on_key: blocked::queue::on_key_event, on_db: blocked::queue::on_db_event },
+        Listener { also: Also::Zset, on_key: queue::on_key_event, on_db: machine::on_db_event::<Waiters> },
         Listener {
             also: Also::String,
-            on_key: blocked::observers::on_key_event,
-            on_db: blocked::observers::on_db_event,
+            on_key: machine::on_key_event::<Observers>,
+            on_db: machine::on_db_event::<Observers>,
         },
         Listener { also: Also::Nothing, on_key: timings::on_key_event, on_db: timings::on_db_event },
     ]);

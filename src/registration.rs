@@ -56,7 +56,7 @@ struct Command {
     /// How argument 1, the key, is used (None: no key).
     key: Option<u32>,
     /// The categories of the command's native twin (Redis 7.2+; 7.0 has no
-    /// API for them, see docs/commands.md).
+    /// API for them, see docs/commands.md, the notes under the command table).
     acl: &'static CStr,
     summary: &'static CStr,
     complexity: &'static CStr,

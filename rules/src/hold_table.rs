@@ -291,6 +291,31 @@ impl<F: Copy + PartialEq> HoldTable<F> {
     }
 }
 
+/// The map's key for `name` in database `db`: a multiply-rotate hash over
+/// 8 bytes at a time (keys are short; this runs on every grant and release).
+pub fn key_hash(db: i32, name: &[u8]) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h = (db as u64).wrapping_add(name.len() as u64).wrapping_mul(K);
+    let mut chunks = name.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        h = (h.rotate_left(23) ^ u64::from_le_bytes(w)).wrapping_mul(K);
+    }
+    let mut w = [0u8; 8];
+    let rest = chunks.remainder();
+    w[..rest.len()].copy_from_slice(rest);
+    h = (h.rotate_left(23) ^ u64::from_le_bytes(w)).wrapping_mul(K);
+    // hashbrown reads the top 7 bits too: fold the high half down and up.
+    h ^ (h >> 29)
+}
+
+/// A token's hash, for a holders' key's table (a collision, ~M²/2⁶⁵ for M
+/// holders of one key, can only swap two holders' grant times).
+pub fn token_hash(token: &[u8]) -> u64 {
+    key_hash(-1, token)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

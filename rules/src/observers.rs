@@ -20,8 +20,7 @@
 use std::collections::BTreeMap;
 use std::hash::Hash;
 
-pub use crate::blocked::{Arm, Taken};
-use crate::blocked::{Clients, Lines};
+use crate::blocked::{Clients, Lines, Taken};
 
 /// One key's observers by (the revision they saw, arrival), each with its
 /// client.

@@ -16,8 +16,7 @@
 use std::collections::BTreeMap;
 use std::hash::Hash;
 
-pub use crate::blocked::{next_piece, timer_delay, Arm, Left, MAX_TIMER_MS};
-use crate::blocked::{Clients, Lines};
+use crate::blocked::{Clients, Left, Lines};
 
 /// One key's line: waiters by arrival (`seq` grows with every wait), each
 /// with its client, and the key's expiry when last seen held (see

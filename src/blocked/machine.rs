@@ -45,7 +45,7 @@ use crate::boundary::entry;
 use crate::boundary::reply::{Failure, Outcome};
 use crate::boundary::timer;
 use crate::server::counters::Counter;
-use crate::server::events::Changed;
+use crate::server::events::{DbEvent, KeyEvent, UNBLOCKED};
 
 /// A key: a database index and a key name. Blocked clients belong to a
 /// database index, as Redis's own do: after SWAPDB a client blocked on db
@@ -186,15 +186,34 @@ pub fn answer_all<K: Kind>(ctx: Ctx, key: &KeyId, error: &CString) {
     }
 }
 
-/// This master became a replica (the database-event listener): every
-/// client is answered as Redis answers the clients it unblocks itself.
-pub fn answer_everyone<K: Kind>(ctx: Ctx, error: &CString) {
+/// A kind's database-event listener: flushed or swapped databases have
+/// their keys checked; a master demoted answers every client as Redis
+/// answers the clients it unblocks itself.
+pub fn on_db_event<K: Kind>(ctx: Ctx, ev: DbEvent) {
     if K::gauge().load(Ordering::Relaxed) == 0 {
         return;
     }
-    let keys: Vec<KeyId> = K::book().0.keys().cloned().collect();
+    let keys: Vec<KeyId> = match ev {
+        DbEvent::Changed(changed) => K::book().0.keys().filter(|(db, _)| changed.includes(*db)).cloned().collect(),
+        DbEvent::Demoted => K::book().0.keys().cloned().collect(),
+    };
+    let now = ctx.now_ms();
+    let unblocked = UNBLOCKED.to_owned();
     for key in keys {
-        answer_all::<K>(ctx, &key, error);
+        match ev {
+            // No key event tells which keys went away: each is checked
+            // right after this command.
+            DbEvent::Changed(_) => check_by::<K>(ctx, &key, now),
+            DbEvent::Demoted => answer_all::<K>(ctx, &key, &unblocked),
+        }
+    }
+}
+
+/// A kind's key-event listener: if anyone is blocked on the event's key,
+/// check it right after this command.
+pub fn on_key_event<K: Kind>(ctx: Ctx, ev: &KeyEvent) {
+    if K::gauge().load(Ordering::Relaxed) != 0 {
+        check_now::<K>(ctx, ev.key);
     }
 }
 
@@ -214,20 +233,6 @@ pub fn check_by<K: Kind>(ctx: Ctx, key: &KeyId, at_ms: i64) {
 /// right after this command.
 pub fn check_now<K: Kind>(ctx: Ctx, key: *mut RedisModuleString) {
     check_by::<K>(ctx, &(ctx.db(), crate::boundary::ctx::bytes(key).to_vec()), ctx.now_ms());
-}
-
-/// FLUSHDB / FLUSHALL finished, or SWAPDB swapped two databases: no key
-/// event tells which keys went away, so every key with clients in the
-/// changed databases is checked right after this command.
-pub fn check_dbs<K: Kind>(ctx: Ctx, changed: Changed) {
-    if K::gauge().load(Ordering::Relaxed) == 0 {
-        return;
-    }
-    let keys: Vec<KeyId> = K::book().0.keys().filter(|(db, _)| changed.includes(*db)).cloned().collect();
-    let now = ctx.now_ms();
-    for key in keys {
-        check_by::<K>(ctx, &key, now);
-    }
 }
 
 /// Which key a check timer checks.

@@ -17,7 +17,7 @@
 //! - the check timer is also armed at the leader's expiry, because Redis's
 //!   own expiry can lag behind a key's deadline; the timer cannot.
 //! - timeouts are timers of ours (`crate::boundary::timer`), cut to
-//!   [`MAX_TIMER_MS`](redis_lock_rules::queue::MAX_TIMER_MS); a timed-out
+//!   [`MAX_TIMER_MS`](redis_lock_rules::blocked::MAX_TIMER_MS); a timed-out
 //!   observer is answered with the key's current (unchanged) state.
 //! - `CLIENT UNBLOCK` (TIMEOUT: answered as a timeout; ERROR: Redis's
 //!   error), disconnect, and Redis unblocking every client (this master
@@ -62,7 +62,7 @@ use crate::boundary::reply::{Failure, Outcome, Reply};
 use crate::boundary::timer;
 use crate::server::cluster;
 use crate::server::counters::{self as stats, Counter, OBSERVING};
-use crate::server::events::{self, Also, DbEvent, KeyEvent, UNBLOCKED};
+use crate::server::events::{self, Also};
 use crate::store::leadership::{self, leader_reply, Led};
 use crate::store::lock_key::LockKey;
 
@@ -262,24 +262,4 @@ fn read_now(ctx: Ctx, key: &KeyId, select: bool) -> Result<Option<Led>, Failure>
     let current = leadership::read(ctx, name);
     ctx.free(name);
     current
-}
-
-/// The observers' key-event listener: a key changed; if anyone observes
-/// it, check it right after this command.
-pub fn on_key_event(ctx: Ctx, ev: &KeyEvent) {
-    if stats::observing() == 0 {
-        return;
-    }
-    machine::check_now::<Observers>(ctx, ev.key);
-}
-
-/// The observers' database-event listener: flushed or swapped databases
-/// have their observed keys checked; a master demoted answers its
-/// observers `UNBLOCKED`, as Redis answers the blocked clients it unblocks
-/// itself.
-pub fn on_db_event(ctx: Ctx, ev: DbEvent) {
-    match ev {
-        DbEvent::Changed(changed) => machine::check_dbs::<Observers>(ctx, changed),
-        DbEvent::Demoted => machine::answer_everyone::<Observers>(ctx, &UNBLOCKED.to_owned()),
-    }
 }

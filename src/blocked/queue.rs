@@ -22,7 +22,7 @@ use crate::blocked::waiters::{Waiter, Waiters};
 use crate::boundary::api::rm;
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::server::counters::{self as stats, waiting};
-use crate::server::events::{self, Also, DbEvent, KeyEvent, UNBLOCKED};
+use crate::server::events::{self, Also, KeyEvent};
 use crate::server::{config, timings};
 use crate::store::lease;
 use crate::store::lock_key::LockKey;
@@ -172,14 +172,4 @@ pub fn on_key_event(ctx: Ctx, ev: &KeyEvent) {
         return;
     }
     machine::check_now::<Waiters>(ctx, ev.key);
-}
-
-/// The queues' database-event listener: a flushed or swapped database has
-/// its queues checked; a master demoted answers its waiters as Redis
-/// answers the clients it unblocks itself.
-pub fn on_db_event(ctx: Ctx, ev: DbEvent) {
-    match ev {
-        DbEvent::Changed(changed) => machine::check_dbs::<Waiters>(ctx, changed),
-        DbEvent::Demoted => machine::answer_everyone::<Waiters>(ctx, &UNBLOCKED.to_owned()),
-    }
 }

@@ -18,7 +18,7 @@ static MAX_WAITERS: AtomicU64 = AtomicU64::new(DEFAULT_MAX_WAITERS);
 
 /// `lock.max-waiters`: how many clients may block in `WAIT` at once across
 /// all keys (0: no cap). A WAIT beyond it is refused with an error instead
-/// of blocking. Each waiter costs server memory (docs/configuration.md).
+/// of blocking. Each waiter costs server memory (docs/commands.md, "WAIT limits and server states").
 pub fn max_waiters() -> u64 {
     MAX_WAITERS.load(Ordering::Relaxed)
 }

@@ -56,7 +56,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use redis_lock_rules::histogram::Histogram;
-use redis_lock_rules::hold_table::{Ended, HoldTable};
+use redis_lock_rules::hold_table::{key_hash, token_hash, Ended, HoldTable};
 use redis_lock_rules::holders::{last_after, Change, Family as HolderFamily, Last, Summary, Tag};
 use redis_module::raw::{self, RedisModuleInfoCtx, RedisModuleString};
 
@@ -165,34 +165,9 @@ fn state() -> MutexGuard<'static, Timings> {
     STATE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The map's key for `name` in database `db`: a multiply-rotate hash over
-/// 8 bytes at a time (keys are short; this runs on every grant and release).
-fn key_hash(db: c_int, name: &[u8]) -> u64 {
-    const K: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut h = (db as u64).wrapping_add(name.len() as u64).wrapping_mul(K);
-    let mut chunks = name.chunks_exact(8);
-    for c in &mut chunks {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(c);
-        h = (h.rotate_left(23) ^ u64::from_le_bytes(w)).wrapping_mul(K);
-    }
-    let mut w = [0u8; 8];
-    let rest = chunks.remainder();
-    w[..rest.len()].copy_from_slice(rest);
-    h = (h.rotate_left(23) ^ u64::from_le_bytes(w)).wrapping_mul(K);
-    // hashbrown reads the top 7 bits too: fold the high half down and up.
-    h ^ (h >> 29)
-}
-
 /// A wait of `family` that began at `since` (Unix ms) ended now, however.
 pub fn waited(family: Family, since: i64, now: i64) {
     state().wait[family as usize].record(now.saturating_sub(since).max(0) as u64);
-}
-
-/// A token's hash, for a holders' key's table (a collision, ~M²/2⁶⁵ for M
-/// holders of one key, can only swap two holders' grant times).
-fn token_hash(token: &[u8]) -> u64 {
-    key_hash(-1, token)
 }
 
 /// Adds a hold's end to the figures. `stats_saw`: a semaphore's or

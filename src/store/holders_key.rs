@@ -31,15 +31,13 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_lock_rules::encode::decimal;
 use redis_lock_rules::holders::{
-    hold_from_score, hold_member, hold_score, last_after, Change, Last, NotOurs, Summary, Tag, HOLD_FLOOR, PRUNE_BOUND,
-    TAG,
+    hold_from_score, hold_member, Change, NotOurs, Summary, Tag, HOLD_FLOOR, PRUNE_BOUND, TAG,
 };
 use redis_module::raw::{self, RedisModuleKey, RedisModuleString};
 
 use crate::boundary::api::rm;
 use crate::boundary::ctx::{bytes, Ctx};
-use crate::server::counters::Counter;
-use crate::server::timings::{self, HolderEdit};
+use crate::server::timings::HolderEdit;
 
 /// What a command writes besides pruning ended leases.
 #[derive(Clone, Copy)]
@@ -73,7 +71,7 @@ impl Hold {
 
 impl Edit {
     /// The edit as hold timing sees it.
-    fn timed<'a>(self) -> HolderEdit<'a> {
+    pub(super) fn timed<'a>(self) -> HolderEdit<'a> {
         match self {
             Edit::Keep => HolderEdit::Keep,
             Edit::Put { token, at, tag, .. } => HolderEdit::Put { token: bytes(token), at, tag },
@@ -81,7 +79,7 @@ impl Edit {
         }
     }
 
-    fn change(self) -> Change {
+    pub(super) fn change(self) -> Change {
         match self {
             Edit::Keep => Change::Keep,
             Edit::Put { at, .. } => Change::Put(at),
@@ -92,23 +90,23 @@ impl Edit {
 
 /// An open key, closed on drop.
 pub struct HoldersKey {
-    ctx: Ctx,
-    name: *mut RedisModuleString,
-    key: *mut RedisModuleKey,
-    mode: c_int,
+    pub(super) ctx: Ctx,
+    pub(super) name: *mut RedisModuleString,
+    pub(super) key: *mut RedisModuleKey,
+    pub(super) mode: c_int,
     /// The time the last scan judged leases at.
-    now: i64,
+    pub(super) now: i64,
     /// Ended leases the last scan found, at most [`PRUNE_BOUND`], in score
     /// order; owned (freed on drop or once written).
-    ended: Vec<*mut RedisModuleString>,
+    pub(super) ended: Vec<*mut RedisModuleString>,
     /// Ended leases beyond those: left for later commands, but counted.
-    left: u64,
+    pub(super) left: u64,
     /// Hold-limit members the last scan counted (0: the key has none).
-    holds: u64,
+    pub(super) holds: u64,
 }
 
 /// `""`, created once (on the main thread) and never freed.
-fn tag_member() -> *mut RedisModuleString {
+pub(super) fn tag_member() -> *mut RedisModuleString {
     static TAG_STR: AtomicPtr<RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());
     let mut s = TAG_STR.load(Ordering::Relaxed);
     if s.is_null() {
@@ -130,12 +128,12 @@ impl HoldersKey {
         Self::open_mode(ctx, name, raw::REDISMODULE_READ as c_int)
     }
 
-    fn open_mode(ctx: Ctx, name: *mut RedisModuleString, mode: c_int) -> HoldersKey {
+    pub(super) fn open_mode(ctx: Ctx, name: *mut RedisModuleString, mode: c_int) -> HoldersKey {
         let key = unsafe { rm!(RedisModule_OpenKey)(ctx.0, name, mode) };
         HoldersKey { ctx, name, key, mode, now: 0, ended: Vec::new(), left: 0, holds: 0 }
     }
 
-    fn key_type(&self) -> u32 {
+    pub(super) fn key_type(&self) -> u32 {
         if self.key.is_null() {
             return raw::REDISMODULE_KEYTYPE_EMPTY as u32;
         }
@@ -143,7 +141,7 @@ impl HoldersKey {
     }
 
     /// `member`'s score, if it is in the set (O(1)).
-    fn score(&self, member: *mut RedisModuleString) -> Option<f64> {
+    pub(super) fn score(&self, member: *mut RedisModuleString) -> Option<f64> {
         let mut score = 0.0;
         let found = unsafe { rm!(RedisModule_ZsetScore)(self.key, member, &mut score) } == raw::REDISMODULE_OK as c_int;
         found.then_some(score)
@@ -202,7 +200,7 @@ impl HoldersKey {
     }
 
     /// `token`'s hold limit, if its member is there (O(1)).
-    fn hold_of(&self, token: &[u8]) -> Option<i64> {
+    pub(super) fn hold_of(&self, token: &[u8]) -> Option<i64> {
         let member = self.ctx.string(&hold_member(token));
         let hold = self.score(member).and_then(hold_from_score);
         self.ctx.free(member);
@@ -210,7 +208,7 @@ impl HoldersKey {
     }
 
     /// `token`'s hold member, owned, if it is in the set.
-    fn hold_member_of(&self, token: &[u8]) -> Option<*mut RedisModuleString> {
+    pub(super) fn hold_member_of(&self, token: &[u8]) -> Option<*mut RedisModuleString> {
         let member = self.ctx.string(&hold_member(token));
         if self.score(member).is_some() {
             return Some(member);
@@ -230,7 +228,7 @@ impl HoldersKey {
 
     /// Collects up to [`PRUNE_BOUND`] ended leases (scores below `now`),
     /// skipping the tag; whether more remain.
-    fn collect_ended(&mut self, now: i64) -> bool {
+    pub(super) fn collect_ended(&mut self, now: i64) -> bool {
         let mut more = false;
         unsafe {
             // From the floor: hold members are no places.
@@ -261,7 +259,7 @@ impl HoldersKey {
 
     /// Counts the ended leases beyond the collected ones into `left`.
     /// False if the key is gone.
-    fn count_left(&mut self, now: i64, tag: Tag) -> bool {
+    pub(super) fn count_left(&mut self, now: i64, tag: Tag) -> bool {
         let mut digits = [0u8; 20];
         // "-2" to "(now": the range that collected the rest.
         let below = [&b"("[..], decimal(now, &mut digits)].concat();
@@ -275,7 +273,7 @@ impl HoldersKey {
     /// is closed around the call: a lookup outside a command may expire the
     /// key, which must not happen under an open handle. `None` (and nothing
     /// collected) if the key is gone or changed tag meanwhile.
-    fn zcount(&mut self, min: &[u8], max: &[u8], tag: Tag) -> Option<u64> {
+    pub(super) fn zcount(&mut self, min: &[u8], max: &[u8], tag: Tag) -> Option<u64> {
         unsafe { rm!(RedisModule_CloseKey)(self.key) };
         let count = count_scores(self.ctx, self.name, min, max);
         self.key = unsafe { rm!(RedisModule_OpenKey)(self.ctx.0, self.name, self.mode) };
@@ -286,7 +284,7 @@ impl HoldersKey {
         Some(count)
     }
 
-    fn forget_ended(&mut self) {
+    pub(super) fn forget_ended(&mut self) {
         for s in std::mem::take(&mut self.ended) {
             self.ctx.free(s);
         }
@@ -296,7 +294,7 @@ impl HoldersKey {
 
     /// The earliest (`last` false) or the last live lease end: the first
     /// member by score from `now` on, or the last one, that is not the tag.
-    fn edge_live(&self, now: i64, last: bool) -> Option<i64> {
+    pub(super) fn edge_live(&self, now: i64, last: bool) -> Option<i64> {
         let mut found = None;
         unsafe {
             if last {
@@ -371,168 +369,6 @@ impl HoldersKey {
             rm!(RedisModule_ZsetRangeStop)(self.key);
         }
         out
-    }
-
-    /// Writes `edit` to the key `scan` summarized (`None`: absent), with
-    /// the ended leases the scan found; counts those in `expired`. A
-    /// refusal on a key without ended leases writes nothing.
-    pub fn commit(&mut self, summary: Option<&Summary>, edit: Edit, expired: &Counter) {
-        if matches!(edit, Edit::Keep) && self.ended.is_empty() {
-            return;
-        }
-        let ctx = self.ctx;
-        // Hold timing's hook: before anything is written or notified.
-        timings::holders_commit(ctx, self.name, summary, edit.timed(), &self.ended, self.now);
-        let last = match last_after(summary, edit.change()) {
-            Last::Gone => {
-                if summary.is_some() {
-                    expired.add_n(self.ended.len() as u64 + self.left);
-                    self.forget_ended();
-                    unsafe {
-                        rm!(RedisModule_DeleteKey)(self.key);
-                        rm!(RedisModule_Replicate)(ctx.0, c"DEL".as_ptr(), c"s".as_ptr(), self.name);
-                    }
-                    self.changed(c"del", raw::REDISMODULE_NOTIFY_GENERIC);
-                }
-                return;
-            }
-            other => other,
-        };
-        let mut removed = std::mem::take(&mut self.ended);
-        expired.add_n(removed.len() as u64);
-        if let Edit::Put { token, .. } = edit {
-            // A lease that ended and is granted anew is overwritten by its
-            // ZADD, not removed first (as the native commands would do it).
-            let token = bytes(token);
-            removed.retain(|&m| {
-                bytes(m) != token || {
-                    ctx.free(m);
-                    false
-                }
-            });
-        }
-        if self.holds > 0 {
-            // A pruned place's hold limit goes with it.
-            let holds: Vec<_> = removed.iter().filter_map(|&m| self.hold_member_of(bytes(m))).collect();
-            removed.extend(holds);
-        }
-        let own_hold = summary.and_then(|s| s.hold);
-        // A release, or a grant without MAXHOLD to a token that had one
-        // (its place ended): no hold limit of its may stay behind.
-        let clears = match edit {
-            Edit::Remove { token } | Edit::Put { token, hold: Hold::Clear, .. } => Some(token),
-            _ => None,
-        };
-        if let Some(token) = clears.filter(|_| own_hold.is_some()) {
-            removed.extend(self.hold_member_of(bytes(token)));
-        }
-        let owned = removed.len();
-        if let Edit::Remove { token } = edit {
-            // Live, so after every ended lease in score order.
-            removed.push(token);
-        }
-        if !removed.is_empty() {
-            for &m in &removed {
-                unsafe { rm!(RedisModule_ZsetRem)(self.key, m, std::ptr::null_mut()) };
-            }
-            self.replicate(c"ZREM", &removed);
-            self.changed(c"zrem", raw::REDISMODULE_NOTIFY_ZSET);
-        }
-        for &m in &removed[..owned] {
-            ctx.free(m);
-        }
-        if let Edit::Put { token, at, tag, hold } = edit {
-            let mut digits = [0u8; 20];
-            let mut args = Vec::with_capacity(6);
-            let mut scores = Vec::with_capacity(3);
-            let own = summary.and_then(|s| s.own);
-            let hold = match hold {
-                Hold::Set(h) if own_hold != Some(h) => Some((hold_score(h), ctx.string(&hold_member(bytes(token))))),
-                _ => None,
-            };
-            let hold_string = hold.map(|(_, m)| m);
-            for (score, member) in tag
-                .map(|t| (t.score(), tag_member()))
-                .into_iter()
-                .chain(
-                    // A renewal to the same end writes nothing.
-                    // Place ends are integers below 2^53 (place_end): exact as doubles.
-                    (own != Some(at)).then_some((at as f64, token)),
-                )
-                .chain(hold)
-            {
-                let score_str = if score.fract() == 0.0 {
-                    ctx.string(decimal(score as i64, &mut digits))
-                } else {
-                    // A tag with a delay: the shortest decimal that reads
-                    // back as this very double, on replicas and in the AOF.
-                    ctx.string(format!("{score}").as_bytes())
-                };
-                unsafe { rm!(RedisModule_ZsetAdd)(self.key, score, member, std::ptr::null_mut()) };
-                args.extend([score_str, member]);
-                scores.push(score_str);
-            }
-            if !args.is_empty() {
-                self.replicate(c"ZADD", &args);
-                self.changed(c"zadd", raw::REDISMODULE_NOTIFY_ZSET);
-            }
-            for s in scores.into_iter().chain(hold_string) {
-                ctx.free(s);
-            }
-        }
-        let last = match last {
-            Last::At(at) => Some(at),
-            _ => self.edge_live(self.now, true),
-        };
-        // The key ends with its last lease, never before it.
-        if let Some(last) = last.filter(|&last| self.expires_at() != Some(last)) {
-            let mut digits = [0u8; 20];
-            let at = decimal(last, &mut digits);
-            unsafe {
-                rm!(RedisModule_SetAbsExpire)(self.key, last);
-                rm!(RedisModule_Replicate)(
-                    ctx.0,
-                    c"PEXPIREAT".as_ptr(),
-                    c"sb".as_ptr(),
-                    self.name,
-                    at.as_ptr(),
-                    at.len(),
-                );
-            }
-            self.changed(c"expire", raw::REDISMODULE_NOTIFY_GENERIC);
-        }
-    }
-
-    /// The key's absolute expiry, if it has one.
-    fn expires_at(&self) -> Option<i64> {
-        // Redis 8.2's expiry getter must never see an empty key.
-        if self.key_type() == raw::REDISMODULE_KEYTYPE_EMPTY as u32 {
-            return None;
-        }
-        let at = unsafe { rm!(RedisModule_GetAbsExpire)(self.key) };
-        (at != raw::REDISMODULE_NO_EXPIRE as i64).then_some(at)
-    }
-
-    /// `command key args…` to replicas and the AOF.
-    fn replicate(&self, command: &std::ffi::CStr, args: &[*mut RedisModuleString]) {
-        unsafe {
-            rm!(RedisModule_Replicate)(
-                self.ctx.0,
-                command.as_ptr(),
-                c"sv".as_ptr(),
-                self.name,
-                args.as_ptr(),
-                args.len(),
-            );
-        }
-    }
-
-    /// The native command's keyspace notification and WATCH invalidation.
-    fn changed(&self, event: &std::ffi::CStr, class: c_int) {
-        unsafe {
-            rm!(RedisModule_SignalModifiedKey)(self.ctx.0, self.name);
-            rm!(RedisModule_NotifyKeyspaceEvent)(self.ctx.0, class, event.as_ptr(), self.name);
-        }
     }
 }
 

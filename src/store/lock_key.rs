@@ -9,6 +9,7 @@
 //! with `NO_IMPLICIT_SIGNAL_MODIFIED`, so a refused command leaves WATCH
 //! alone.
 
+use std::cell::Cell;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -49,6 +50,19 @@ pub struct LockKey {
     ctx: Ctx,
     name: *mut RedisModuleString,
     key: *mut RedisModuleKey,
+    /// What [`LockKey::entry`] read, until the next write: a command asks
+    /// several times (settling a lease, the queue's check, its own
+    /// decision), and each reading is two calls into the server.
+    read: Cell<Option<Read>>,
+}
+
+/// A reading of the key: its type, and a string's bytes (valid until the
+/// key changes, which needs `&mut self`).
+#[derive(Clone, Copy)]
+enum Read {
+    Absent,
+    Other,
+    Str(*const u8, usize),
 }
 
 impl LockKey {
@@ -62,31 +76,55 @@ impl LockKey {
     pub fn open(ctx: Ctx, name: *mut RedisModuleString) -> LockKey {
         let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int;
         let key = unsafe { rm!(RedisModule_OpenKey)(ctx.0, name, mode) };
-        LockKey { ctx, name, key }
+        LockKey { ctx, name, key, read: Cell::new(None) }
     }
 
     /// Opens `name` for reading only: no expired-key deletion on a replica,
     /// no write side effects.
     pub fn open_read(ctx: Ctx, name: *mut RedisModuleString) -> LockKey {
         let key = unsafe { rm!(RedisModule_OpenKey)(ctx.0, name, raw::REDISMODULE_READ as c_int) };
-        LockKey { ctx, name, key }
+        LockKey { ctx, name, key, read: Cell::new(None) }
     }
 
     /// Whether the key is absent. Redis 8.2's expiry getters dereference
     /// the value without checking, so they must never see an empty key.
     fn is_empty(&self) -> bool {
-        self.key.is_null()
-            || unsafe { rm!(RedisModule_KeyType)(self.key) } as u32 == raw::REDISMODULE_KEYTYPE_EMPTY as u32
+        match self.read.get() {
+            Some(read) => matches!(read, Read::Absent),
+            None => {
+                self.key.is_null()
+                    || unsafe { rm!(RedisModule_KeyType)(self.key) } as u32 == raw::REDISMODULE_KEYTYPE_EMPTY as u32
+            }
+        }
     }
 
     /// What the key holds. The borrow ends before any change is made.
     pub fn entry(&self) -> Entry<'_> {
+        let read = match self.read.get() {
+            Some(read) => read,
+            None => {
+                let read = self.read_now();
+                self.read.set(Some(read));
+                read
+            }
+        };
+        match read {
+            Read::Absent => Entry::Absent,
+            Read::Other => Entry::OtherType,
+            // SAFETY: DMA gave `len` bytes valid until the key changes, and
+            // changes need `&mut self` (which clears the reading), which
+            // this borrow excludes.
+            Read::Str(ptr, len) => Entry::Str(unsafe { std::slice::from_raw_parts(ptr, len) }),
+        }
+    }
+
+    fn read_now(&self) -> Read {
         if self.key.is_null() {
-            return Entry::Absent;
+            return Read::Absent;
         }
         let ty = unsafe { rm!(RedisModule_KeyType)(self.key) };
         match ty as u32 {
-            t if t == raw::REDISMODULE_KEYTYPE_EMPTY as u32 => Entry::Absent,
+            t if t == raw::REDISMODULE_KEYTYPE_EMPTY as u32 => Read::Absent,
             t if t == raw::REDISMODULE_KEYTYPE_STRING as u32 => {
                 let mut len = 0usize;
                 // Read-only DMA. (Redis 7.0 converts an embstr/int-encoded
@@ -94,13 +132,12 @@ impl LockKey {
                 // are untouched.)
                 let ptr = unsafe { rm!(RedisModule_StringDMA)(self.key, &mut len, raw::REDISMODULE_READ as c_int) };
                 if ptr.is_null() {
-                    return Entry::OtherType;
+                    Read::Other
+                } else {
+                    Read::Str(ptr.cast_const().cast(), len)
                 }
-                // SAFETY: DMA gives `len` bytes valid until the key changes,
-                // and changes need `&mut self`, which this borrow excludes.
-                Entry::Str(unsafe { std::slice::from_raw_parts(ptr.cast(), len) })
             }
-            _ => Entry::OtherType,
+            _ => Read::Other,
         }
     }
 
@@ -176,6 +213,7 @@ impl LockKey {
     /// RM_StringDMA converts on the next read (~890 Ir in that RENEW or
     /// RELEASE). The key holds a string or nothing here (callers checked).
     fn write(&mut self, value: &[u8]) {
+        self.read.set(None);
         unsafe {
             // Only a value of the same length is overwritten in place:
             // RM_StringTruncate grows a string greedily (up to twice its
@@ -225,6 +263,7 @@ impl LockKey {
 
     /// `DEL key`, with a `del` notification.
     pub fn delete(&mut self) {
+        self.read.set(None);
         unsafe {
             rm!(RedisModule_DeleteKey)(self.key);
             rm!(RedisModule_Replicate)(self.ctx.0, c"DEL".as_ptr(), c"s".as_ptr(), self.name);

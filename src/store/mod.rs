@@ -5,6 +5,7 @@
 //! key (`leadership`). It imports the server layer and the boundary.
 
 pub mod fence;
+pub mod holders_commit;
 pub mod holders_key;
 pub mod leadership;
 pub mod lease;
