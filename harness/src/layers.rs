@@ -195,13 +195,17 @@ impl Sources {
             }
         }
         let edges = self.edges();
-        for cycle in cycles(&edges) {
+        for (circle, cycle) in cycles(&edges) {
             let shown: Vec<String> = cycle
                 .windows(2)
                 .map(|w| format!("{} ({})", w[0], edges[&w[0]][&w[1]]))
                 .chain(cycle.last().cloned())
                 .collect();
-            out.push(format!("import cycle: {}", shown.join(" → ")));
+            let mut line = format!("import cycle: {}", shown.join(" → "));
+            if circle.len() + 1 > cycle.len() {
+                let _ = write!(line, "; its circle has {} modules: {}", circle.len(), circle.join(", "));
+            }
+            out.push(line);
         }
         for (m, deps) in &edges {
             let Some(from) = layer_of(m) else { continue };
@@ -491,10 +495,10 @@ fn tree(code: &str, pos: &mut usize, mut prefix: Vec<String>, out: &mut Vec<(Vec
     }
 }
 
-/// One cycle for each circle of modules (strongly connected component of
-/// more than one module), as `a, b, …, a`: the shortest from the circle's
-/// first module.
-fn cycles(edges: &Edges) -> Vec<Vec<String>> {
+/// Each circle of modules (strongly connected component of more than one
+/// module), sorted, with one cycle in it as `a, b, …, a`: the shortest
+/// from the circle's first module.
+fn cycles(edges: &Edges) -> Vec<(Vec<String>, Vec<String>)> {
     // Tarjan's algorithm, iterative over the (small) graph.
     struct Tarjan<'a> {
         edges: &'a Edges,
@@ -574,7 +578,7 @@ fn cycles(edges: &Edges) -> Vec<Vec<String>> {
                     }
                     path.push(start.to_string());
                     path.reverse();
-                    out.push(path);
+                    out.push((scc.iter().map(|m| m.to_string()).collect(), path));
                     break 'search;
                 }
                 if !before.contains_key(d) && d != start {
@@ -674,6 +678,23 @@ mod tests {
         s.plant("num", "use crate::not_reexported;");
         let p = s.problems(layers, None);
         assert!(p.iter().any(|p| p.contains("num (crate::not_reexported) → crate")), "{p:?}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_circle_larger_than_its_shortest_cycle_is_named_whole() {
+        let files = [
+            ("lib.rs", "mod a;\nmod b;\nmod c;\n"),
+            ("a.rs", "use crate::b::B;\n"),
+            ("b.rs", "use crate::a::A;\nuse crate::c::C;\n"),
+            ("c.rs", "use crate::b::B;\n"),
+        ];
+        let dir = tree_of(&files);
+        let problems = check(&dir, &[("all", &["a", "b", "c", "crate"])], None);
+        assert_eq!(
+            problems,
+            ["import cycle: a (crate::b::B) → b (crate::a::A) → a; its circle has 3 modules: a, b, c"]
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 
