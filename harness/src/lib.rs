@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 mod clock;
 mod cluster;
+pub mod layers;
 
 pub use cluster::{key_in_slot, key_slot, Cluster, NodeView, SLOTS};
 mod version;

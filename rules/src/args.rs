@@ -1,107 +1,9 @@
 //! Validation of command arguments, with the exact error replies. Every
 //! check runs before the key is looked at, so a bad call changes nothing.
 
-use std::ffi::CStr;
-use std::fmt;
-
-/// A rejected argument. `Display` gives the full error reply (with its code).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ArgError {
-    /// Empty key or token (the Go wrapper refuses these too).
-    KeyOrTokenMissing,
-    /// ttl-ms is not a positive integer in Redis's strict integer syntax.
-    TtlNotPositive,
-    /// now + ttl-ms does not fit the 64-bit millisecond clock.
-    TtlTooLarge,
-    /// A token or run-id that encoding/json cannot carry unchanged.
-    NotUtf8,
-    /// An option this command does not know.
-    Syntax,
-    /// The WAIT timeout is not 0 or a positive integer.
-    TimeoutInvalid,
-    /// The fence floor is not a non-negative integer.
-    FenceNotInteger,
-    /// A client's fence floor is more than [`crate::fence::HORIZON`] ahead
-    /// of this server's clock floor.
-    FloorTooFar,
-    /// `WAIT timeout-ms` ends past the 64-bit millisecond clock (BLPOP's
-    /// "timeout is out of range").
-    TimeoutOutOfRange,
-    /// A semaphore's limit is not a positive integer up to 2^53.
-    LimitInvalid,
-    /// A read-write lock's mode is neither READ nor WRITE.
-    ModeInvalid,
-    /// `INFO … COUNT n` with an `n` that is not a positive integer.
-    CountInvalid,
-    /// `LOCKDELAY ms` is not an integer from 0 to [`MAX_LOCK_DELAY_MS`].
-    LockDelayInvalid,
-    /// `MAXHOLD ms` is not a positive integer.
-    MaxHoldInvalid,
-    /// `MAXHOLD ms` is shorter than the grant's own ttl-ms.
-    MaxHoldBelowTtl,
-    /// now + `MAXHOLD` does not fit the 64-bit millisecond clock.
-    MaxHoldTooLarge,
-    /// An election's value (a JSON string) that is not UTF-8.
-    ValueNotUtf8,
-    /// LOCK.OBSERVE's `AFTER rev` is not a non-negative integer.
-    RevInvalid,
-    /// A semaphore's limit above 2^32 with a lock-delay (the tag's score
-    /// could not carry both exactly, see `holders::Tag`).
-    LimitTooLargeForDelay,
-    /// LOCK.TOP's `COUNT n` is not an integer from 1 to 1000.
-    TopCountInvalid,
-    /// A semaphore's or read-write lock's token that starts with a NUL
-    /// byte: that prefix names the holders' hold-limit members
-    /// (`holders::HOLD_PREFIX`), so such a token could forge one.
-    TokenReserved,
-}
-
-impl ArgError {
-    /// The error reply, NUL-terminated as `RedisModule_ReplyWithError` takes it.
-    pub const fn reply_cstr(self) -> &'static CStr {
-        match self {
-            ArgError::KeyOrTokenMissing => c"ERR lock key and token are required",
-            ArgError::TtlNotPositive => c"ERR ttl-ms must be a positive integer (milliseconds)",
-            ArgError::TtlTooLarge => c"ERR ttl-ms is too large: the expiry time would overflow",
-            ArgError::NotUtf8 => c"ERR token and run-id must be valid UTF-8",
-            ArgError::Syntax => c"ERR syntax error",
-            ArgError::TimeoutInvalid => {
-                c"ERR WAIT timeout-ms must be 0 (no timeout) or a positive integer (milliseconds)"
-            }
-            ArgError::FenceNotInteger => c"ERR fence must be a non-negative integer",
-            ArgError::FloorTooFar => c"ERR fence floor is more than 24 h ahead of this server's clock",
-            ArgError::TimeoutOutOfRange => c"ERR timeout is out of range",
-            ArgError::LimitInvalid => c"ERR limit must be a positive integer (at most 9007199254740992)",
-            ArgError::ModeInvalid => c"ERR mode must be READ or WRITE",
-            ArgError::CountInvalid => c"ERR COUNT must be a positive integer",
-            ArgError::LockDelayInvalid => c"ERR LOCKDELAY must be an integer from 0 to 60000 (milliseconds)",
-            ArgError::MaxHoldInvalid => c"ERR MAXHOLD must be a positive integer (milliseconds)",
-            ArgError::MaxHoldBelowTtl => c"ERR MAXHOLD must be at least ttl-ms",
-            ArgError::MaxHoldTooLarge => c"ERR MAXHOLD is too large: the hold limit would overflow",
-            ArgError::ValueNotUtf8 => c"ERR token and value must be valid UTF-8",
-            ArgError::RevInvalid => c"ERR AFTER rev must be a non-negative integer",
-            ArgError::LimitTooLargeForDelay => c"ERR limit must be at most 4294967296 with LOCKDELAY",
-            ArgError::TopCountInvalid => c"ERR COUNT must be an integer from 1 to 1000",
-            ArgError::TokenReserved => {
-                c"ERR token must not start with a NUL byte (reserved for the holders' hold limits)"
-            }
-        }
-    }
-
-    /// The error reply as text.
-    pub fn reply(self) -> &'static str {
-        // Every reply above is ASCII.
-        self.reply_cstr().to_str().unwrap_or("ERR")
-    }
-}
-
-impl fmt::Display for ArgError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.reply())
-    }
-}
-
-impl std::error::Error for ArgError {}
+pub use crate::error::ArgError;
+use crate::number::parse_positive;
+pub use crate::number::parse_ttl;
 
 /// Key and token must both be non-empty.
 pub fn check_key_and_token(key: &[u8], token: &[u8]) -> Result<(), ArgError> {
@@ -112,32 +14,22 @@ pub fn check_key_and_token(key: &[u8], token: &[u8]) -> Result<(), ArgError> {
     }
 }
 
+/// The first byte no token of a semaphore or read-write lock may start
+/// with: their keys store each holder's hold limit under `HOLD_PREFIX +
+/// token` (`crate::holders::hold_member`), so such a token could forge one.
+/// Here, with the check, because the holders' bookkeeping builds on the
+/// arguments, not the other way round.
+pub const HOLD_PREFIX: u8 = 0;
+
 /// Key and token of a semaphore or read-write lock command: non-empty, and
 /// the token not starting with the NUL byte that marks a holder's
-/// hold-limit member (`crate::holders::HOLD_PREFIX`).
+/// hold-limit member ([`HOLD_PREFIX`]).
 pub fn check_holder_key_and_token(key: &[u8], token: &[u8]) -> Result<(), ArgError> {
     check_key_and_token(key, token)?;
-    if token.first() == Some(&crate::holders::HOLD_PREFIX) {
+    if token.first() == Some(&HOLD_PREFIX) {
         return Err(ArgError::TokenReserved);
     }
     Ok(())
-}
-
-/// Parses ttl-ms with the syntax Redis accepts for `PX` (no sign, no leading
-/// zeros, no spaces, fits in 64 bits) and requires it to be positive.
-pub fn parse_ttl(arg: &[u8]) -> Result<i64, ArgError> {
-    let (&first, rest) = arg.split_first().ok_or(ArgError::TtlNotPositive)?;
-    if !(b'1'..=b'9').contains(&first) {
-        return Err(ArgError::TtlNotPositive);
-    }
-    let mut v = i64::from(first - b'0');
-    for &b in rest {
-        if !b.is_ascii_digit() {
-            return Err(ArgError::TtlNotPositive);
-        }
-        v = v.checked_mul(10).and_then(|v| v.checked_add(i64::from(b - b'0'))).ok_or(ArgError::TtlTooLarge)?;
-    }
-    Ok(v)
 }
 
 /// The absolute expiry (Unix ms) of a lock granted at `now_ms` for `ttl_ms`.
@@ -206,7 +98,7 @@ pub fn parse_grant_options<'a>(
             opts.lock_delay = Some(parse_lock_delay(args.next().ok_or(ArgError::Syntax)?)?);
         } else if arg.eq_ignore_ascii_case(b"MAXHOLD") && grammar.takes_max_hold() {
             opts.max_hold =
-                Some(parse_ttl(args.next().ok_or(ArgError::Syntax)?).map_err(|_| ArgError::MaxHoldInvalid)?);
+                Some(parse_positive(args.next().ok_or(ArgError::Syntax)?).map_err(|_| ArgError::MaxHoldInvalid)?);
         } else {
             return Err(ArgError::Syntax);
         }
@@ -220,7 +112,7 @@ fn parse_lock_delay(arg: &[u8]) -> Result<i64, ArgError> {
     if arg == b"0" {
         return Ok(0);
     }
-    parse_ttl(arg).ok().filter(|&ms| ms <= MAX_LOCK_DELAY_MS).ok_or(ArgError::LockDelayInvalid)
+    parse_positive(arg).ok().filter(|&ms| ms <= MAX_LOCK_DELAY_MS).ok_or(ArgError::LockDelayInvalid)
 }
 
 /// The checks of `MAXHOLD` against the grant's ttl-ms, made before the key
@@ -239,7 +131,7 @@ pub fn parse_timeout(arg: &[u8]) -> Result<i64, ArgError> {
     if arg == b"0" {
         return Ok(0);
     }
-    parse_ttl(arg).map_err(|_| ArgError::TimeoutInvalid)
+    parse_positive(arg).map_err(|_| ArgError::TimeoutInvalid)
 }
 
 /// Options after the fixed arguments of LOCK.RENEW: `[FLOOR fence]`
@@ -290,18 +182,6 @@ pub fn check_utf8(s: &[u8]) -> Result<&str, ArgError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ttl_accepts_only_positive_canonical_integers() {
-        assert_eq!(parse_ttl(b"1"), Ok(1));
-        assert_eq!(parse_ttl(b"30000"), Ok(30_000));
-        assert_eq!(parse_ttl(b"9223372036854775807"), Ok(i64::MAX));
-        for bad in [&b""[..], b"0", b"-1", b"+1", b"01", b"1.5", b"1e3", b" 1", b"1 ", b"abc", b"0x10"] {
-            assert_eq!(parse_ttl(bad), Err(ArgError::TtlNotPositive), "{:?}", String::from_utf8_lossy(bad));
-        }
-        assert_eq!(parse_ttl(b"9223372036854775808"), Err(ArgError::TtlTooLarge));
-        assert_eq!(parse_ttl(b"99999999999999999999999"), Err(ArgError::TtlTooLarge));
-    }
 
     #[test]
     fn grant_options_are_case_insensitive_and_closed() {

@@ -37,7 +37,8 @@
 //! (`args::check_holder_key_and_token`), so no token can forge one. A key
 //! without a hold limit has no such member and is stored as before.
 
-use crate::args::ArgError;
+use crate::error::ArgError;
+use crate::number::{parse_count, parse_positive};
 
 /// The member that tags the kind: tokens are never empty.
 pub const TAG: &[u8] = b"";
@@ -47,8 +48,9 @@ pub const TAG: &[u8] = b"";
 pub const MAX_EXACT: i64 = 1 << 53;
 
 /// The first byte of a hold-limit member, `"\0" + token`: no token of a
-/// semaphore or read-write lock starts with it.
-pub const HOLD_PREFIX: u8 = 0;
+/// semaphore or read-write lock starts with it (the argument check that
+/// refuses such tokens defines it).
+pub use crate::args::HOLD_PREFIX;
 
 /// Hold-limit members score below this (`-holdUntil`, and every hold
 /// limit is a Unix time far above 2); the tag (≥ -1.6) and places are at
@@ -457,7 +459,7 @@ pub fn held_off_by_delay(s: &Summary, want: Want, delay: i64, in_delay: u64) -> 
 
 /// `limit`: a positive integer in Redis's strict syntax, at most 2^53.
 pub fn parse_limit(arg: &[u8]) -> Result<u64, ArgError> {
-    match crate::args::parse_ttl(arg) {
+    match parse_positive(arg) {
         Ok(n) if n <= MAX_EXACT => Ok(n as u64),
         _ => Err(ArgError::LimitInvalid),
     }
@@ -483,8 +485,7 @@ pub fn parse_info_options<'a>(options: impl IntoIterator<Item = &'a [u8]>) -> Re
             return Err(ArgError::Syntax);
         }
         let n = it.next().ok_or(ArgError::Syntax)?;
-        let n = crate::args::parse_ttl(n).map_err(|_| ArgError::CountInvalid)?;
-        count = Some(usize::try_from(n).unwrap_or(usize::MAX));
+        count = Some(parse_count(n).ok_or(ArgError::CountInvalid)?);
     }
     Ok(count)
 }

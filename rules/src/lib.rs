@@ -5,7 +5,9 @@
 //! - [`lock`]: the decisions of LOCK.ACQUIRE / RENEW / RELEASE / TAKEOVER.
 //! - [`cjson`]: what Redis's bundled cjson makes of a stored value.
 //! - [`cluster`]: hash slots, and a slot's state in `CLUSTER NODES`.
-//! - [`args`]: argument validation and its error replies.
+//! - [`error`]: the shared refusals: [`ArgError`] (with its error reply), [`WrongType`].
+//! - [`number`]: the integer arguments (ttl-ms, limits' and COUNTs' syntax).
+//! - [`args`]: argument validation.
 //! - [`election`]: LOCK.ELECT / PROCLAIM / LEADER / OBSERVE: who leads, what wakes an observer.
 //! - [`observers`]: the observers' bookkeeping (per key, grouped by the revision they saw).
 //! - [`encode`]: the structured value as Go's encoding/json writes it.
@@ -30,6 +32,7 @@ pub mod cluster;
 pub mod cluster_fence;
 pub mod election;
 pub mod encode;
+pub mod error;
 pub mod fence;
 pub mod guard;
 pub mod histogram;
@@ -37,11 +40,12 @@ pub mod hold_table;
 pub mod holders;
 pub mod lease;
 pub mod lock;
+pub mod number;
 pub mod observers;
 pub mod queue;
 pub mod scripts;
 pub mod top;
 pub mod value;
 
-pub use args::ArgError;
-pub use lock::{Entry, Remaining, WrongType};
+pub use error::{ArgError, WrongType};
+pub use lock::{Entry, Remaining};

@@ -27,9 +27,7 @@ pub enum Remaining {
     Ms(i64),
 }
 
-/// The key holds a type the scripts' `GET` refuses: reply `WRONGTYPE`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WrongType;
+pub use crate::error::WrongType;
 
 /// Who owns a stored value, as the renew and release scripts decide it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,7 +5,8 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use crate::args::{parse_ttl, ArgError};
+use crate::error::ArgError;
+use crate::number::parse_count;
 
 /// LOCK.TOP lists this many keys unless told otherwise.
 pub const DEFAULT_COUNT: usize = 10;
@@ -21,11 +22,7 @@ pub fn parse_top_options<'a>(options: impl IntoIterator<Item = &'a [u8]>) -> Res
             return Err(ArgError::Syntax);
         }
         let n = it.next().ok_or(ArgError::Syntax)?;
-        count = parse_ttl(n)
-            .ok()
-            .and_then(|n| usize::try_from(n).ok())
-            .filter(|&n| n <= MAX_COUNT)
-            .ok_or(ArgError::TopCountInvalid)?;
+        count = parse_count(n).filter(|&n| n <= MAX_COUNT).ok_or(ArgError::TopCountInvalid)?;
     }
     Ok(count)
 }
