@@ -100,7 +100,8 @@ fn field<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
 
 /// The module's commands, as the server lists them.
 fn module_commands(c: &mut redis::Connection) -> BTreeSet<String> {
-    let names: Vec<String> = redis::cmd("COMMAND").arg("LIST").arg("FILTERBY").arg("MODULE").arg("lock").query(c).unwrap();
+    let names: Vec<String> =
+        redis::cmd("COMMAND").arg("LIST").arg("FILTERBY").arg("MODULE").arg("lock").query(c).unwrap();
     assert!(names.len() >= 10, "COMMAND LIST FILTERBY MODULE lock: {names:?}");
     names.into_iter().map(|n| n.to_lowercase()).collect()
 }
@@ -159,7 +160,8 @@ fn as_reported(registered_flag: &str) -> &str {
 /// list's optional arguments, nested ones (`oneof`, `block`) included.
 fn option_tokens(args: &Value, tokens: &mut BTreeSet<String>, optional_above: bool) {
     for arg in items(args) {
-        let optional = optional_above || field(arg, "flags").is_some_and(|f| items(f).iter().any(|x| text_of(x) == "optional"));
+        let optional =
+            optional_above || field(arg, "flags").is_some_and(|f| items(f).iter().any(|x| text_of(x) == "optional"));
         if let (true, Some(t)) = (optional, field(arg, "token")) {
             tokens.insert(text_of(t).to_uppercase());
         }
@@ -252,22 +254,30 @@ fn commands_md_lists_every_command_with_its_arity_flags_keys_and_acl() {
         // Key specs: "none", or per spec its flags (and `argument N` for an index).
         let key_cell = &row[3];
         if reg.key_specs.is_empty() {
-            assert!(key_cell.starts_with("none"), "docs/commands.md: {upper} declares no key, the page says {key_cell:?}");
+            assert!(
+                key_cell.starts_with("none"),
+                "docs/commands.md: {upper} declares no key, the page says {key_cell:?}"
+            );
         }
         let spans = code_spans(key_cell);
         for (i, (index, flags)) in reg.key_specs.iter().enumerate() {
             let joined = flags.join(" ");
             assert_eq!(spans.get(i), Some(&joined), "docs/commands.md: {upper}'s key spec {i} flags ({key_cell:?})");
             if let Some(index) = index {
-                assert!(key_cell.contains(&format!("argument {index}")), "docs/commands.md: {upper}: key at argument {index}");
+                assert!(
+                    key_cell.contains(&format!("argument {index}")),
+                    "docs/commands.md: {upper}: key at argument {index}"
+                );
             }
         }
         assert_eq!(spans.len(), reg.key_specs.len(), "docs/commands.md: {upper}: one `flags` span per key spec");
 
         // ACL categories, where the server has the module API for them.
         if !reg.acl.is_empty() {
-            let page_acl: BTreeSet<String> =
-                code_spans(&row[4]).first().map(|s| s.split_whitespace().map(str::to_string).collect()).unwrap_or_default();
+            let page_acl: BTreeSet<String> = code_spans(&row[4])
+                .first()
+                .map(|s| s.split_whitespace().map(str::to_string).collect())
+                .unwrap_or_default();
             // `@lock` is every command's, where the server lets a module add a
             // category; the notes under the table say so.
             let reported: BTreeSet<String> = reg.acl.iter().filter(|c| *c != "@lock").cloned().collect();
@@ -293,7 +303,8 @@ fn commands_md_lists_the_errors_each_command_s_flags_imply() {
         info.iter().filter(|(_, r)| r.flags.contains(flag)).map(|(n, _)| n.clone()).collect()
     };
     let row_for = |reply_starts: &str| -> BTreeSet<String> {
-        let rows: Vec<_> = errors.iter().filter(|r| code_spans(&r[0]).first().is_some_and(|s| s.starts_with(reply_starts))).collect();
+        let rows: Vec<_> =
+            errors.iter().filter(|r| code_spans(&r[0]).first().is_some_and(|s| s.starts_with(reply_starts))).collect();
         assert_eq!(rows.len(), 1, "docs/commands.md, Errors: one row for `{reply_starts}…`, found {}", rows.len());
         command_names(&rows[0][1])
     };
@@ -311,7 +322,11 @@ fn commands_md_lists_the_errors_each_command_s_flags_imply() {
 
     assert_eq!(row_for("READONLY"), with_flag("write"), "the READONLY row against the `write` commands");
     assert_eq!(row_for("OOM"), with_flag("denyoom"), "the OOM row against the `denyoom` commands");
-    assert_eq!(row_for("UNBLOCKED client unblocked"), with_flag("blocking"), "the UNBLOCKED row against the `blocking` commands");
+    assert_eq!(
+        row_for("UNBLOCKED client unblocked"),
+        with_flag("blocking"),
+        "the UNBLOCKED row against the `blocking` commands"
+    );
     assert_eq!(
         row_for("UNBLOCKED force unblock"),
         with_flag("blocking"),
@@ -328,7 +343,11 @@ fn commands_md_lists_the_errors_each_command_s_flags_imply() {
             }
         }
     }
-    assert_eq!(row_for("ERR wrong number of arguments"), arity, "the arity-error row against the commands that reply it");
+    assert_eq!(
+        row_for("ERR wrong number of arguments"),
+        arity,
+        "the arity-error row against the commands that reply it"
+    );
 
     // And the server answers them as the rows say. OOM: at a memory limit
     // already exceeded, each command with any arguments (Redis refuses
@@ -378,14 +397,26 @@ fn info_md_names_every_info_lock_field() {
     };
     // One wait (timed out) and one timed hold (released) per family.
     for (hold, wait, release) in [
-        (&["LOCK.ACQUIRE", "x", "a", "60000"][..], &["LOCK.ACQUIRE", "x", "b", "60000", "WAIT", "1"][..], &["LOCK.RELEASE", "x", "a"][..]),
-        (&["SEM.ACQUIRE", "s", "a", "1", "60000"], &["SEM.ACQUIRE", "s", "b", "1", "60000", "WAIT", "1"], &["SEM.RELEASE", "s", "a"]),
+        (
+            &["LOCK.ACQUIRE", "x", "a", "60000"][..],
+            &["LOCK.ACQUIRE", "x", "b", "60000", "WAIT", "1"][..],
+            &["LOCK.RELEASE", "x", "a"][..],
+        ),
+        (
+            &["SEM.ACQUIRE", "s", "a", "1", "60000"],
+            &["SEM.ACQUIRE", "s", "b", "1", "60000", "WAIT", "1"],
+            &["SEM.RELEASE", "s", "a"],
+        ),
         (
             &["RWLOCK.ACQUIRE", "r", "a", "WRITE", "60000"],
             &["RWLOCK.ACQUIRE", "r", "b", "WRITE", "60000", "WAIT", "1"],
             &["RWLOCK.RELEASE", "r", "a"],
         ),
-        (&["LOCK.ELECT", "e", "a", "60000", "v"], &["LOCK.ELECT", "e", "b", "60000", "v", "WAIT", "1"], &["LOCK.RELEASE", "e", "a"]),
+        (
+            &["LOCK.ELECT", "e", "a", "60000", "v"],
+            &["LOCK.ELECT", "e", "b", "60000", "v", "WAIT", "1"],
+            &["LOCK.RELEASE", "e", "a"],
+        ),
     ] {
         run(&mut c, hold);
         run(&mut c, wait);
@@ -399,28 +430,31 @@ fn info_md_names_every_info_lock_field() {
     assert!(!conditional.is_empty(), "the distributions appear once a family has waited and held");
 
     // The families, as the per-family fields name them (`lock_waits_F`).
-    let families: Vec<String> = fresh.iter().filter_map(|f| f.strip_prefix("lock_waits_")).map(str::to_string).collect();
-    let families: Vec<String> = families.into_iter().filter(|f| !["started", "granted", "timed_out", "cancelled"].contains(&f.as_str())).collect();
+    let families: Vec<String> =
+        fresh.iter().filter_map(|f| f.strip_prefix("lock_waits_")).map(str::to_string).collect();
+    let families: Vec<String> = families
+        .into_iter()
+        .filter(|f| !["started", "granted", "timed_out", "cancelled"].contains(&f.as_str()))
+        .collect();
     assert_eq!(families.len(), 4, "families {families:?}");
 
     let text = page("docs/info.md");
     let mut documented = BTreeSet::new();
-    for header in ["| field | meaning |"] {
-        // Both tables have this header: the counters, then the distributions.
-        let mut rest = text.as_str();
-        while let Some(at) = rest.find(header) {
-            for row in table(&rest[at..], header) {
-                for name in code_spans(&row[0]) {
-                    match name.strip_suffix("_F") {
-                        Some(stem) => documented.extend(families.iter().map(|f| format!("{stem}_{f}"))),
-                        None => {
-                            documented.insert(name);
-                        }
+    // Both tables have this header: the counters, then the distributions.
+    let header = "| field | meaning |";
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find(header) {
+        for row in table(&rest[at..], header) {
+            for name in code_spans(&row[0]) {
+                match name.strip_suffix("_F") {
+                    Some(stem) => documented.extend(families.iter().map(|f| format!("{stem}_{f}"))),
+                    None => {
+                        documented.insert(name);
                     }
                 }
             }
-            rest = &rest[at + header.len()..];
         }
+        rest = &rest[at + header.len()..];
     }
     let emitted: BTreeSet<String> = exercised.iter().cloned().collect();
     assert_eq!(
@@ -432,7 +466,8 @@ fn info_md_names_every_info_lock_field() {
     );
 
     // The example: the output after exercising, field for field, in order.
-    let example = text.split("$ redis-cli INFO lock\n").nth(1).expect("docs/info.md: an example of `redis-cli INFO lock`");
+    let example =
+        text.split("$ redis-cli INFO lock\n").nth(1).expect("docs/info.md: an example of `redis-cli INFO lock`");
     let example: Vec<String> = example
         .lines()
         .take_while(|l| !l.starts_with("```"))
@@ -451,28 +486,30 @@ fn configuration_md_names_every_config_with_its_default() {
     let configs: BTreeMap<String, String> = redis::cmd("CONFIG").arg("GET").arg("lock.*").query(&mut c).unwrap();
     assert!(!configs.is_empty(), "CONFIG GET lock.*");
     let text = page("docs/configuration.md");
-    // The list of configs: one `- \`lock.name\` (…default \`V\`…)` item each.
+    // The list of configs: one item each, `- \`lock.name\` (… default \`V\` …)`,
+    // its text running on over the indented lines below it.
     let mut items: BTreeMap<String, String> = BTreeMap::new();
     let mut current: Option<String> = None;
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("- `lock.") {
-            let name = format!("lock.{}", rest.split('`').next().unwrap());
-            items.insert(name.clone(), String::new());
-            current = Some(name);
-        } else if line.starts_with("  ") && current.is_some() {
-        } else {
+            current = Some(format!("lock.{}", rest.split('`').next().unwrap()));
+        } else if !line.starts_with("  ") {
             current = None;
-            continue;
         }
-        let name = current.clone().unwrap();
-        items.get_mut(&name).unwrap().push_str(line);
-        items.get_mut(&name).unwrap().push(' ');
+        if let Some(name) = &current {
+            let item = items.entry(name.clone()).or_default();
+            item.push_str(line);
+            item.push(' ');
+        }
     }
     let names: BTreeSet<&String> = configs.keys().collect();
     let listed: BTreeSet<&String> = items.keys().collect();
     assert_eq!(listed, names, "docs/configuration.md's list of configs against CONFIG GET lock.*");
     for (name, default) in &configs {
         let item = &items[name];
-        assert!(item.contains(&format!("default `{default}`")), "docs/configuration.md: {name}'s default is `{default}`: {item}");
+        assert!(
+            item.contains(&format!("default `{default}`")),
+            "docs/configuration.md: {name}'s default is `{default}`: {item}"
+        );
     }
 }
