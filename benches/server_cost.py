@@ -38,7 +38,8 @@ Python 3 standard library only. Needs redis-server and redis-benchmark on
 PATH (or --redis-server/--redis-benchmark), valgrind for --callgrind, and
 cargo unless --module names a prebuilt module.
 
-Reproduce the README table:
+Reproduce the tables of docs/performance.md ("Instructions per operation",
+"Wall clock", "Memory"):
     python3 benches/server_cost.py --wall --callgrind --memory
 """
 

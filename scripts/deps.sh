@@ -40,3 +40,22 @@ if [ "$servers" = 1 ]; then
     python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location --upgrade --target "$py" redis==8.2.0
   fi
 fi
+
+# ---- The client examples (examples/, run by tests/examples.rs; see
+# docs/clients.md): Node and its ioredis, pinned, into the ignored
+# .servers/node (redis-py, above, serves the Python ones). Only with
+# --servers, as the examples run with the matrix's tests.
+if [ "$servers" = 1 ]; then
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    echo "installing: nodejs npm" >&2
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+  fi
+  node_dir="$(dirname "$0")/../.servers/node"
+  if [ "$(NODE_PATH=$node_dir/node_modules node -p 'require("ioredis/package.json").version' 2>/dev/null)" != 6.1.0 ]; then
+    echo "installing: ioredis 6.1.0 into .servers/node" >&2
+    npm install --prefix "$node_dir" --no-save --no-audit --no-fund --loglevel=error ioredis@6.1.0 >&2
+  fi
+fi
+# ----
