@@ -30,6 +30,19 @@ if [ ${#need[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
+# ---- redis-server 7.0 or newer: the module needs the 7.0 module API and
+# refuses to load into 6.x, and the tests take this server as the reference
+# (scripts/test's "redis-7.0"). apt installs whatever the distribution has.
+major=$(redis-server --version | sed -n 's/.* v=\([0-9][0-9]*\)\..*/\1/p')
+if [ "${major:-0}" -lt 7 ]; then
+  echo "scripts/deps.sh: $(command -v redis-server) is $(redis-server --version | cut -d' ' -f1-3);" \
+    "redis-lock needs redis-server 7.0 or newer (the module refuses to load into 6.x)." >&2
+  echo "  Debian 12 and Ubuntu 24.04 ship 7.0; Debian 11 and Ubuntu 22.04 ship 6.0. Use one of the" >&2
+  echo "  former, or put a redis-server 7.0 or newer first on PATH." >&2
+  echo "  See docs/compatibility.md for the servers tested." >&2
+  exit 1
+fi
+# ----
 if [ "$servers" = 1 ]; then
   "$(dirname "$0")/servers.sh"
   # redis-py, a client nobody here wrote (tests/redis_py_cluster.rs): pinned,
