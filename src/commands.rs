@@ -78,6 +78,7 @@ fn acquire_with(
     lease::check_token(bytes(token), terms)?;
     let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
     check_fence_space(ctx, opts)?;
+    crate::eviction::refusal(ctx)?;
     let mut k = open_behind_waiters(ctx, key, now);
     let granted = lock::may_acquire(k.entry());
     if granted {
@@ -215,6 +216,7 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
     let now = ctx.now_ms();
     let grant = rules_lease::grant(now, ttl, Terms::of(&opts))?;
     check_fence_space(ctx, opts)?;
+    crate::eviction::refusal(ctx)?;
     let mut k = open_behind_waiters(ctx, key, now);
     let takeover = lock::take_over(k.entry(), run_bytes, ttl, || k.remaining())?;
     match takeover {

@@ -92,6 +92,7 @@ pub fn register(ctx: *mut RedisModuleCtx) -> bool {
                 None,
                 std::ptr::null_mut(),
             ) == ok
+            && crate::eviction::register_config(ctx)
             && rm!(RedisModule_LoadConfigs)(ctx) == ok
     }
 }

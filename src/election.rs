@@ -89,6 +89,7 @@ pub fn elect(ctx: Ctx, argv: Argv) -> Outcome {
     let grant = rules_lease::grant(now, ttl, terms)?;
     let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
     check_fence_space(ctx, opts)?;
+    crate::eviction::refusal(ctx)?;
     let mut k = open_behind_waiters(ctx, key, now);
     if lock::may_acquire(k.entry()) {
         let term = fence::issue(ctx, now).ok_or(Failure::FencesExhausted)?;

@@ -373,6 +373,7 @@ impl HoldersKey {
         let ctx = self.ctx;
         // Hold timing's hook: before anything is written or notified.
         crate::timings::holders_commit(ctx, self.name, summary, edit, &self.ended, self.now);
+        crate::eviction::holders_commit(ctx, self.name, summary, edit, &self.ended, self.now);
         let last = match last_after(summary, edit.change()) {
             Last::Gone => {
                 if summary.is_some() {

@@ -226,6 +226,7 @@ impl LockKey {
         self.changed();
         self.ctx.notify(raw::REDISMODULE_NOTIFY_STRING, c"set", self.name);
         self.ctx.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"expire", self.name);
+        crate::eviction::lock_written(self, at_ms);
     }
 
     /// Makes the key's string `value`, in a raw string object of exactly its
@@ -280,6 +281,7 @@ impl LockKey {
         }
         self.changed();
         self.ctx.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"expire", self.name);
+        crate::eviction::lock_written(self, at_ms);
     }
 
     /// `DEL key`, with a `del` notification.
@@ -290,6 +292,7 @@ impl LockKey {
         }
         self.changed();
         self.ctx.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del", self.name);
+        crate::eviction::lock_deleted(self.ctx, self.name);
     }
 
     /// Invalidates WATCH on the key, as a native write does.

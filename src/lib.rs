@@ -14,6 +14,7 @@ mod db_events;
 mod election;
 mod entry;
 mod errors;
+mod eviction;
 mod fence;
 mod guard;
 mod holders;
@@ -53,6 +54,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             ctx.log_warning("lock: could not register or load the module's configs");
             return Status::Err;
         }
+        eviction::init(ctx.ctx);
         // Refused commands must not invalidate WATCH: we signal changes ourselves.
         api::rm!(RedisModule_SetModuleOptions)(ctx.ctx, raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int);
     }

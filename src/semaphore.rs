@@ -74,6 +74,7 @@ pub fn acquire(
     let granted = grant(now, ttl, delay, opts.max_hold)?;
     let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
     check_fence_space(ctx, opts)?;
+    crate::eviction::refusal(ctx)?;
     let counters = holder_counters(want.family());
     let mut queued = wait::waiters_on(ctx, bytes(key)) > 0;
     let mut k = HoldersKey::open(ctx, key);

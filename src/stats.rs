@@ -14,7 +14,7 @@ use crate::api::rm;
 pub struct Counter(AtomicU64);
 
 impl Counter {
-    const fn new() -> Self {
+    pub const fn new() -> Self {
         Counter(AtomicU64::new(0))
     }
 
@@ -164,6 +164,7 @@ pub unsafe extern "C" fn info(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c
     for (name, value) in fields {
         rm!(RedisModule_InfoAddFieldULongLong)(ctx, name.as_ptr(), value);
     }
+    crate::eviction::info(ctx);
     crate::timings::info(ctx);
 }
 

@@ -299,7 +299,11 @@ pub fn grant_next(ctx: Ctx, name: *mut RedisModuleString) {
         return;
     }
     if let Some(redirect) = cluster::redirect(ctx, bytes(name)) {
-        send_away(ctx, &key, &redirect);
+        let _ = send_away(ctx, &key, &redirect);
+        return;
+    }
+    if let Some(refused) = crate::eviction::refuses_waiters() {
+        crate::eviction::refused_waiters(send_away(ctx, &key, &refused.into()));
         return;
     }
     // A head that cannot be served is answered and the next one tried, so
@@ -535,10 +539,14 @@ fn writes_paused() -> bool {
 
 /// Answers every waiter of `key` with `error` (the slot is served
 /// elsewhere, or moving): they re-send their command where it belongs.
-fn send_away(ctx: Ctx, key: &QueueId, error: &CString) {
+/// Answers every waiter of `key` with `error`; returns how many.
+fn send_away(ctx: Ctx, key: &QueueId, error: &CString) -> u64 {
+    let mut n = 0;
     while let Some(w) = pop_head(ctx, key) {
         finish(ctx, Answer::Error(error.clone()), w, &stats::WAITS_CANCELLED);
+        n += 1;
     }
+    n
 }
 
 /// This master became a replica (`crate::db_events`, on a role change): every
@@ -550,7 +558,7 @@ pub(crate) fn on_demoted(ctx: Ctx) {
     let keys: Vec<QueueId> = state().0.queues.keys().cloned().collect();
     let error = crate::db_events::UNBLOCKED.to_owned();
     for key in keys {
-        send_away(ctx, &key, &error);
+        let _ = send_away(ctx, &key, &error);
     }
 }
 

@@ -1,0 +1,477 @@
+//! Eviction must never take a held lock silently (issue 29).
+//!
+//! Under `maxmemory` with any policy but `noeviction` Redis may evict a lock
+//! key (lock keys carry a TTL, so `volatile-*` takes them too), and the next
+//! caller is granted it at once. A module cannot exempt a native key from
+//! eviction on any server of the matrix (`docs/eviction.md`), so this file
+//! makes the risk visible and lets the user forbid it:
+//!
+//! - **The settings**: `maxmemory` and `maxmemory-policy` are read (`INFO
+//!   memory`) at load and after every `CONFIG SET` (the server event
+//!   `REDISMODULE_EVENT_CONFIG`, there since Redis 7.0): never on a
+//!   command's path. When they let Redis evict lock keys the server log
+//!   gets a warning and `INFO lock` shows `lock_evictable:1`.
+//! - **`lock.eviction refuse`** (the default): while they do, every grant
+//!   (LOCK.ACQUIRE, LOCK.TAKEOVER, LOCK.ELECT, SEM.ACQUIRE, RWLOCK.ACQUIRE,
+//!   a waiter's turn) is refused with an error naming the policy
+//!   ([`refusal`]: one relaxed load on the grant path). Renewals, releases
+//!   and reads go on: a holder keeps what it holds.
+//! - **Holds lost to eviction**: while the settings let Redis evict, every
+//!   write of the module to a lock key records its holder and until when
+//!   the key keeps others out (`redis_lock_rules::eviction::Tracker`: a
+//!   grant, and also a renewal, so that a lock granted before the
+//!   settings changed is tracked from its next renewal). The `evicted`
+//!   keyspace event (every server; Redis raises it after the delete, so
+//!   the value cannot be read: the table is what tells a lock from any
+//!   other key) counts each live hold of the evicted key in `INFO lock`
+//!   (`lock_evicted_*`), logs it, and remembers (key, token) so that its
+//!   holder can ask `LOCK.EVICTED key token` after a renewal answered 0.
+//!
+//! Everything here runs on Redis's main thread.
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{LazyLock, Mutex, MutexGuard};
+
+use redis_lock_rules::eviction::{Family, Memory, Tracker, POLICIES, REFUSALS, REFUSAL_OTHER};
+use redis_lock_rules::holders::{last_after, Change, Family as HolderFamily, Last, Summary};
+use redis_lock_rules::lock::{owner_of, Owner};
+use redis_lock_rules::{value, Entry};
+use redis_module::raw::{self, RedisModuleCtx, RedisModuleInfoCtx, RedisModuleString};
+
+use crate::api::rm;
+use crate::holders::Edit;
+use crate::key::{bytes, Ctx, LockKey};
+use crate::reply::{Argv, Failure, Reply};
+use crate::stats::Counter;
+
+/// Holds tracked at most (each ~100 bytes: two B-tree entries); beyond,
+/// a grant is not tracked (`lock_eviction_untracked`).
+pub const MAX_TRACKED: usize = 1 << 20;
+/// Evicted (key, token) pairs remembered for `LOCK.EVICTED`, oldest first out.
+pub const MAX_RECENT: usize = 10_000;
+/// Eviction log lines per second at most; the rest are counted only.
+const LOG_PER_SECOND: u64 = 10;
+
+/// `lock.eviction`: 0 refuse, 1 allow.
+const REFUSE: c_int = 0;
+const ALLOW: c_int = 1;
+static MODE: AtomicUsize = AtomicUsize::new(REFUSE as usize);
+/// The server may evict lock keys now (`maxmemory` > 0, policy not `noeviction`).
+static EVICTABLE: AtomicBool = AtomicBool::new(false);
+/// EVICTABLE and `lock.eviction refuse`: what the grant path reads.
+static REFUSING: AtomicBool = AtomicBool::new(false);
+/// Index in `POLICIES` of the policy read last; `POLICIES.len()`: another.
+static POLICY: AtomicUsize = AtomicUsize::new(0);
+static MAXMEMORY: AtomicU64 = AtomicU64::new(0);
+/// Holds in the table: lets a write skip the table when it is empty.
+static TRACKED: AtomicUsize = AtomicUsize::new(0);
+
+/// Grants refused by `lock.eviction refuse` (waiters answered so included).
+pub static REFUSED: Counter = Counter::new();
+/// Holds lost to eviction, by family (`Family as usize`).
+static EVICTED: [Counter; 4] = [Counter::new(), Counter::new(), Counter::new(), Counter::new()];
+/// Grants made while the server could evict that the full table could not track.
+static UNTRACKED: Counter = Counter::new();
+
+struct State {
+    tracker: Tracker,
+    /// The second of the last eviction log line, and lines in it.
+    log_second: i64,
+    logged: u64,
+    suppressed: u64,
+}
+
+static STATE: LazyLock<Mutex<State>> = LazyLock::new(|| {
+    Mutex::new(State { tracker: Tracker::new(MAX_TRACKED, MAX_RECENT), log_second: 0, logged: 0, suppressed: 0 })
+});
+
+fn state() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The refusals as C strings, per `POLICIES` index, then the other one.
+static REFUSAL_TEXT: LazyLock<Vec<CString>> = LazyLock::new(|| {
+    REFUSALS.iter().chain(std::iter::once(&REFUSAL_OTHER)).map(|s| CString::new(*s).unwrap_or_default()).collect()
+});
+
+/// `Err` with the refusal when `lock.eviction refuse` forbids a grant now.
+/// The grant paths call it after their argument checks and before they
+/// open the key, so a refused grant changes nothing. One relaxed load
+/// while the server cannot evict.
+pub fn refusal(ctx: Ctx) -> Result<(), Failure> {
+    if !REFUSING.load(Ordering::Relaxed) || ctx.replaying() {
+        return Ok(());
+    }
+    REFUSED.add();
+    Err(Failure::Error(refusal_text()))
+}
+
+/// The waiters' form of [`refusal`]: the error each waiter of a freed key
+/// is answered with instead of a grant (counted per waiter by the caller).
+pub fn refuses_waiters() -> Option<&'static CStr> {
+    REFUSING.load(Ordering::Relaxed).then(refusal_text)
+}
+
+fn refusal_text() -> &'static CStr {
+    let i = POLICY.load(Ordering::Relaxed).min(REFUSAL_TEXT.len().saturating_sub(1));
+    REFUSAL_TEXT.get(i).map_or(c"ERR lock.eviction is refuse", |s| s.as_c_str())
+}
+
+/// Counts waiters answered with the refusal.
+pub fn refused_waiters(n: u64) {
+    REFUSED.add_n(n);
+}
+
+fn memory() -> Memory {
+    let p = POLICY.load(Ordering::Relaxed);
+    Memory { maxmemory: MAXMEMORY.load(Ordering::Relaxed), policy: (p < POLICIES.len()).then_some(p) }
+}
+
+fn recompute() {
+    let evictable = memory().may_evict();
+    EVICTABLE.store(evictable, Ordering::Relaxed);
+    REFUSING.store(evictable && MODE.load(Ordering::Relaxed) == REFUSE as usize, Ordering::Relaxed);
+}
+
+/// Reads `maxmemory` and `maxmemory_policy` from `INFO memory`; false if
+/// the server would not say (the last values stay).
+fn read_memory() -> bool {
+    let apis = unsafe {
+        (
+            raw::RedisModule_GetServerInfo,
+            raw::RedisModule_ServerInfoGetFieldUnsigned,
+            raw::RedisModule_ServerInfoGetFieldC,
+            raw::RedisModule_FreeServerInfo,
+        )
+    };
+    let (Some(get), Some(unsigned), Some(text), Some(free)) = apis else { return false };
+    unsafe {
+        let data = get(std::ptr::null_mut(), c"memory".as_ptr());
+        if data.is_null() {
+            return false;
+        }
+        let mut err: c_int = 0;
+        let maxmemory = unsigned(data, c"maxmemory".as_ptr(), &mut err);
+        let policy = text(data, c"maxmemory_policy".as_ptr());
+        let read = err == 0 && !policy.is_null();
+        if read {
+            let m = Memory::of(maxmemory, CStr::from_ptr(policy).to_bytes());
+            MAXMEMORY.store(m.maxmemory, Ordering::Relaxed);
+            POLICY.store(m.policy.unwrap_or(POLICIES.len()), Ordering::Relaxed);
+        }
+        free(std::ptr::null_mut(), data);
+        read
+    }
+}
+
+fn log(ctx: *mut RedisModuleCtx, level: &CStr, message: &str) {
+    let Ok(message) = CString::new(message) else { return };
+    if let Some(log) = unsafe { raw::RedisModule_Log } {
+        unsafe { log(ctx, level.as_ptr(), c"%s".as_ptr(), message.as_ptr()) };
+    }
+}
+
+/// The warning of settings that let Redis evict lock keys.
+fn warning() -> String {
+    let m = memory();
+    let then = if MODE.load(Ordering::Relaxed) == REFUSE as usize {
+        "lock.eviction is refuse: every grant is refused with an error until maxmemory-policy is noeviction or maxmemory 0 (CONFIG SET lock.eviction allow grants anyway); locks held now stay held, and those renewed are tracked"
+    } else {
+        "lock.eviction is allow: grants go on, and every held lock Redis evicts is counted in INFO lock (lock_evicted_*), logged, and told to its holder (LOCK.EVICTED)"
+    };
+    format!(
+        "lock: maxmemory {} with maxmemory-policy {} lets Redis evict lock keys (they carry a TTL): an evicted lock is granted to the next caller at once, and its holder loses mutual exclusion; {then}",
+        m.maxmemory,
+        m.policy_name()
+    )
+}
+
+/// Reads the settings and says so in the log when lock keys can be
+/// evicted, or no longer can. `at_load`: always says it when they can.
+fn review(ctx: *mut RedisModuleCtx, at_load: bool) {
+    let was = (EVICTABLE.load(Ordering::Relaxed), REFUSING.load(Ordering::Relaxed));
+    read_memory();
+    recompute();
+    let now = (EVICTABLE.load(Ordering::Relaxed), REFUSING.load(Ordering::Relaxed));
+    if now.0 && (at_load || now != was) {
+        log(ctx, c"warning", &warning());
+    } else if !now.0 && was.0 {
+        log(
+            ctx,
+            c"notice",
+            &format!(
+                "lock: maxmemory {} with maxmemory-policy {}: Redis can no longer evict lock keys",
+                MAXMEMORY.load(Ordering::Relaxed),
+                memory().policy_name()
+            ),
+        );
+    }
+}
+
+/// At load, after the configs: reads the settings, warns, and subscribes
+/// to config changes and evictions. The `evicted` subscription costs a
+/// call into the module per evicted key of the server, nothing else.
+pub fn init(ctx: *mut RedisModuleCtx) {
+    review(ctx, true);
+    let config = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_CONFIG, dataver: 1 };
+    unsafe {
+        rm!(RedisModule_SubscribeToServerEvent)(ctx, config, Some(on_config));
+        rm!(RedisModule_SubscribeToKeyspaceEvents)(ctx, raw::REDISMODULE_NOTIFY_EVICTED, Some(on_evicted));
+    }
+}
+
+unsafe extern "C" fn on_config(ctx: *mut RedisModuleCtx, _event: raw::RedisModuleEvent, _sub: u64, _data: *mut c_void) {
+    // Any CONFIG SET: they are rare, and one of several names may be ours.
+    let _ = std::panic::catch_unwind(|| review(ctx, false));
+}
+
+unsafe extern "C" fn get_mode(_name: *const c_char, _privdata: *mut c_void) -> c_int {
+    MODE.load(Ordering::Relaxed) as c_int
+}
+
+unsafe extern "C" fn set_mode(
+    _name: *const c_char,
+    value: c_int,
+    _privdata: *mut c_void,
+    _err: *mut *mut RedisModuleString,
+) -> c_int {
+    MODE.store(if value == ALLOW { ALLOW as usize } else { REFUSE as usize }, Ordering::Relaxed);
+    recompute();
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Registers `lock.eviction` (`refuse` | `allow`), before the configs load.
+pub fn register_config(ctx: *mut RedisModuleCtx) -> bool {
+    let Some(register) = (unsafe { raw::RedisModule_RegisterEnumConfig }) else { return false };
+    let mut names = [c"refuse".as_ptr(), c"allow".as_ptr()];
+    let values = [REFUSE, ALLOW];
+    unsafe {
+        register(
+            ctx,
+            c"eviction".as_ptr(),
+            REFUSE,
+            raw::REDISMODULE_CONFIG_DEFAULT,
+            names.as_mut_ptr(),
+            values.as_ptr(),
+            2,
+            Some(get_mode),
+            Some(set_mode),
+            None,
+            std::ptr::null_mut(),
+        ) == raw::REDISMODULE_OK as c_int
+    }
+}
+
+/// The table's key for `name` in database `db` (as `crate::timings`'s).
+fn key_hash(db: c_int, name: &[u8]) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h = (db as u64).wrapping_add(name.len() as u64).wrapping_mul(K);
+    let mut chunks = name.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        h = (h.rotate_left(23) ^ u64::from_le_bytes(w)).wrapping_mul(K);
+    }
+    let mut w = [0u8; 8];
+    let rest = chunks.remainder();
+    w[..rest.len()].copy_from_slice(rest);
+    h = (h.rotate_left(23) ^ u64::from_le_bytes(w)).wrapping_mul(K);
+    h ^ (h >> 29)
+}
+
+fn token_hash(token: &[u8]) -> u64 {
+    key_hash(-1, token)
+}
+
+fn publish(s: &State) {
+    TRACKED.store(s.tracker.len(), Ordering::Relaxed);
+}
+
+/// The hook of `LockKey::set` and `LockKey::expire_at`, after the write:
+/// the key's owner holds it until `at` (its expiry). A tombstone or a
+/// value no token owns holds nothing. While the server cannot evict: one
+/// load (two while holds tracked earlier remain).
+pub fn lock_written(k: &LockKey, at: i64) {
+    let evictable = EVICTABLE.load(Ordering::Relaxed);
+    if !evictable && TRACKED.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let (ctx, name) = k.ctx_and_name();
+    let key = key_hash(ctx.db(), bytes(name));
+    let owner = match k.entry() {
+        Entry::Str(v) => match value::parse(v) {
+            Some(stored) => {
+                let family = if stored.election.is_some() { Family::Leader } else { Family::Lock };
+                Some((token_hash(stored.owner.as_bytes()), family))
+            }
+            None if value::parse_tombstone(v).is_some() => None,
+            None => match owner_of(v) {
+                Owner::Raw(raw) => Some((token_hash(raw), Family::Lock)),
+                Owner::Str(s) => Some((token_hash(&s.to_vec()), Family::Lock)),
+                Owner::Unmatchable => None,
+            },
+        },
+        _ => None,
+    };
+    let mut s = state();
+    match owner {
+        Some((token, family)) if evictable => {
+            s.tracker.forget_evicted(key, token);
+            if !s.tracker.hold(key, token, at, family, true, ctx.now_ms()) {
+                UNTRACKED.add();
+            }
+        }
+        _ => s.tracker.drop_key(key),
+    }
+    publish(&s);
+}
+
+/// The hook of `LockKey::delete`: nobody holds the key.
+pub fn lock_deleted(ctx: Ctx, name: *mut RedisModuleString) {
+    if TRACKED.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let mut s = state();
+    s.tracker.drop_key(key_hash(ctx.db(), bytes(name)));
+    publish(&s);
+}
+
+/// The hook of `HoldersKey::commit` (beside hold timing's): a place
+/// granted or renewed is held until its end; a released or ended place,
+/// or every place of a key the commit deletes, holds nothing.
+pub fn holders_commit(
+    ctx: Ctx,
+    name: *mut RedisModuleString,
+    summary: Option<&Summary>,
+    edit: Edit,
+    ended: &[*mut RedisModuleString],
+    now: i64,
+) {
+    let evictable = EVICTABLE.load(Ordering::Relaxed);
+    if !evictable && TRACKED.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let key = key_hash(ctx.db(), bytes(name));
+    let mut s = state();
+    for &m in ended {
+        s.tracker.drop_hold(key, token_hash(bytes(m)));
+    }
+    let change = match edit {
+        Edit::Keep => Change::Keep,
+        Edit::Put { at, .. } => Change::Put(at),
+        Edit::Remove { .. } => Change::Remove,
+    };
+    if summary.is_some() && matches!(last_after(summary, change), Last::Gone) {
+        s.tracker.drop_key(key);
+    } else {
+        match edit {
+            Edit::Keep => {}
+            Edit::Remove { token } => s.tracker.drop_hold(key, token_hash(bytes(token))),
+            Edit::Put { token, at, tag, .. } if evictable => {
+                let kind = tag.map(|t| t.kind).or(summary.map(|s| s.kind));
+                let family = match kind.map(|k| k.family()) {
+                    Some(HolderFamily::ReadWrite) => Family::ReadWrite,
+                    _ => Family::Semaphore,
+                };
+                let token = token_hash(bytes(token));
+                s.tracker.forget_evicted(key, token);
+                if !s.tracker.hold(key, token, at, family, false, now) {
+                    UNTRACKED.add();
+                }
+            }
+            Edit::Put { token, .. } => s.tracker.drop_hold(key, token_hash(bytes(token))),
+        }
+    }
+    publish(&s);
+}
+
+const FAMILY_NAMES: [&str; 4] = ["lock", "leader", "semaphore holder", "read-write holder"];
+
+/// Redis evicted `key` (after deleting it): its tracked live holds were
+/// lost. Counted, logged (at most [`LOG_PER_SECOND`] lines a second, the
+/// rest summed into the next line), remembered for `LOCK.EVICTED`.
+unsafe extern "C" fn on_evicted(
+    ctx: *mut RedisModuleCtx,
+    _type: c_int,
+    _event: *const c_char,
+    key: *mut RedisModuleString,
+) -> c_int {
+    let _ = std::panic::catch_unwind(|| {
+        if TRACKED.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let c = Ctx(ctx);
+        let (db, name) = (c.db(), bytes(key));
+        let now = c.now_ms();
+        let mut s = state();
+        let lost = s.tracker.evicted(key_hash(db, name), now);
+        publish(&s);
+        if lost.total() == 0 {
+            return;
+        }
+        for (counter, n) in EVICTED.iter().zip(lost.holds) {
+            counter.add_n(n);
+        }
+        let second = now.div_euclid(1000);
+        if second != s.log_second {
+            s.log_second = second;
+            s.logged = 0;
+        }
+        if s.logged >= LOG_PER_SECOND {
+            s.suppressed += lost.total();
+            return;
+        }
+        s.logged += 1;
+        let earlier = std::mem::take(&mut s.suppressed);
+        drop(s);
+        let what: Vec<String> = lost
+            .holds
+            .iter()
+            .zip(FAMILY_NAMES)
+            .filter(|(&n, _)| n > 0)
+            .map(|(n, f)| format!("{n} {f}{}", if *n == 1 { "" } else { "s" }))
+            .collect();
+        let mut line = format!(
+            "lock: key {:?} (db {db}) was evicted (maxmemory-policy {}) while held: {} lost mutual exclusion; the next caller can acquire it at once",
+            String::from_utf8_lossy(name),
+            memory().policy_name(),
+            what.join(", "),
+        );
+        if earlier > 0 {
+            line.push_str(&format!(
+                " ({earlier} more held locks were evicted before, counted but not logged one by one)"
+            ));
+        }
+        log(ctx, c"warning", &line);
+    });
+    raw::REDISMODULE_OK as c_int
+}
+
+/// LOCK.EVICTED key token: 1 when `token`'s hold of `key` was lost to an
+/// eviction (among the last [`MAX_RECENT`] such, and not granted to it
+/// again since), else 0. O(1); reads no key.
+pub fn evicted_cmd(ctx: Ctx, argv: Argv) -> Result<Reply, Failure> {
+    let &[_, key, token] = argv else { return Err(Failure::Arity) };
+    let hit = state().tracker.was_evicted(key_hash(ctx.db(), bytes(key)), token_hash(bytes(token)));
+    Ok(Reply::Int(i64::from(hit)))
+}
+
+/// `INFO lock`'s eviction fields (after the counters).
+pub unsafe fn info(ctx: *mut RedisModuleInfoCtx) {
+    let policy = CString::new(memory().policy_name()).unwrap_or_default();
+    rm!(RedisModule_InfoAddFieldULongLong)(ctx, c"evictable".as_ptr(), u64::from(EVICTABLE.load(Ordering::Relaxed)));
+    rm!(RedisModule_InfoAddFieldCString)(ctx, c"eviction_policy".as_ptr(), policy.as_ptr());
+    let fields: [(&CStr, u64); 7] = [
+        (c"eviction_refusals", REFUSED.get()),
+        (c"evicted_locks", EVICTED[Family::Lock as usize].get()),
+        (c"evicted_leaders", EVICTED[Family::Leader as usize].get()),
+        (c"evicted_sem_holders", EVICTED[Family::Semaphore as usize].get()),
+        (c"evicted_rw_holders", EVICTED[Family::ReadWrite as usize].get()),
+        (c"eviction_tracked", TRACKED.load(Ordering::Relaxed) as u64),
+        (c"eviction_untracked", UNTRACKED.get()),
+    ];
+    for (name, value) in fields {
+        rm!(RedisModule_InfoAddFieldULongLong)(ctx, name.as_ptr(), value);
+    }
+}
