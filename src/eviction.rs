@@ -419,11 +419,14 @@ unsafe extern "C" fn on_evicted(
             s.logged = 0;
         }
         if s.logged >= LOG_PER_SECOND {
+            if s.suppressed == 0 {
+                // The sum is logged a second later, whatever comes next.
+                crate::timer::start(c, 1000, log_suppressed, ());
+            }
             s.suppressed += lost.total();
             return;
         }
         s.logged += 1;
-        let earlier = std::mem::take(&mut s.suppressed);
         drop(s);
         let what: Vec<String> = lost
             .holds
@@ -432,20 +435,32 @@ unsafe extern "C" fn on_evicted(
             .filter(|(&n, _)| n > 0)
             .map(|(n, f)| format!("{n} {f}{}", if *n == 1 { "" } else { "s" }))
             .collect();
-        let mut line = format!(
+        let line = format!(
             "lock: key {:?} (db {db}) was evicted (maxmemory-policy {}) while held: {} lost mutual exclusion; the next caller can acquire it at once",
             String::from_utf8_lossy(name),
             memory().policy_name(),
             what.join(", "),
         );
-        if earlier > 0 {
-            line.push_str(&format!(
-                " ({earlier} more held locks were evicted before, counted but not logged one by one)"
-            ));
-        }
         log(ctx, c"warning", &line);
     });
     raw::REDISMODULE_OK as c_int
+}
+
+/// A second after evictions beyond [`LOG_PER_SECOND`]: one line for them all.
+unsafe extern "C" fn log_suppressed(ctx: *mut RedisModuleCtx, data: *mut c_void) {
+    if !data.is_null() {
+        drop(Box::from_raw(data.cast::<()>()));
+    }
+    let _ = std::panic::catch_unwind(|| {
+        let n = std::mem::take(&mut state().suppressed);
+        if n > 0 {
+            let line = format!(
+                "lock: {n} more held locks or holders were evicted in the last second (maxmemory-policy {}), each counted in INFO lock (lock_evicted_*) and known to LOCK.EVICTED but not logged one by one",
+                memory().policy_name()
+            );
+            log(ctx, c"warning", &line);
+        }
+    });
 }
 
 /// LOCK.EVICTED key token: 1 when `token`'s hold of `key` was lost to an
