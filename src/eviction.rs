@@ -474,10 +474,10 @@ pub fn evicted_cmd(ctx: Ctx, argv: Argv) -> Result<Reply, Failure> {
 
 /// `INFO lock`'s eviction fields (after the counters).
 pub unsafe fn info(ctx: *mut RedisModuleInfoCtx) {
-    let policy = CString::new(memory().policy_name()).unwrap_or_default();
-    rm!(RedisModule_InfoAddFieldULongLong)(ctx, c"evictable".as_ptr(), u64::from(EVICTABLE.load(Ordering::Relaxed)));
-    rm!(RedisModule_InfoAddFieldCString)(ctx, c"eviction_policy".as_ptr(), policy.as_ptr());
-    let fields: [(&CStr, u64); 7] = [
+    // Numbers only, as every counter of the section (the policy itself is
+    // INFO memory's `maxmemory_policy`).
+    let fields: [(&CStr, u64); 8] = [
+        (c"evictable", u64::from(EVICTABLE.load(Ordering::Relaxed))),
         (c"eviction_refusals", REFUSED.get()),
         (c"evicted_locks", EVICTED[Family::Lock as usize].get()),
         (c"evicted_leaders", EVICTED[Family::Leader as usize].get()),
