@@ -66,6 +66,7 @@ static POLICY: AtomicUsize = AtomicUsize::new(0);
 static MAXMEMORY: AtomicU64 = AtomicU64::new(0);
 /// Holds in the table: lets a write skip the table when it is empty.
 static TRACKED: AtomicUsize = AtomicUsize::new(0);
+static EVICTED_SUBSCRIBED: AtomicBool = AtomicBool::new(false);
 
 /// Grants refused by `lock.eviction refuse` (waiters answered so included).
 pub static REFUSED: Counter = Counter::new();
@@ -194,6 +195,11 @@ fn review(ctx: *mut RedisModuleCtx, at_load: bool) {
     read_memory();
     recompute();
     let now = (EVICTABLE.load(Ordering::Relaxed), REFUSING.load(Ordering::Relaxed));
+    if now.0 && !EVICTED_SUBSCRIBED.swap(true, Ordering::Relaxed) {
+        // Only once the settings can evict: a server that never can pays
+        // nothing for it (a keyspace subscription cannot be dropped).
+        unsafe { rm!(RedisModule_SubscribeToKeyspaceEvents)(ctx, raw::REDISMODULE_NOTIFY_EVICTED, Some(on_evicted)) };
+    }
     if now.0 && (at_load || now != was) {
         log(ctx, c"warning", &warning());
     } else if !now.0 && was.0 {
@@ -210,15 +216,12 @@ fn review(ctx: *mut RedisModuleCtx, at_load: bool) {
 }
 
 /// At load, after the configs: reads the settings, warns, and subscribes
-/// to config changes and evictions. The `evicted` subscription costs a
-/// call into the module per evicted key of the server, nothing else.
+/// to config changes; to evictions once the settings first let Redis
+/// evict (a call into the module per evicted key of the server).
 pub fn init(ctx: *mut RedisModuleCtx) {
     review(ctx, true);
     let config = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_CONFIG, dataver: 1 };
-    unsafe {
-        rm!(RedisModule_SubscribeToServerEvent)(ctx, config, Some(on_config));
-        rm!(RedisModule_SubscribeToKeyspaceEvents)(ctx, raw::REDISMODULE_NOTIFY_EVICTED, Some(on_evicted));
-    }
+    unsafe { rm!(RedisModule_SubscribeToServerEvent)(ctx, config, Some(on_config)) };
 }
 
 unsafe extern "C" fn on_config(ctx: *mut RedisModuleCtx, _event: raw::RedisModuleEvent, _sub: u64, _data: *mut c_void) {
