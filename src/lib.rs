@@ -29,7 +29,7 @@ use redis_module::{redis_module, Context, RedisString, Status};
 use blocked::{machine, observers::Observers, queue, waiters::Waiters};
 use boundary::api::{self, rm};
 use server::events::{self, Also, Listener};
-use server::{cluster_fence, config, info, timings};
+use server::{cluster_fence, config, eviction, info, timings};
 use store::fence::FENCE_TYPE;
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
@@ -47,8 +47,10 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             on_db: machine::on_db_event::<Observers>,
         },
         Listener { also: Also::Nothing, on_key: timings::on_key_event, on_db: timings::on_db_event },
+        Listener { also: Also::EvictedOnly, on_key: eviction::on_key_event, on_db: eviction::on_db_event },
     ]);
     config::on_hold_timing_off(timings::stop_holds);
+    config::on_eviction_mode(eviction::mode_changed);
     unsafe {
         rm!(RedisModule_RegisterInfoFunc)(ctx.ctx, Some(info::render));
         if !cluster_fence::register(ctx.ctx) {
@@ -59,6 +61,8 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             ctx.log_warning("lock: could not register or load the module's configs");
             return Status::Err;
         }
+        // After the configs: whether lock keys can be evicted, said now.
+        eviction::init(ctx.ctx);
         // Refused commands must not invalidate WATCH: we signal changes ourselves.
         rm!(RedisModule_SetModuleOptions)(ctx.ctx, raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int);
     }

@@ -31,6 +31,7 @@ command_fn!(rw_renew_cmd => holders::rw_renew);
 command_fn!(rw_release_cmd => holders::rw_release);
 command_fn!(rw_info_cmd => holders::rw_info);
 command_fn!(top_cmd => top::top);
+command_fn!(evicted_cmd => lock::evicted);
 
 type CommandFn = unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
 
@@ -344,6 +345,18 @@ const COMMANDS: &[Command] = &[
         summary: c"Lists the keys clients wait on now, most contended first, with their waiters, oldest wait, holders and remaining lease",
         complexity: c"O(K + n log(n)) where K is the number of keys with waiters in the database and n the number listed, plus O(log(N) + M) per listed key with N holders and M ended leases it passes over (at most 1000)",
         args: &[Arg::Option(c"count", c"COUNT")],
+    },
+    // LOCK.EVICTED reads no key (the module's own table of evicted holds),
+    // but names one so that a cluster routes it to the key's node.
+    Command {
+        name: c"lock.evicted",
+        handler: evicted_cmd,
+        flags: c"readonly fast",
+        key: Some(raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS),
+        acl: c"read fast",
+        summary: c"Replies 1 when the token's hold of the key was lost to an eviction (among the last 10000 such), else 0",
+        complexity: c"O(1)",
+        args: &[Arg::Key(c"key"), Arg::Str(c"token")],
     },
 ];
 

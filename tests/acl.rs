@@ -81,7 +81,7 @@ fn commands_carry_their_native_twins_acl_categories() {
                 "lock.proclaim",
             ],
         ),
-        ("read", &["lock.info", "lock.leader", "lock.observe", "lock.top"]),
+        ("read", &["lock.info", "lock.leader", "lock.observe", "lock.top", "lock.evicted"]),
         ("blocking", &["lock.acquire", "lock.elect", "lock.observe"]),
         ("slow", &["lock.acquire", "lock.guard", "lock.elect", "lock.observe", "lock.top"]),
         (
@@ -94,6 +94,7 @@ fn commands_carry_their_native_twins_acl_categories() {
                 "lock.fencefloor",
                 "lock.proclaim",
                 "lock.leader",
+                "lock.evicted",
             ],
         ),
         ("dangerous", &["lock.fencefloor"]),
@@ -114,6 +115,7 @@ fn commands_carry_their_native_twins_acl_categories() {
             "lock.leader",
             "lock.observe",
             "lock.top",
+            "lock.evicted",
         ] {
             assert_eq!(listed.iter().any(|c| c == cmd), commands.contains(&cmd), "@{category} and {cmd}: {listed:?}");
         }
@@ -125,6 +127,7 @@ fn commands_carry_their_native_twins_acl_categories() {
         let mut all = [
             "lock.acquire",
             "lock.elect",
+            "lock.evicted",
             "lock.leader",
             "lock.observe",
             "lock.proclaim",

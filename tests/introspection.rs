@@ -135,6 +135,7 @@ fn command_docs_describe_every_command_and_its_arguments() {
         ("lock.leader", &["key"]),
         ("lock.observe", &["key", "rev", "timeout-ms"]),
         ("lock.top", &["count"]),
+        ("lock.evicted", &["key", "token"]),
     ] {
         let docs: Value = redis::cmd("COMMAND").arg("DOCS").arg(name).query(&mut c).unwrap();
         let words = strings_in(&docs);

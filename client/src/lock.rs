@@ -13,7 +13,7 @@ use crate::holding::{held_lock, Flavor, Holder, Holding};
 use crate::options::LockOptions;
 use crate::runtime;
 use crate::state::{LossReason, LostSignal, Shared};
-use crate::transport::{renewal_took_effect, Api, Core};
+use crate::transport::{note_eviction, renewal_took_effect, Api, Core};
 
 /// A held lock, exclusive lock or semaphore permit or read or write lease
 /// ([`Lock::kind`]). Released when dropped (best effort).
@@ -67,14 +67,26 @@ impl Holder for Core {
             // Validity counts from before the command is sent.
             let sent = Instant::now();
             match LockCmd::renew_of(lock.kind, &lock.key, &lock.token, ttl) {
-                Ok(cmd) => (sent, self.run(&cmd).await.map(|g| renewal_took_effect(&lock, g))),
+                Ok(cmd) => {
+                    let r = self.run(&cmd).await.map(|g| renewal_took_effect(&lock, g));
+                    if matches!(r, Ok(false)) {
+                        note_eviction(self.transport.as_ref(), &self.opts, &lock).await;
+                    }
+                    (sent, r)
+                }
                 Err(e) => (sent, Err(e)),
             }
         })
     }
 
     fn release(self: Arc<Self>, lock: Arc<Shared>) -> BoxFuture<'static, Result<bool>> {
-        Box::pin(async move { self.run_ok(&LockCmd::release_of(lock.kind, &lock.key, &lock.token)?).await })
+        Box::pin(async move {
+            let r = self.run_ok(&LockCmd::release_of(lock.kind, &lock.key, &lock.token)?).await;
+            if matches!(r, Ok(false)) {
+                note_eviction(self.transport.as_ref(), &self.opts, &lock).await;
+            }
+            r
+        })
     }
 }
 

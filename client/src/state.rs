@@ -27,6 +27,12 @@ pub enum LossReason {
     /// The server's hold limit ([`LockOptions::max_hold`](crate::LockOptions::max_hold))
     /// cut the last renewal short, and the lease then ended at that limit.
     MaxHold,
+    /// The server evicted the key while it was held (its `maxmemory`
+    /// policy; see docs/eviction.md): the next caller could take it at
+    /// once. Told by the module (`LOCK.EVICTED`) when a renewal or release
+    /// found the lock gone; without the module, or on a quorum, such a
+    /// loss reads [`LossReason::NotOwner`].
+    Evicted,
 }
 
 impl LossReason {
@@ -37,6 +43,7 @@ impl LossReason {
             LossReason::Expired => "expired",
             LossReason::MaxLifetime => "max_lifetime",
             LossReason::MaxHold => "max_hold",
+            LossReason::Evicted => "evicted",
         }
     }
 }
@@ -48,6 +55,7 @@ impl fmt::Display for LossReason {
             LossReason::Expired => "no renewal succeeded within the TTL",
             LossReason::MaxLifetime => "the watchdog reached its maximum lifetime and the TTL ran out",
             LossReason::MaxHold => "the server's hold limit (max-hold) ended the lease",
+            LossReason::Evicted => "the server evicted the key (maxmemory-policy) while it was held",
         })
     }
 }
@@ -77,6 +85,9 @@ pub(crate) struct Inner {
     /// A renewal was cut short by the hold limit: `valid_until` is the
     /// limit's, and its end is a [`LossReason::MaxHold`].
     pub(crate) capped: bool,
+    /// The module said an eviction took the key (`LOCK.EVICTED`): a loss
+    /// found by a renewal or release is then a [`LossReason::Evicted`].
+    evicted: bool,
     /// Release or drop asked the watchdog to stop (the engine drops the
     /// lock from its schedule when it next comes due).
     pub(crate) stop: bool,
@@ -152,6 +163,7 @@ impl Shared {
                 retired: false,
                 hold_until: None,
                 capped: false,
+                evicted: false,
                 stop: false,
                 sleepers: 0,
                 held: None,
@@ -275,8 +287,14 @@ impl Shared {
         }
     }
 
+    /// The server's module told that an eviction took this hold.
+    pub(crate) fn mark_evicted(&self) {
+        self.lock().evicted = true;
+    }
+
     pub(crate) fn mark_lost(&self, reason: LossReason) {
         let mut g = self.lock();
+        let reason = if reason == LossReason::NotOwner && g.evicted { LossReason::Evicted } else { reason };
         if g.status == Status::Held {
             g.status = Status::Lost(reason);
             g.ended(&self.key, "");

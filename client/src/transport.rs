@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
-use crate::cmd::{Grant, LockCmd, LockKind};
+use crate::cmd::{Backend, Grant, LockCmd, LockKind};
 use crate::engine::{Due, Engine, EngineSlot, Renewed, Renewer};
 use crate::error::{Error, Result};
 use crate::info::{HoldersInfo, LockInfo};
@@ -140,7 +140,8 @@ impl Renewer for Core {
                 due.iter().map(|d| LockCmd::renew_of(d.shared.kind, &d.shared.key, &d.shared.token, d.ttl)).collect();
             let ok: Vec<LockCmd> = cmds.iter().filter_map(|c| c.as_ref().ok().cloned()).collect();
             let mut ran = self.transport.clone().run_batch(ok, batch).await.into_iter();
-            cmds.into_iter()
+            let renewed: Vec<Renewed> = cmds
+                .into_iter()
                 .zip(&due)
                 .map(|(c, d)| match c {
                     Ok(_) => ran.next().map_or_else(
@@ -149,7 +150,13 @@ impl Renewer for Core {
                     ),
                     Err(e) => (now, Err(e)),
                 })
-                .collect()
+                .collect();
+            for ((_, r), d) in renewed.iter().zip(&due) {
+                if matches!(r, Ok(false)) {
+                    note_eviction(self.transport.as_ref(), &self.opts, &d.shared).await;
+                }
+            }
+            renewed
         })
     }
 
@@ -169,6 +176,22 @@ pub(crate) fn renewal_took_effect(lock: &Shared, g: Grant) -> bool {
         lock.mark_capped();
     }
     g.took_effect()
+}
+
+/// After a renewal or release that found `lock` gone: asks the module
+/// whether an eviction took it (`LOCK.EVICTED`, O(1), one round trip on a
+/// loss only) and notes it on the lock, whose loss then reads
+/// [`LossReason::Evicted`](crate::LossReason::Evicted). Without the
+/// module, or on any error (an older module), the loss stays `NotOwner`.
+pub(crate) async fn note_eviction(t: &dyn Transport, opts: &ClientOptions, lock: &Shared) {
+    if t.backend().get() != Backend::Module {
+        return;
+    }
+    let mut cmd = redis::cmd("LOCK.EVICTED");
+    cmd.arg(&lock.key).arg(&lock.token);
+    if let Ok(redis::Value::Int(1)) = bounded(opts, t.call(&lock.key, &cmd)).await {
+        lock.mark_evicted();
+    }
 }
 
 /// A best-effort release of `cmd`'s token, to spawn when a wait is

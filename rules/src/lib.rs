@@ -11,6 +11,7 @@
 //! - [`election`]: LOCK.ELECT / PROCLAIM / LEADER / OBSERVE: who leads, what wakes an observer.
 //! - [`observers`]: the observers' bookkeeping (per key, grouped by the revision they saw).
 //! - [`encode`]: the structured value as Go's encoding/json writes it.
+//! - [`eviction`]: which memory settings evict lock keys, the refusal, the evicted holds' table.
 //! - [`fence`]: fencing token numbering.
 //! - [`guard`]: LOCK.GUARD's ownership rule and the inner commands it refuses.
 //! - [`histogram`]: fixed-size duration histograms (`INFO lock` percentiles).
@@ -33,6 +34,7 @@ pub mod cluster_fence;
 pub mod election;
 pub mod encode;
 pub mod error;
+pub mod eviction;
 pub mod fence;
 pub mod guard;
 pub mod histogram;

@@ -179,11 +179,14 @@ fn remove<K: Kind>(ctx: Ctx, client: u64, seq: Option<u64>) -> Option<(KeyId, Bl
 
 /// Answers every client of `key` with `error` (a redirection: its slot is
 /// served elsewhere; `UNBLOCKED`): they re-send where it belongs.
-pub fn answer_all<K: Kind>(ctx: Ctx, key: &KeyId, error: &CString) {
+pub fn answer_all<K: Kind>(ctx: Ctx, key: &KeyId, error: &CString) -> u64 {
     let all = K::book().0.take_all(key);
-    for b in taken::<K>(ctx, all) {
+    let members = taken::<K>(ctx, all);
+    let n = members.len() as u64;
+    for b in members {
         finish::<K>(ctx, b, Err(Failure::Message(error.clone())), K::cancellations());
     }
+    n
 }
 
 /// A kind's database-event listener: flushed or swapped databases have
@@ -196,6 +199,7 @@ pub fn on_db_event<K: Kind>(ctx: Ctx, ev: DbEvent) {
     let keys: Vec<KeyId> = match ev {
         DbEvent::Changed(changed) => K::book().0.keys().filter(|(db, _)| changed.includes(*db)).cloned().collect(),
         DbEvent::Demoted => K::book().0.keys().cloned().collect(),
+        DbEvent::ConfigChanged => return,
     };
     let now = ctx.now_ms();
     let unblocked = UNBLOCKED.to_owned();
@@ -204,7 +208,9 @@ pub fn on_db_event<K: Kind>(ctx: Ctx, ev: DbEvent) {
             // No key event tells which keys went away: each is checked
             // right after this command.
             DbEvent::Changed(_) => check_by::<K>(ctx, &key, now),
-            DbEvent::Demoted => answer_all::<K>(ctx, &key, &unblocked),
+            DbEvent::Demoted | DbEvent::ConfigChanged => {
+                answer_all::<K>(ctx, &key, &unblocked);
+            }
         }
     }
 }

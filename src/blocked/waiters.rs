@@ -33,9 +33,9 @@ use crate::blocked::machine::{self, Blocked, Book, KeyId, Kind, Shared};
 use crate::boundary::api::rm;
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::boundary::reply::{Failure, Outcome, Reply};
-use crate::server::cluster;
 use crate::server::counters::{self as stats, Counter, WAITING};
 use crate::server::timings;
+use crate::server::{cluster, eviction};
 use crate::store::fence;
 use crate::store::holders_key::{Edit, Hold, HoldersKey};
 use crate::store::lease::{self, Granted};
@@ -174,6 +174,13 @@ pub fn grant_next(ctx: Ctx, name: *mut RedisModuleString) {
     }
     if let Some(redirect) = cluster::redirect(ctx, bytes(name)) {
         machine::answer_all::<Waiters>(ctx, &key, &redirect);
+        return;
+    }
+    // `lock.eviction refuse` while the server may evict: every waiter is
+    // answered with the refusal, as its command would be now.
+    if let Some(refused) = eviction::refuses_waiters() {
+        let n = machine::answer_all::<Waiters>(ctx, &key, &refused.into());
+        eviction::refused_waiters(n);
         return;
     }
     // A head that cannot be served is answered and the next one tried, so

@@ -74,6 +74,7 @@ required!(
     RedisModule_FreeCallReply,
     RedisModule_RegisterNumericConfig,
     RedisModule_RegisterBoolConfig,
+    RedisModule_RegisterEnumConfig,
     RedisModule_LoadConfigs,
     RedisModule_RegisterCommandFilter,
     RedisModule_CommandFilterArgsCount,

@@ -17,6 +17,7 @@ use crate::blocked::{observers, queue};
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::boundary::reply::{Argv, Failure, Outcome, Reply};
 use crate::server::counters as stats;
+use crate::server::eviction;
 use crate::server::timings;
 use crate::store::fence;
 use crate::store::leadership::{leader_reply, read};
@@ -43,6 +44,7 @@ pub fn elect(ctx: Ctx, argv: Argv) -> Outcome {
     let grant = rules_lease::grant(now, ttl, terms)?;
     let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
     fence::check_space(ctx, opts.fence)?;
+    eviction::refusal(ctx)?;
     let mut k = queue::open_behind_waiters(ctx, key, now);
     if lock::may_acquire(k.entry()) {
         let term = fence::issue(ctx, now)?;

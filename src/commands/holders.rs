@@ -24,6 +24,7 @@ use crate::blocked::queue::{self, Claim};
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::boundary::reply::{Argv, Failure, Outcome, Reply, Value};
 use crate::server::counters::{holder_counters, holder_grants, FamilyCounters};
+use crate::server::eviction;
 use crate::store::fence;
 use crate::store::holders_key::{count_scores, Edit, Hold, HoldersKey};
 
@@ -95,6 +96,7 @@ fn acquire(
     let granted = grant(now, ttl, delay, opts.max_hold)?;
     let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
     fence::check_space(ctx, opts.fence)?;
+    eviction::refusal(ctx)?;
     let counters = holder_counters(want.family());
     let mut queued = queue::waiters_on(ctx, bytes(key)) > 0;
     let mut k = HoldersKey::open(ctx, key);

@@ -16,6 +16,7 @@ use crate::blocked::queue::{self, open_behind_waiters};
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::boundary::reply::{Argv, Failure, Outcome, Reply, Value};
 use crate::server::counters::{self as stats, Counter};
+use crate::server::eviction;
 use crate::server::timings;
 use crate::store::fence;
 use crate::store::lease;
@@ -69,6 +70,7 @@ fn acquire_with(
     lease::check_token(bytes(token), terms)?;
     let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
     fence::check_space(ctx, opts.fence)?;
+    eviction::refusal(ctx)?;
     let mut k = open_behind_waiters(ctx, key, now);
     let granted = lock::may_acquire(k.entry());
     if granted {
@@ -193,6 +195,7 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
     let now = ctx.now_ms();
     let grant = rules_lease::grant(now, ttl, Terms::of(&opts))?;
     fence::check_space(ctx, opts.fence)?;
+    eviction::refusal(ctx)?;
     let mut k = open_behind_waiters(ctx, key, now);
     let takeover = lock::take_over(k.entry(), run_bytes, ttl, || k.remaining())?;
     match takeover {
@@ -212,6 +215,17 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
     k.set(NewValue::Composed(&lease::takeover_value(token_str, run_str, &grant)), grant.pxat);
     timings::hold_started(ctx, key, timings::Family::Exclusive, now);
     grant_reply(ctx, true, opts)
+}
+
+/// LOCK.EVICTED key token
+///
+/// Replies 1 when `token`'s hold of `key` was lost to an eviction (among
+/// the last 10,000 such, and not granted to it again since), else 0. The
+/// client asks it once a renewal or release found its lock gone, to tell
+/// the holder *evicted* rather than *lost*. O(1); reads no key.
+pub fn evicted(ctx: Ctx, argv: Argv) -> Outcome {
+    let &[_, key, token] = argv else { return Err(Failure::Arity) };
+    Ok(Reply::Int(i64::from(eviction::was_evicted(ctx, bytes(key), bytes(token)))))
 }
 
 /// LOCK.FENCEFLOOR fence

@@ -79,6 +79,67 @@ unsafe extern "C" fn set_hold_timing(
     raw::REDISMODULE_OK as c_int
 }
 
+/// `lock.eviction`: 0 refuse (the default), 1 allow.
+const REFUSE: c_int = 0;
+const ALLOW: c_int = 1;
+static EVICTION_REFUSES: AtomicBool = AtomicBool::new(true);
+
+/// What changing `lock.eviction` must do (recompute whether grants are
+/// refused now), registered at load by `lib.rs`.
+static EVICTION_CHANGED: OnceLock<fn()> = OnceLock::new();
+
+/// Registers the hook run when `lock.eviction` changes. Before [`register`].
+pub fn on_eviction_mode(hook: fn()) {
+    let _ = EVICTION_CHANGED.set(hook);
+}
+
+/// `lock.eviction refuse`: grants are refused while the server may evict
+/// lock keys (`crate::server::eviction`; docs/configuration.md says why
+/// this is the default).
+pub fn eviction_refuses() -> bool {
+    EVICTION_REFUSES.load(Ordering::Relaxed)
+}
+
+unsafe extern "C" fn get_eviction(_name: *const c_char, _privdata: *mut c_void) -> c_int {
+    if eviction_refuses() {
+        REFUSE
+    } else {
+        ALLOW
+    }
+}
+
+unsafe extern "C" fn set_eviction(
+    _name: *const c_char,
+    value: c_int,
+    _privdata: *mut c_void,
+    _err: *mut *mut RedisModuleString,
+) -> c_int {
+    EVICTION_REFUSES.store(value != ALLOW, Ordering::Relaxed);
+    if let Some(changed) = EVICTION_CHANGED.get() {
+        changed();
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Registers `lock.eviction` (`refuse` | `allow`).
+unsafe fn register_eviction(ctx: *mut RedisModuleCtx) -> bool {
+    let mut names = [c"refuse".as_ptr(), c"allow".as_ptr()];
+    let values = [REFUSE, ALLOW];
+    rm!(RedisModule_RegisterEnumConfig)(
+        ctx,
+        c"eviction".as_ptr(),
+        REFUSE,
+        raw::REDISMODULE_CONFIG_DEFAULT,
+        names.as_mut_ptr(),
+        values.as_ptr(),
+        2,
+        Some(get_eviction),
+        Some(set_eviction),
+        None,
+        std::ptr::null_mut(),
+    ) == raw::REDISMODULE_OK as c_int
+}
+
 /// Registers the configs and applies the values given at load.
 pub fn register(ctx: *mut RedisModuleCtx) -> bool {
     unsafe {
@@ -105,6 +166,7 @@ pub fn register(ctx: *mut RedisModuleCtx) -> bool {
                 None,
                 std::ptr::null_mut(),
             ) == ok
+            && register_eviction(ctx)
             && rm!(RedisModule_LoadConfigs)(ctx) == ok
     }
 }

@@ -11,7 +11,7 @@ use redis_lock_rules::holders::{Family, Want};
 pub struct Counter(AtomicU64);
 
 impl Counter {
-    const fn new() -> Self {
+    pub const fn new() -> Self {
         Counter(AtomicU64::new(0))
     }
 

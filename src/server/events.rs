@@ -45,6 +45,10 @@ pub enum Also {
     Zset,
     /// String events (the observers: a `SET` changes a leader's value).
     String,
+    /// Only evictions, none of [`CORE`] (eviction's tracker: a held lock
+    /// evicted), in a subscription of their own so that its listener is
+    /// not called on every `DEL` of the server.
+    EvictedOnly,
 }
 
 /// A keyspace event, decoded once for every listener.
@@ -91,6 +95,8 @@ pub enum DbEvent {
     Changed(Changed),
     /// This master became a replica.
     Demoted,
+    /// A `CONFIG SET` changed the server's configuration.
+    ConfigChanged,
 }
 
 /// What Redis answers the blocked clients it unblocks when a master
@@ -121,10 +127,27 @@ static DB_TAKEN: AtomicBool = AtomicBool::new(false);
 static CORE_TAKEN: AtomicBool = AtomicBool::new(false);
 static ZSET_TAKEN: AtomicBool = AtomicBool::new(false);
 static STRING_TAKEN: AtomicBool = AtomicBool::new(false);
+static EVICTED_TAKEN: AtomicBool = AtomicBool::new(false);
+static CONFIG_TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// Subscribes the module to configuration changes, once.
+pub fn need_config(ctx: Ctx) {
+    if !CONFIG_TAKEN.swap(true, Ordering::Relaxed) {
+        let config = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_CONFIG, dataver: 1 };
+        unsafe { rm!(RedisModule_SubscribeToServerEvent)(ctx.0, config, Some(on_server_event)) };
+    }
+}
 
 /// Subscribes the module to the database events, to [`CORE`] and to
 /// `also`, each once. Main thread only.
 pub fn need(ctx: Ctx, also: Also) {
+    if also == Also::EvictedOnly {
+        if !EVICTED_TAKEN.swap(true, Ordering::Relaxed) {
+            let types = raw::REDISMODULE_NOTIFY_EVICTED;
+            unsafe { rm!(RedisModule_SubscribeToKeyspaceEvents)(ctx.0, types, Some(on_evicted)) };
+        }
+        return;
+    }
     if !DB_TAKEN.swap(true, Ordering::Relaxed) {
         // Version 1 of these events' data is what Redis 6.0 and later send.
         let flush = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
@@ -146,13 +169,14 @@ pub fn need(ctx: Ctx, also: Also) {
         Also::Nothing => {}
         Also::Zset => take(&ZSET_TAKEN, raw::REDISMODULE_NOTIFY_ZSET, on_zset),
         Also::String => take(&STRING_TAKEN, raw::REDISMODULE_NOTIFY_STRING, on_string),
+        Also::EvictedOnly => {}
     }
 }
 
 type KeyCallback = unsafe extern "C" fn(*mut RedisModuleCtx, c_int, *const c_char, *mut RedisModuleString) -> c_int;
 
 /// Hands a key event to the listeners that read it (`only`: those whose
-/// [`Also`] it is; none: all).
+/// [`Also`] it is; none: all that read [`CORE`]).
 unsafe fn dispatch(
     ctx: *mut RedisModuleCtx,
     class: c_int,
@@ -164,7 +188,11 @@ unsafe fn dispatch(
         let name = if event.is_null() { &b""[..] } else { CStr::from_ptr(event).to_bytes() };
         let ev = KeyEvent { class, name, key };
         for l in listeners() {
-            if only.is_none_or(|a| a == l.also) {
+            let reads = match only {
+                Some(a) => a == l.also,
+                None => l.also != Also::EvictedOnly,
+            };
+            if reads {
                 (l.on_key)(Ctx(ctx), &ev);
             }
         }
@@ -197,6 +225,15 @@ unsafe extern "C" fn on_string(
     key: *mut RedisModuleString,
 ) -> c_int {
     dispatch(ctx, class, event, key, Some(Also::String))
+}
+
+unsafe extern "C" fn on_evicted(
+    ctx: *mut RedisModuleCtx,
+    class: c_int,
+    event: *const c_char,
+    key: *mut RedisModuleString,
+) -> c_int {
+    dispatch(ctx, class, event, key, Some(Also::EvictedOnly))
 }
 
 unsafe extern "C" fn on_server_event(
@@ -241,6 +278,7 @@ unsafe fn decode(event: raw::RedisModuleEvent, subevent: u64, data: *mut c_void)
         {
             Some(DbEvent::Demoted)
         }
+        raw::REDISMODULE_EVENT_CONFIG => Some(DbEvent::ConfigChanged),
         _ => None,
     }
 }

@@ -7,7 +7,7 @@ use std::ffi::{c_int, CStr};
 use redis_module::raw::RedisModuleInfoCtx;
 
 use crate::boundary::api::rm;
-use crate::server::{counters, timings};
+use crate::server::{counters, eviction, timings};
 
 /// The `INFO lock` section (fields appear as `lock_<name>`).
 pub unsafe extern "C" fn render(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c_int) {
@@ -56,5 +56,6 @@ pub unsafe extern "C" fn render(ctx: *mut RedisModuleInfoCtx, _for_crash_report:
     for (name, value) in fields {
         rm!(RedisModule_InfoAddFieldULongLong)(ctx, name.as_ptr(), value);
     }
+    eviction::render(ctx);
     timings::render(ctx);
 }

@@ -10,5 +10,6 @@ pub mod cluster_fence;
 pub mod config;
 pub mod counters;
 pub mod events;
+pub mod eviction;
 pub mod info;
 pub mod timings;

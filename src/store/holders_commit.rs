@@ -13,7 +13,7 @@ use redis_module::raw::{self, RedisModuleString};
 use crate::boundary::api::rm;
 use crate::boundary::ctx::bytes;
 use crate::server::counters::Counter;
-use crate::server::timings;
+use crate::server::{eviction, timings};
 use crate::store::holders_key::{tag_member, Edit, Hold, HoldersKey};
 
 impl HoldersKey {
@@ -27,6 +27,7 @@ impl HoldersKey {
         let ctx = self.ctx;
         // Hold timing's hook: before anything is written or notified.
         timings::holders_commit(ctx, self.name, summary, edit.timed(), &self.ended, self.now);
+        eviction::holders_commit(ctx, self.name, summary, edit.timed(), &self.ended, self.now);
         let last = match last_after(summary, edit.change()) {
             Last::Gone => {
                 if summary.is_some() {

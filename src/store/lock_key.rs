@@ -19,6 +19,7 @@ use redis_module::raw::{self, RedisModuleKey, RedisModuleString};
 
 use crate::boundary::api::rm;
 use crate::boundary::ctx::{bytes, Ctx};
+use crate::server::eviction;
 
 // Replication arguments. RM_Replicate's "l" format costs ~600 instructions
 // (sdsfromlonglong into a separate object) and "c" a strlen and a copy; the
@@ -204,6 +205,7 @@ impl LockKey {
         self.changed();
         self.ctx.notify(raw::REDISMODULE_NOTIFY_STRING, c"set", self.name);
         self.ctx.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"expire", self.name);
+        self.tell_eviction(at_ms);
     }
 
     /// Makes the key's string `value`, in a raw string object of exactly its
@@ -259,6 +261,7 @@ impl LockKey {
         }
         self.changed();
         self.ctx.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"expire", self.name);
+        self.tell_eviction(at_ms);
     }
 
     /// `DEL key`, with a `del` notification.
@@ -270,6 +273,19 @@ impl LockKey {
         }
         self.changed();
         self.ctx.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del", self.name);
+        eviction::lock_deleted(self.ctx, self.name);
+    }
+
+    /// Tells eviction's tracker (while it watches) who holds the key now,
+    /// until `at_ms`.
+    fn tell_eviction(&self, at_ms: i64) {
+        if eviction::watching() {
+            let value = match self.entry() {
+                Entry::Str(v) => Some(v),
+                _ => None,
+            };
+            eviction::lock_written(self.ctx, self.name, value, at_ms);
+        }
     }
 
     /// Invalidates WATCH on the key, as a native write does.

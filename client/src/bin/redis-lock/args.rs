@@ -15,11 +15,12 @@ Exit status:
   run:          CMD's status (128+N if CMD died of signal N); 75 (or -E CODE) if
                 the lock is held by someone else (--permits: all N permits are;
                 -s/-x: a writer, or readers for -x); 79 if the lock was lost while
-                CMD ran; 69 on a redis error (with several --url: no majority of
+                CMD ran, 78 if it was lost because the server evicted its key
+                (maxmemory-policy); 69 on a redis error (with several --url: no majority of
                 the servers answered); 126/127 if CMD cannot be run; 2 on usage errors
   elect:        CMD's status, as run; 75 (or -E CODE) if the wait for
                 leadership ran out (--wait, -w, -n); 79 if the leadership was
-                lost while CMD ran; 69 on a redis error; 126/127; 2 on usage errors
+                lost while CMD ran (78: evicted); 69 on a redis error; 126/127; 2 on usage errors
   leader:       0 if KEY has a leader, 1 if not (with --watch: runs until
                 stopped; 69 on a redis error that retrying cannot mend)
   info:         0 if KEY exists (even as another type), 1 if not, 69 on a redis error

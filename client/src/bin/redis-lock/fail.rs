@@ -5,6 +5,9 @@ pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_REDIS: u8 = 69;
 pub const EXIT_HELD: u8 = 75;
 pub const EXIT_LOST: u8 = 79;
+/// The lock was lost because the server evicted its key (sysexits'
+/// EX_CONFIG: the server's memory configuration took it).
+pub const EXIT_EVICTED: u8 = 78;
 
 /// An exit code and what to tell the user on stderr.
 pub struct Fail(pub u8, pub String);

@@ -3,10 +3,10 @@
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use redis_lock_client::{ClientOptions, Error, HeldLock};
+use redis_lock_client::{ClientOptions, Error, HeldLock, LossReason};
 
 use crate::args::{Mode, RunArgs};
-use crate::fail::{redis_fail, usage, Fail, EXIT_LOST};
+use crate::fail::{redis_fail, usage, Fail, EXIT_EVICTED, EXIT_LOST};
 use crate::supervise;
 use crate::target::{open_quorum, Servers};
 
@@ -109,15 +109,26 @@ pub fn run_under(
             "redis-lock: lost lock {key:?} ({reason}); terminating {program:?} (pid {pid}) and its process group"
         );
     });
-    if outcome.lost.is_some() {
-        return Err(Fail(EXIT_LOST, format!("{program:?} was terminated because lock {key:?} was lost")));
+    if let Some(reason) = outcome.lost {
+        let (code, how) = lost_exit(reason);
+        return Err(Fail(code, format!("{program:?} was terminated because lock {key:?} was {how}")));
     }
     if let Err(e) = lock.release() {
         // CMD finished; say if the lock did not last until then.
         eprintln!("redis-lock: releasing {key:?} after {program:?} exited: {e}");
         if e.is_not_held() {
-            return Err(Fail(EXIT_LOST, String::new()));
+            let code = lock.lost_signal().reason().map_or(EXIT_LOST, |r| lost_exit(r).0);
+            return Err(Fail(code, String::new()));
         }
     }
     Ok(ExitCode::from(outcome.code))
+}
+
+/// The exit status of a loss: 78 when the server evicted the key, 79
+/// otherwise.
+pub fn lost_exit(reason: LossReason) -> (u8, &'static str) {
+    match reason {
+        LossReason::Evicted => (EXIT_EVICTED, "evicted by the server (maxmemory-policy)"),
+        _ => (EXIT_LOST, "lost"),
+    }
 }

@@ -1,0 +1,100 @@
+//! The holder hears *evicted* (issue 29): a lock whose key the server
+//! evicts is lost with `LossReason::Evicted` (through the watchdog, a
+//! manual renewal, a semaphore permit), and `redis-lock run` exits 78.
+//! The server runs `volatile-lru` and is filled with keys without a TTL,
+//! so the lock keys (they carry a TTL) are the only keys it can evict.
+
+mod cli_support;
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::{Connection, RedisResult, Value};
+use redis_lock_client::{LockOptions, LossReason, WatchdogOptions};
+use redis_lock_harness::Server;
+use support::{client, ms};
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A server that may evict (`lock.eviction allow`, so that it grants), its
+/// limit 1.5 MB above what it uses now.
+fn evicting_server() -> Server {
+    let s = Server::builder().arg("lock.eviction", "allow").start();
+    let mut c = s.conn();
+    let text: String = redis::cmd("INFO").arg("memory").query(&mut c).unwrap();
+    let used: u64 = text.lines().find_map(|l| l.strip_prefix("used_memory:")).unwrap().trim().parse().unwrap();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("volatile-lru").query(&mut c).unwrap();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(used + 1_500_000).query(&mut c).unwrap();
+    s
+}
+
+/// Writes keys without a TTL until the server refuses one for memory: by
+/// then it had nothing left to evict, so every key with a TTL is gone.
+fn fill_until_oom(c: &mut Connection) {
+    let v = "x".repeat(1000);
+    for i in 0..20_000 {
+        let r: RedisResult<Value> = redis::cmd("SET").arg(format!("fill:{i}")).arg(&v).query(c);
+        if let Err(e) = r {
+            assert!(e.to_string().contains("OOM"), "{e}");
+            return;
+        }
+    }
+    panic!("20 MB written and no OOM: the limit did not hold");
+}
+
+fn evicted_count(c: &mut Connection) -> u64 {
+    let text: String = redis::cmd("INFO").arg("lock").query(c).unwrap();
+    ["lock_evicted_locks:", "lock_evicted_sem_holders:"]
+        .iter()
+        .map(|f| text.lines().find_map(|l| l.strip_prefix(f)).unwrap().trim().parse::<u64>().unwrap())
+        .sum()
+}
+
+#[test]
+fn a_watched_lock_and_a_permit_whose_keys_are_evicted_are_lost_as_evicted() {
+    let s = evicting_server();
+    let c = client(&s);
+    let watched = LockOptions::new().watchdog(WatchdogOptions::new());
+    let lock = c.try_acquire_with("evict:lock", ms(900), &watched).expect("acquire");
+    let permit = c.semaphore("evict:sem", 2).try_acquire_with(ms(900), &watched).expect("permit");
+    let manual = c.try_acquire("evict:manual", ms(60_000)).expect("acquire without watchdog");
+    let mut conn = s.conn();
+    fill_until_oom(&mut conn);
+    assert_eq!(lock.lost_signal().wait_timeout(PATIENCE), Some(LossReason::Evicted));
+    assert_eq!(permit.lost_signal().wait_timeout(PATIENCE), Some(LossReason::Evicted));
+    assert!(manual.renew(ms(60_000)).unwrap_err().is_not_held());
+    assert_eq!(manual.loss_reason(), Some(LossReason::Evicted));
+    assert_eq!(evicted_count(&mut conn), 3);
+    // Another token on a lost key is no eviction of its own.
+    let _: RedisResult<()> = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0).query(&mut conn);
+    let other = c.try_acquire("evict:other", ms(60_000)).expect("acquire");
+    let _: () = redis::cmd("SET").arg("evict:other").arg("intruder").query(&mut conn).unwrap();
+    assert!(other.renew(ms(60_000)).unwrap_err().is_not_held());
+    assert_eq!(other.loss_reason(), Some(LossReason::NotOwner));
+}
+
+#[test]
+fn run_exits_78_when_the_server_evicts_its_lock() {
+    let s = evicting_server();
+    let url = s.url();
+    let child = Command::new(cli_support::BIN)
+        .args(["run", "--url", &url, "--ttl", "900", "--grace", "2000", "evict:run", "--", "sleep", "60"])
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run redis-lock");
+    let mut conn = s.conn();
+    let start = Instant::now();
+    while redis::cmd("EXISTS").arg("evict:run").query::<i64>(&mut conn).unwrap() == 0 {
+        assert!(start.elapsed() < PATIENCE, "run never took the lock");
+        std::thread::sleep(ms(10));
+    }
+    fill_until_oom(&mut conn);
+    let out = child.wait_with_output().expect("wait for redis-lock");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert!(err.contains("evicted by the server"), "{err}");
+}
