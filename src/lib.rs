@@ -20,6 +20,7 @@ mod holders;
 mod key;
 mod key_events;
 mod lease;
+mod migration;
 mod observe;
 mod registration;
 mod reply;
@@ -54,7 +55,9 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             return Status::Err;
         }
         // Refused commands must not invalidate WATCH: we signal changes ourselves.
-        api::rm!(RedisModule_SetModuleOptions)(ctx.ctx, raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int);
+        // Plus what atomic slot migration needs declared (Valkey 9), where the server knows it.
+        let options = raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int | migration::subscribe(ctx.ctx);
+        api::rm!(RedisModule_SetModuleOptions)(ctx.ctx, options);
     }
     if let Err(e) = registration::register(ctx.ctx) {
         ctx.log_warning(&e);

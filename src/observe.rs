@@ -403,6 +403,20 @@ pub(crate) fn on_demoted(ctx: Ctx) {
     }
 }
 
+/// Slots left this node by an atomic slot migration (`crate::migration`):
+/// every observer of a key for which `redirect` has an error is answered it.
+pub(crate) fn answer_where(ctx: Ctx, redirect: &dyn Fn(&[u8]) -> Option<CString>) {
+    if observing() == 0 {
+        return;
+    }
+    let keys: Vec<KeyId> = state().0.observers.keys().cloned().collect();
+    for key in keys {
+        if let Some(error) = redirect(&key.1) {
+            answer_all(ctx, &key, error);
+        }
+    }
+}
+
 /// A key changed: if anyone observes it, check it right after this command.
 pub(crate) fn on_key_event(ctx: Ctx, key: *mut RedisModuleString) {
     if observing() == 0 {

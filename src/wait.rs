@@ -554,6 +554,20 @@ pub(crate) fn on_demoted(ctx: Ctx) {
     }
 }
 
+/// Slots left this node by an atomic slot migration (`crate::migration`):
+/// every waiter on a key for which `redirect` has an error is answered it.
+pub(crate) fn send_away_where(ctx: Ctx, redirect: &dyn Fn(&[u8]) -> Option<CString>) {
+    if waiting() == 0 {
+        return;
+    }
+    let keys: Vec<QueueId> = state().0.queues.keys().cloned().collect();
+    for key in keys {
+        if let Some(error) = redirect(&key.1) {
+            send_away(ctx, &key, &error);
+        }
+    }
+}
+
 /// Removes and returns the head waiter of `key`.
 fn pop_head(ctx: Ctx, key: &QueueId) -> Option<Waiter> {
     let left = state().0.queues.pop_head(key)?;

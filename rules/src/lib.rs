@@ -16,6 +16,7 @@
 //! - [`hold_table`]: the holds `lock.hold-timing` times, and what their ends record.
 //! - [`lease`]: LOCKDELAY and MAXHOLD: a grant's lease fields, renewals,
 //!   settling an ended lease to its tombstone, what LOCK.INFO shows.
+//! - [`migration`]: atomic slot migration: which server speaks which dialect, what its events ask.
 //! - [`queue`]: the wait queues' bookkeeping (FIFO per key, timers).
 //! - [`scripts`]: the reference Lua scripts.
 //! - [`top`]: LOCK.TOP's order of contended keys.
@@ -35,6 +36,7 @@ pub mod hold_table;
 pub mod holders;
 pub mod lease;
 pub mod lock;
+pub mod migration;
 pub mod observers;
 pub mod queue;
 pub mod scripts;
