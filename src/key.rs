@@ -51,6 +51,9 @@ impl Ctx {
 
     /// `LOCK.FENCEFLOOR fence` to replicas and the AOF.
     pub fn replicate_fence_floor(self, fence: u64) {
+        if crate::migration::hold_fence_floor(fence) {
+            return;
+        }
         let mut digits = [0u8; 20];
         // Fences stay below 2^63 (redis_lock_rules::fence), so the cast is exact.
         let fence = decimal(fence as i64, &mut digits);

@@ -31,11 +31,21 @@
 //!   command on those slots runs: the first fence there is above every
 //!   fence the source made.
 //!
+//! - While an export runs, Valkey checks every command a module replicates
+//!   for its slot and fails every export on a "cross-slot" one; for a
+//!   command without keys (`LOCK.FENCEFLOOR`, which tells replicas and the
+//!   AOF the fence mark) that check reads an uninitialised flag word
+//!   (`VM_Replicate`'s `int read_flags;`, module.c) and failed the exports
+//!   of a busy lock (measured: "A module replicated a cross-slot command").
+//!   So while this node exports, the mark is held back
+//!   ([`hold_fence_floor`]) and replicated, once, when the last export
+//!   ends. Meanwhile fences keep their order through the epoch floor.
+//!
 //! One callback per server event and module (`crate::db_events` explains):
 //! the migration events are subscribed here only, once, at load.
 
 use std::ffi::{c_int, c_void, CString};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use redis_lock_rules::cluster::{key_slot, slot_state};
 use redis_lock_rules::migration::{
@@ -49,6 +59,22 @@ use crate::key::Ctx;
 
 /// The dialect detected at load: 0 none, 1 Valkey, 2 Redis.
 static DIALECT: AtomicU8 = AtomicU8::new(0);
+
+/// Exports in progress on this node (started, not yet ended).
+static EXPORTS: AtomicU32 = AtomicU32::new(0);
+/// The highest fence mark held back while exporting (0: none).
+static HELD_FLOOR: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the fence mark `fence` is held back instead of replicated now:
+/// while this node exports slots (see the module docs); it is replicated
+/// when the last export ends.
+pub fn hold_fence_floor(fence: u64) -> bool {
+    if EXPORTS.load(Ordering::Relaxed) == 0 {
+        return false;
+    }
+    HELD_FLOOR.fetch_max(fence, Ordering::Relaxed);
+    true
+}
 
 fn dialect() -> Dialect {
     match DIALECT.load(Ordering::Relaxed) {
@@ -199,7 +225,12 @@ unsafe extern "C" fn on_event(
         match what {
             Step::ImportStarted | Step::ImportCompleted => crate::cluster_fence::importing(),
             Step::ImportAborted => crate::cluster_fence::stale(),
+            Step::ExportStarted => {
+                EXPORTS.fetch_add(1, Ordering::Relaxed);
+            }
+            Step::ExportAborted => export_ended(ctx),
             Step::Exported => {
+                export_ended(ctx);
                 crate::cluster_fence::stale();
                 exported(ctx, &ranges);
             }
@@ -207,6 +238,31 @@ unsafe extern "C" fn on_event(
             Step::Nothing => {}
         }
     }));
+}
+
+/// An export ended: when it was the last, the fence mark held back while
+/// exporting is replicated, from a timer (a context that replicates as a
+/// command does; an event's may not).
+fn export_ended(ctx: Ctx) {
+    let left = EXPORTS.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_sub(1)));
+    if left.unwrap_or(0) <= 1 && HELD_FLOOR.load(Ordering::Relaxed) != 0 {
+        crate::timer::start(ctx, 0, replicate_held_floor, HeldFloor);
+    }
+}
+
+struct HeldFloor;
+
+unsafe extern "C" fn replicate_held_floor(ctx: *mut RedisModuleCtx, data: *mut c_void) {
+    drop(Box::from_raw(data.cast::<HeldFloor>()));
+    let _ = std::panic::catch_unwind(|| {
+        if EXPORTS.load(Ordering::Relaxed) != 0 {
+            return; // another export started: its end replicates it
+        }
+        let fence = HELD_FLOOR.swap(0, Ordering::Relaxed);
+        if fence != 0 {
+            Ctx(ctx).replicate_fence_floor(fence);
+        }
+    });
 }
 
 /// The slots in `ranges` now belong to another node: every waiter and

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 mod clock;
 mod cluster;
 
-pub use cluster::{key_in_slot, key_slot, Cluster, NodeView, SLOTS};
+pub use cluster::{key_in_slot, key_slot, Cluster, NodeView, SlotMigration, SLOTS};
 mod version;
 pub use version::{server_binary, server_version, Flavor, ServerVersion};
 

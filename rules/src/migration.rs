@@ -119,8 +119,14 @@ pub enum Step {
     /// (Redis 8.4's trim): their timed holds are forgotten. Idempotent with
     /// [`Step::Exported`].
     Trimmed,
-    /// Nothing to do (an export that started, or failed: the slots stay
-    /// here and so does every waiter; Redis's module-propagate hook).
+    /// This node starts exporting slots: until it ends, the module
+    /// replicates no command without a key (see `src/migration.rs`).
+    ExportStarted,
+    /// The export failed or was cancelled: the slots stay here and so does
+    /// every waiter; only the export's end counts.
+    ExportAborted,
+    /// Nothing to do (Redis's module-propagate hook, trim completed, an
+    /// unknown subevent).
     Nothing,
 }
 
@@ -131,10 +137,14 @@ pub fn step(dialect: Dialect, event: u64, subevent: u64) -> Step {
         (Dialect::Valkey, VALKEY_EVENT, valkey::IMPORT_COMPLETED) => Step::ImportCompleted,
         (Dialect::Valkey, VALKEY_EVENT, valkey::IMPORT_ABORTED) => Step::ImportAborted,
         (Dialect::Valkey, VALKEY_EVENT, valkey::EXPORT_COMPLETED) => Step::Exported,
+        (Dialect::Valkey, VALKEY_EVENT, valkey::EXPORT_STARTED) => Step::ExportStarted,
+        (Dialect::Valkey, VALKEY_EVENT, valkey::EXPORT_ABORTED) => Step::ExportAborted,
         (Dialect::Redis, REDIS_EVENT, redis::IMPORT_STARTED) => Step::ImportStarted,
         (Dialect::Redis, REDIS_EVENT, redis::IMPORT_COMPLETED) => Step::ImportCompleted,
         (Dialect::Redis, REDIS_EVENT, redis::IMPORT_FAILED) => Step::ImportAborted,
         (Dialect::Redis, REDIS_EVENT, redis::MIGRATE_COMPLETED) => Step::Exported,
+        (Dialect::Redis, REDIS_EVENT, redis::MIGRATE_STARTED) => Step::ExportStarted,
+        (Dialect::Redis, REDIS_EVENT, redis::MIGRATE_FAILED) => Step::ExportAborted,
         (Dialect::Redis, REDIS_TRIM_EVENT, redis::TRIM_STARTED | redis::TRIM_BACKGROUND) => Step::Trimmed,
         _ => Step::Nothing,
     }
@@ -226,12 +236,12 @@ mod tests {
         let v = |s| step(Dialect::Valkey, VALKEY_EVENT, s);
         assert_eq!(
             [0, 1, 2, 3, 4, 5, 6].map(v),
-            [ImportStarted, Nothing, ImportAborted, Nothing, ImportCompleted, Exported, Nothing]
+            [ImportStarted, ExportStarted, ImportAborted, ExportAborted, ImportCompleted, Exported, Nothing]
         );
         let r = |s| step(Dialect::Redis, REDIS_EVENT, s);
         assert_eq!(
             [0, 1, 2, 3, 4, 5, 6, 7].map(r),
-            [ImportStarted, ImportAborted, ImportCompleted, Nothing, Nothing, Exported, Nothing, Nothing]
+            [ImportStarted, ImportAborted, ImportCompleted, ExportStarted, ExportAborted, Exported, Nothing, Nothing]
         );
         let t = |s| step(Dialect::Redis, REDIS_TRIM_EVENT, s);
         assert_eq!([0, 1, 2, 3].map(t), [Trimmed, Nothing, Trimmed, Nothing]);
