@@ -448,3 +448,49 @@ impl Held for redis_lock_client::Leadership {
         self.resign()
     }
 }
+
+/// The client's leader stream (`Election::observe`) through atomic
+/// migrations: its blocked `LOCK.OBSERVE` is answered `MOVED` at each
+/// hand-over, it re-issues it on the new owner, and sees every proclaim
+/// made there, in order.
+#[test]
+fn a_client_observer_follows_its_election_through_migrations() {
+    if !has_atomic_migration("a_client_observer_follows") {
+        return;
+    }
+    let c = Cluster::start(3, 0);
+    let m = c.masters();
+    let (a, b) = (m[0], m[1]);
+    let slot = c.view(a).slots[0];
+    let key = c.key_in_slot("observed:", slot);
+    let client = LockClient::open_cluster(&c.urls()).unwrap();
+    let election = client.election(&key);
+    let leadership = election.campaign("v0", Duration::from_secs(30), Duration::ZERO).unwrap();
+    let iter = election.observe_blocking().unwrap();
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for item in iter {
+            if tx.send(item.map(|l| l.map(|l| (l.value, l.term)))).is_err() {
+                return;
+            }
+        }
+    });
+    let next = |what: &str| rx.recv_timeout(Duration::from_secs(15)).unwrap_or_else(|_| panic!("{what}: nothing seen"));
+    assert_eq!(next("the state now").unwrap(), Some(("v0".to_string(), leadership.term())));
+    for (i, to) in [b, a, b].into_iter().enumerate() {
+        c.atomic_move_slots(slot, slot, to);
+        let value = format!("v{}", i + 1);
+        leadership.proclaim(&value).unwrap();
+        // The stream may also report the unchanged state after it moved.
+        let seen = loop {
+            let s = next(&value).unwrap_or_else(|e| panic!("after the move to node {to}: {e}"));
+            if s.as_ref().map(|l| l.0.as_str()) != Some(&format!("v{i}")) {
+                break s;
+            }
+        };
+        assert_eq!(seen, Some((value, leadership.term())), "after the move to node {to}");
+        let mut from = c.node(if to == a { b } else { a }).conn();
+        assert_eq!(info_field(&mut from, "observing"), 0, "nothing left on the source");
+    }
+    leadership.resign().unwrap();
+}
