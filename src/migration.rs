@@ -270,6 +270,9 @@ unsafe extern "C" fn replicate_held_floor(ctx: *mut RedisModuleCtx, data: *mut c
 /// state gives (one `CLUSTER NODES` for all), and their timed holds go.
 fn exported(ctx: Ctx, ranges: &Ranges) {
     forget(ranges);
+    if crate::stats::waiting() == 0 && crate::stats::observing() == 0 {
+        return;
+    }
     let Some(nodes) = cluster_call(ctx, c"NODES") else { return };
     let redirect = |key: &[u8]| -> Option<CString> {
         let slot = key_slot(key);

@@ -267,15 +267,37 @@ fn an_aborted_migration_changes_nothing() {
     unchanged(&c, src, &lk, &el, b);
 
     // Cancelled while the target is stalled in the hand-shake (stopped for
-    // well under the node timeout).
+    // well under the node timeout). A fenced grant meanwhile reaches the
+    // source's replica, but its fence mark (`LOCK.FENCEFLOOR`) only once
+    // the export ended.
     let b = block_on(&c, src, &lk, &el);
+    let replica = c.replicas_of(src)[0];
+    let busy = c.key_in_slot("busy:", c.view(src).slots[1]);
+    let floors = |c: &Cluster| {
+        let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut c.node(replica).conn()).unwrap();
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_lock.fencefloor:calls="))
+            .map_or(0, |v| v.split(',').next().unwrap().parse::<u64>().unwrap())
+    };
+    let synced = |s: &mut redis::Connection| {
+        let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(s).unwrap();
+        assert_eq!(acked, 1, "the replica acknowledged");
+    };
+    synced(&mut s);
     c.node(dst).set_paused(true);
     c.start_atomic_migration(slot, slot, dst).unwrap();
     c.wait_until("the source connected to the stopped target", |c| {
         c.slot_migration(src, slot, slot).is_some_and(|j| j.state != "connecting" && j.state != "cancelled")
     });
+    let before = floors(&c);
+    fence(&mut s, &["LOCK.ACQUIRE", &busy, "x", "60000", "FENCE"]);
+    synced(&mut s);
+    let during = floors(&c);
     c.cancel_atomic_migrations(src).unwrap();
     c.node(dst).set_paused(false);
+    assert_eq!(during, before, "no fence mark replicated while exporting");
+    c.wait_until("the held fence mark reached the replica", |c| floors(c) == before + 1);
     assert_eq!(c.slot_migration(src, slot, slot).unwrap().state, "cancelled");
     c.wait_until("the target gave up its import", |c| {
         c.slot_migrations(dst).iter().all(|j| j.operation != "IMPORT" || j.finished())
