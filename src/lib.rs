@@ -29,7 +29,7 @@ use redis_module::{redis_module, Context, RedisString, Status};
 use blocked::{machine, observers::Observers, queue, waiters::Waiters};
 use boundary::api::{self, rm};
 use server::events::{self, Also, Listener};
-use server::{cluster_fence, config, eviction, info, timings};
+use server::{cluster_fence, config, eviction, info, migration, timings};
 use store::fence::FENCE_TYPE;
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
@@ -48,6 +48,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         },
         Listener { also: Also::Nothing, on_key: timings::on_key_event, on_db: timings::on_db_event },
         Listener { also: Also::EvictedOnly, on_key: eviction::on_key_event, on_db: eviction::on_db_event },
+        Listener { also: Also::Nothing, on_key: events::ignore_key, on_db: store::fence::on_db_event },
     ]);
     config::on_hold_timing_off(timings::stop_holds);
     config::on_eviction_mode(eviction::mode_changed);
@@ -64,7 +65,9 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         // After the configs: whether lock keys can be evicted, said now.
         eviction::init(ctx.ctx);
         // Refused commands must not invalidate WATCH: we signal changes ourselves.
-        rm!(RedisModule_SetModuleOptions)(ctx.ctx, raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int);
+        // Plus what atomic slot migration needs declared (Valkey 9), where the server knows it.
+        let options = raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int | migration::subscribe(ctx.ctx);
+        rm!(RedisModule_SetModuleOptions)(ctx.ctx, options);
     }
     if let Err(e) = registration::register(ctx.ctx) {
         ctx.log_warning(&e);

@@ -13,6 +13,14 @@
 //! over (`CLUSTER FAILOVER [FORCE|TAKEOVER]` on a replica, or kill -9 and let
 //! the cluster promote one), and find the node that owns a key.
 //!
+//! Atomic slot migration (Valkey 9's `CLUSTER MIGRATESLOTS`): start one
+//! ([`Cluster::start_atomic_migration`]), move slots and wait for the
+//! hand-over ([`Cluster::atomic_move_slots`]), read the nodes' migration
+//! jobs ([`Cluster::slot_migrations`]), cancel them
+//! ([`Cluster::cancel_atomic_migrations`]) or fail one by killing its
+//! target mid-way ([`Cluster::atomic_migration_to_killed_target`]).
+//! [`Cluster::has_atomic_migration`] says whether the server has it.
+//!
 //! Nodes keep the index they were started with ([`Cluster::node`]); roles
 //! change with failovers, so ask [`Cluster::masters`] or
 //! [`Cluster::owner_of`] rather than assuming node 0 is a master.
@@ -62,6 +70,26 @@ pub struct NodeView {
     pub slots: Vec<u16>,
     /// Slots being moved: `(slot, true)` importing, `(slot, false)` migrating.
     pub moving: Vec<(u16, bool)>,
+}
+
+/// One job of `CLUSTER GETSLOTMIGRATIONS` (Valkey 9).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotMigration {
+    pub name: String,
+    /// `EXPORT` or `IMPORT`.
+    pub operation: String,
+    /// As the server writes them: `12182-12182`.
+    pub slot_ranges: String,
+    /// `connecting`, …, `success`, `failed`, `cancelled`.
+    pub state: String,
+    pub message: String,
+}
+
+impl SlotMigration {
+    /// Whether the job is over (succeeded, failed or was cancelled).
+    pub fn finished(&self) -> bool {
+        matches!(self.state.as_str(), "success" | "failed" | "cancelled")
+    }
 }
 
 impl Cluster {
@@ -322,6 +350,107 @@ impl Cluster {
         self.wait_ok();
     }
 
+    /// Whether the nodes have atomic slot migration (`CLUSTER
+    /// MIGRATESLOTS`: Valkey 9; Redis 8.4's `CLUSTER MIGRATION` is not
+    /// driven here).
+    pub fn has_atomic_migration(&self) -> bool {
+        let i = self.live().next().expect("a live node");
+        let help: Vec<String> = redis::cmd("CLUSTER").arg("HELP").query(&mut self.nodes[i].conn()).unwrap_or_default();
+        help.iter().any(|l| l.contains("MIGRATESLOTS"))
+    }
+
+    /// `CLUSTER MIGRATESLOTS SLOTSRANGE first last NODE <to>` on the
+    /// slots' owner: the server's reply (it only starts the migration).
+    pub fn start_atomic_migration(&self, first: u16, last: u16, to: usize) -> redis::RedisResult<()> {
+        let from = self.owner_of_slot(first);
+        redis::cmd("CLUSTER")
+            .arg("MIGRATESLOTS")
+            .arg("SLOTSRANGE")
+            .arg(first)
+            .arg(last)
+            .arg("NODE")
+            .arg(self.id(to))
+            .query(&mut self.nodes[from].conn())
+    }
+
+    /// Node `i`'s slot migration jobs (`CLUSTER GETSLOTMIGRATIONS`),
+    /// newest first; empty where the server has none or no such command.
+    pub fn slot_migrations(&self, i: usize) -> Vec<SlotMigration> {
+        let jobs: Vec<redis::Value> =
+            redis::cmd("CLUSTER").arg("GETSLOTMIGRATIONS").query(&mut self.nodes[i].conn()).unwrap_or_default();
+        jobs.iter().filter_map(parse_migration).collect()
+    }
+
+    /// The newest job of node `i` for exactly `first..=last`, if any.
+    pub fn slot_migration(&self, i: usize, first: u16, last: u16) -> Option<SlotMigration> {
+        let ranges = format!("{first}-{last}");
+        self.slot_migrations(i).into_iter().find(|j| j.slot_ranges == ranges)
+    }
+
+    /// Moves slots `first..=last` (all of one master) to master `to` with
+    /// `CLUSTER MIGRATESLOTS`, and waits until the source's export job
+    /// succeeded and every live node sees `to` as their owner. Panics if
+    /// the server refuses to start it or the job fails.
+    pub fn atomic_move_slots(&self, first: u16, last: u16, to: usize) {
+        let from = self.owner_of_slot(first);
+        assert_ne!(from, to, "slots {first}-{last} are on node {to} already");
+        let before = self.slot_migration(from, first, last).map(|j| j.name);
+        self.start_atomic_migration(first, last, to)
+            .unwrap_or_else(|e| panic!("CLUSTER MIGRATESLOTS {first}-{last} from node {from} to {to}: {e}"));
+        let mut job = None;
+        self.wait_until(&format!("the export of slots {first}-{last} from node {from} finished"), |c| {
+            job = c.slot_migration(from, first, last).filter(|j| Some(&j.name) != before.as_ref() && j.finished());
+            job.is_some()
+        });
+        let job = job.expect("found above");
+        assert_eq!(job.state, "success", "migration of slots {first}-{last} to node {to}: {job:?}");
+        self.wait_slot_owner(first, to);
+    }
+
+    /// `CLUSTER CANCELSLOTMIGRATIONS` on node `i` (Valkey 9.1 takes no
+    /// argument).
+    pub fn cancel_atomic_migrations(&self, i: usize) -> redis::RedisResult<()> {
+        redis::cmd("CLUSTER").arg("CANCELSLOTMIGRATIONS").query(&mut self.nodes[i].conn())
+    }
+
+    /// Starts migrating slots `first..=last` to master `to` and kills `to`
+    /// (SIGKILL) in the middle: `to` is stopped (SIGSTOP) first, so the
+    /// source connects and sends its handshake but the migration cannot
+    /// finish; once the source's job is past connecting, `to` is killed.
+    /// Waits until the source's job failed and the cluster promoted a
+    /// replica of `to` (it needs one) and is ok again. Returns the
+    /// source's job and the promoted node.
+    pub fn atomic_migration_to_killed_target(&mut self, first: u16, last: u16, to: usize) -> (SlotMigration, usize) {
+        let from = self.owner_of_slot(first);
+        // Read before `to` stops: a stopped node answers nothing.
+        let (replicas, slots) = (self.replicas_of(to), self.view(to).slots);
+        assert!(!replicas.is_empty(), "node {to} has no live replica to promote");
+        self.nodes[to].set_paused(true);
+        self.alive[to] = false; // no more questions to it
+        self.start_atomic_migration(first, last, to)
+            .unwrap_or_else(|e| panic!("CLUSTER MIGRATESLOTS {first}-{last} from node {from} to {to}: {e}"));
+        self.wait_until(&format!("node {from} connected to stopped node {to}"), |c| {
+            c.slot_migration(from, first, last).is_some_and(|j| j.state != "connecting" || j.finished())
+        });
+        self.kill_node(to);
+        let mut job = None;
+        self.wait_until(&format!("the export of slots {first}-{last} failed"), |c| {
+            job = c.slot_migration(from, first, last).filter(SlotMigration::finished);
+            job.is_some()
+        });
+        let mut promoted = None;
+        self.wait_until(&format!("a replica of killed node {to} promoted"), |c| {
+            promoted = replicas.iter().copied().find(|&r| {
+                let v = c.view(r);
+                v.master && v.slots == slots
+            });
+            promoted.is_some()
+        });
+        let promoted = promoted.expect("found above");
+        self.wait_slot_owner(slots[0], promoted);
+        (job.expect("found above"), promoted)
+    }
+
     /// A manual failover of master `m`: `CLUSTER FAILOVER` (`mode`: `""`,
     /// `"FORCE"` or `"TAKEOVER"`) on its first replica; waits until that
     /// replica serves `m`'s slots, `m` has become its replica, and the
@@ -561,6 +690,33 @@ fn parse_node_line(line: &str) -> NodeView {
         slots,
         moving,
     }
+}
+
+/// One job of a `CLUSTER GETSLOTMIGRATIONS` reply (a map as a flat array
+/// in RESP2).
+fn parse_migration(job: &redis::Value) -> Option<SlotMigration> {
+    use redis::Value;
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    };
+    let pairs: Vec<(String, String)> = match job {
+        Value::Array(items) => {
+            items.chunks(2).filter_map(|p| Some((text(p.first()?)?, text(p.get(1)?).unwrap_or_default()))).collect()
+        }
+        Value::Map(items) => items.iter().filter_map(|(k, v)| Some((text(k)?, text(v).unwrap_or_default()))).collect(),
+        _ => return None,
+    };
+    let field = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    Some(SlotMigration {
+        name: field("name")?,
+        operation: field("operation")?,
+        slot_ranges: field("slot_ranges")?,
+        state: field("state")?,
+        message: field("message").unwrap_or_default(),
+    })
 }
 
 fn cli() -> Command {

@@ -28,7 +28,7 @@ mod clock;
 mod cluster;
 pub mod layers;
 
-pub use cluster::{key_in_slot, key_slot, Cluster, NodeView, SLOTS};
+pub use cluster::{key_in_slot, key_slot, Cluster, NodeView, SlotMigration, SLOTS};
 mod version;
 pub use version::{server_binary, server_version, Flavor, ServerVersion};
 

@@ -185,6 +185,22 @@ impl<F: Copy + PartialEq> HoldTable<F> {
         self.len = 0;
     }
 
+    /// Forgets (unrecorded) every hold of each key for which `gone` is
+    /// true: keys that left this node with their slot. O(keys timed).
+    pub fn forget_where(&mut self, gone: impl Fn(u64) -> bool) {
+        let before = self.locks.len();
+        self.locks.retain(|k, _| !gone(*k));
+        let mut dropped = before - self.locks.len();
+        self.keys.retain(|k, h| {
+            let keep = !gone(*k);
+            if !keep {
+                dropped += h.holds.len();
+            }
+            keep
+        });
+        self.len -= dropped;
+    }
+
     /// The exclusive `key` was granted at `now`; false if it is not timed
     /// (the table is full). A grant over a timed hold replaces it.
     pub fn lock_granted(&mut self, key: u64, family: F, now: i64) -> bool {
@@ -336,6 +352,24 @@ mod tests {
         }
         out.sort_by_key(|e| e.ms);
         out
+    }
+
+    #[test]
+    fn forgetting_keys_drops_their_holds_and_keeps_the_count_right() {
+        let mut t = HoldTable::new(10);
+        assert!(t.lock_granted(1, F::Lock, 0));
+        assert!(t.lock_granted(2, F::Lock, 0));
+        assert!(t.holder_granted(3, 10, F::Sem, 0, 100));
+        assert!(t.holder_granted(3, 11, F::Sem, 0, 100));
+        assert!(t.holder_granted(4, 12, F::Rw, 0, 100));
+        assert_eq!(t.len(), 5);
+        t.forget_where(|k| k == 1 || k == 3);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.lock_ended(1, End::Released, 5), None);
+        assert_eq!(t.holders_of(3), 0);
+        assert_eq!(t.holders_of(4), 1);
+        assert!(t.lock_ended(2, End::Released, 5).is_some());
+        assert_eq!(t.len(), 1);
     }
 
     #[test]

@@ -21,6 +21,7 @@
 //!   settling an ended lease to its tombstone, what LOCK.INFO shows.
 //! - [`blocked`]: the bookkeeping every kind of blocked client shares (per key, per client, check timers).
 //! - [`queue`]: the wait queues (FIFO per key) on it.
+//! - [`migration`]: atomic slot migration: which server speaks which dialect, what its events ask.
 //! - [`scripts`]: the reference Lua scripts.
 //! - [`top`]: LOCK.TOP's order of contended keys.
 //! - [`value`]: the structured values the module writes (elections, hold
@@ -42,6 +43,7 @@ pub mod hold_table;
 pub mod holders;
 pub mod lease;
 pub mod lock;
+pub mod migration;
 pub mod number;
 pub mod observers;
 pub mod queue;

@@ -191,27 +191,41 @@ pub fn answer_all<K: Kind>(ctx: Ctx, key: &KeyId, error: &CString) -> u64 {
 
 /// A kind's database-event listener: flushed or swapped databases have
 /// their keys checked; a master demoted answers every client as Redis
-/// answers the clients it unblocks itself.
-pub fn on_db_event<K: Kind>(ctx: Ctx, ev: DbEvent) {
+/// answers the clients it unblocks itself; slots that left with an atomic
+/// migration have their clients sent where the slots went (`MOVED`).
+pub fn on_db_event<K: Kind>(ctx: Ctx, ev: &DbEvent) {
     if K::gauge().load(Ordering::Relaxed) == 0 {
         return;
     }
-    let keys: Vec<KeyId> = match ev {
-        DbEvent::Changed(changed) => K::book().0.keys().filter(|(db, _)| changed.includes(*db)).cloned().collect(),
-        DbEvent::Demoted => K::book().0.keys().cloned().collect(),
-        DbEvent::ConfigChanged => return,
-    };
-    let now = ctx.now_ms();
-    let unblocked = UNBLOCKED.to_owned();
-    for key in keys {
-        match ev {
+    match ev {
+        DbEvent::Changed(changed) => {
+            let keys: Vec<KeyId> = K::book().0.keys().filter(|(db, _)| changed.includes(*db)).cloned().collect();
             // No key event tells which keys went away: each is checked
             // right after this command.
-            DbEvent::Changed(_) => check_by::<K>(ctx, &key, now),
-            DbEvent::Demoted | DbEvent::ConfigChanged => {
+            let now = ctx.now_ms();
+            for key in keys {
+                check_by::<K>(ctx, &key, now);
+            }
+        }
+        DbEvent::Demoted => {
+            let keys: Vec<KeyId> = K::book().0.keys().cloned().collect();
+            let unblocked = UNBLOCKED.to_owned();
+            for key in keys {
                 answer_all::<K>(ctx, &key, &unblocked);
             }
         }
+        DbEvent::SlotsLeft(left) => {
+            let slots: Vec<u16> = K::book().0.slots().into_iter().filter(|&s| left.left(s)).collect();
+            for slot in slots {
+                let keys = K::book().0.keys_in_slot(slot);
+                for key in keys {
+                    if let Some(error) = left.redirect(&key.1) {
+                        answer_all::<K>(ctx, &key, &error);
+                    }
+                }
+            }
+        }
+        DbEvent::ConfigChanged | DbEvent::ExportEnded => {}
     }
 }
 

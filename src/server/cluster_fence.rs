@@ -82,6 +82,20 @@ pub fn floor(ctx: Ctx, now_ms: i64) -> Option<u64> {
     cluster_fence::floor(EPOCH.load(Ordering::Relaxed), now_ms)
 }
 
+/// An atomic slot migration starts importing slots here, or completed
+/// one (`crate::migration`): as after `SETSLOT … IMPORTING`, the next
+/// fenced grant first bumps this node's epoch, then reads it afresh.
+pub fn importing() {
+    IMPORTING.store(true, Ordering::Relaxed);
+    STALE.store(true, Ordering::Relaxed);
+}
+
+/// This node's epoch or slots may have changed without a `CLUSTER`
+/// command here (an atomic slot migration ended): read it afresh.
+pub fn stale() {
+    STALE.store(true, Ordering::Relaxed);
+}
+
 /// Argument `i` of a filtered command, if there is one.
 unsafe fn arg<'a>(f: *mut RedisModuleCommandFilterCtx, i: c_int) -> Option<&'a [u8]> {
     let s = rm!(RedisModule_CommandFilterArgGet)(f, i);

@@ -24,10 +24,12 @@
 //! for it); a listener returns at its first load while it has nothing to
 //! check.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
+use redis_lock_rules::cluster::{key_slot, slot_state};
+use redis_lock_rules::migration::{exported_reply, Ranges};
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 
 use crate::boundary::api::rm;
@@ -86,8 +88,7 @@ impl Changed {
     }
 }
 
-/// A server event about whole databases or the server's role.
-#[derive(Clone, Copy)]
+/// A server event about whole databases, slots or the server's role.
 pub enum DbEvent {
     /// FLUSHDB, FLUSHALL (sync or ASYNC, also the flush before DEBUG
     /// RELOAD or a full resync) finished, or SWAPDB swapped: no key event
@@ -97,6 +98,42 @@ pub enum DbEvent {
     Demoted,
     /// A `CONFIG SET` changed the server's configuration.
     ConfigChanged,
+    /// An atomic slot migration handed slots to another node
+    /// (`crate::server::migration`): blocked clients of keys in them are
+    /// sent on, what is kept of their keys is forgotten.
+    SlotsLeft(SlotsLeft),
+    /// The last export of slots from this node ended (completed or not).
+    ExportEnded,
+}
+
+/// Slots that left this node, and where each went.
+pub struct SlotsLeft {
+    ranges: Ranges,
+    /// `CLUSTER NODES` as read at the hand-over (none: not read, nobody
+    /// was blocked).
+    nodes: Option<String>,
+}
+
+impl SlotsLeft {
+    pub fn new(ranges: Ranges, nodes: Option<String>) -> Self {
+        SlotsLeft { ranges, nodes }
+    }
+
+    /// Whether `slot` left.
+    pub fn left(&self, slot: u16) -> bool {
+        self.ranges.contains(slot)
+    }
+
+    /// What a blocked client of `key` is answered: the redirection a
+    /// native blocked client gets (`MOVED slot host:port`), if its slot left.
+    pub fn redirect(&self, key: &[u8]) -> Option<CString> {
+        let slot = key_slot(key);
+        if !self.ranges.contains(slot) {
+            return None;
+        }
+        let nodes = self.nodes.as_deref()?;
+        exported_reply(&slot_state(nodes, slot), slot).and_then(|t| CString::new(t).ok())
+    }
 }
 
 /// What Redis answers the blocked clients it unblocks when a master
@@ -109,7 +146,18 @@ pub struct Listener {
     /// The classes it reads besides [`CORE`].
     pub also: Also,
     pub on_key: fn(Ctx, &KeyEvent),
-    pub on_db: fn(Ctx, DbEvent),
+    pub on_db: fn(Ctx, &DbEvent),
+}
+
+/// The key-event function of a listener that reads none.
+pub fn ignore_key(_: Ctx, _: &KeyEvent) {}
+
+/// Hands a server event decoded elsewhere (`crate::server::migration`) to
+/// every listener, in their order.
+pub fn dispatch_db(ctx: Ctx, ev: &DbEvent) {
+    for l in listeners() {
+        (l.on_db)(ctx, ev);
+    }
 }
 
 static LISTENERS: OnceLock<Vec<Listener>> = OnceLock::new();
@@ -244,9 +292,7 @@ unsafe extern "C" fn on_server_event(
 ) {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let Some(ev) = decode(event, subevent, data) else { return };
-        for l in listeners() {
-            (l.on_db)(Ctx(ctx), ev);
-        }
+        dispatch_db(Ctx(ctx), &ev);
     }));
 }
 

@@ -229,7 +229,7 @@ pub fn mode_changed() {
 
 /// The database-event listener: any `CONFIG SET` (rare, and one of several
 /// names may be ours) has the settings read again.
-pub fn on_db_event(ctx: Ctx, ev: DbEvent) {
+pub fn on_db_event(ctx: Ctx, ev: &DbEvent) {
     if let DbEvent::ConfigChanged = ev {
         review(ctx.0, false);
     }

@@ -12,4 +12,5 @@ pub mod counters;
 pub mod events;
 pub mod eviction;
 pub mod info;
+pub mod migration;
 pub mod timings;

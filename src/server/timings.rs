@@ -165,6 +165,35 @@ fn state() -> MutexGuard<'static, Timings> {
     STATE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The table's key for the held key `name` of database `db`: its hash
+/// with the key's hash slot in bits 36..50, so that the holds of slots
+/// that left this node can be found without their names
+/// ([`forget_slots`]). The low bits (the map's bucket) and the top 7 (its
+/// control byte) stay the hash's; 50 bits of hash are left.
+fn held_key(db: c_int, name: &[u8]) -> u64 {
+    const SLOT: u64 = 0x3fff << 36;
+    (key_hash(db, name) & !SLOT) | (u64::from(redis_lock_rules::cluster::key_slot(name)) << 36)
+}
+
+/// The slot of a table key made by [`held_key`].
+fn slot_of(h: u64) -> u16 {
+    ((h >> 36) & 0x3fff) as u16
+}
+
+/// An atomic slot migration moved slots away (`crate::migration`): the
+/// holds timed on keys of slots for which `left` is true are forgotten,
+/// unrecorded (they go on where the keys are now; the server deletes its
+/// copies here without a key event). One pass over the table, at that
+/// event only.
+fn forget_slots(left: impl Fn(u16) -> bool) {
+    if TRACKED.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let mut s = state();
+    s.table.forget_where(|h| left(slot_of(h)));
+    publish(&s);
+}
+
 /// A wait of `family` that began at `since` (Unix ms) ended now, however.
 pub fn waited(family: Family, since: i64, now: i64) {
     state().wait[family as usize].record(now.saturating_sub(since).max(0) as u64);
@@ -212,7 +241,7 @@ pub fn hold_started(ctx: Ctx, name: *mut RedisModuleString, family: Family, now:
     if !config::hold_timing() {
         return;
     }
-    let h = key_hash(ctx.db(), bytes(name));
+    let h = held_key(ctx.db(), bytes(name));
     let mut s = state();
     if s.table.lock_granted(h, family, now) {
         after_grant(ctx, s);
@@ -227,7 +256,7 @@ pub fn hold_ended(ctx: Ctx, name: *mut RedisModuleString, end: End, now: i64) {
     if TRACKED.load(Ordering::Relaxed) == 0 {
         return;
     }
-    let h = key_hash(ctx.db(), bytes(name));
+    let h = held_key(ctx.db(), bytes(name));
     let mut s = state();
     if let Some(e) = s.table.lock_ended(h, end, now) {
         record(&mut s, e, false);
@@ -261,7 +290,7 @@ pub fn holders_commit(
     if !config::hold_timing() {
         return;
     }
-    let h = key_hash(ctx.db(), bytes(name));
+    let h = held_key(ctx.db(), bytes(name));
     let mut s = state();
     for &m in ended {
         if let Some(e) = s.table.holder_ended(h, token_hash(bytes(m)), End::Expired, now) {
@@ -349,7 +378,7 @@ pub fn on_key_event(ctx: Ctx, ev: &KeyEvent) {
     if !(expired || ev.evicted() || removes_value(ev.name)) {
         return;
     }
-    let h = key_hash(ctx.db(), bytes(ev.key));
+    let h = held_key(ctx.db(), bytes(ev.key));
     let now = ctx.now_ms();
     let mut s = state();
     let mut ends = Vec::new();
@@ -368,9 +397,12 @@ pub fn on_key_event(ctx: Ctx, ev: &KeyEvent) {
 /// The listener of database events: a flush or SWAPDB forgets every hold,
 /// unrecorded (the table keeps hashes: it cannot tell which holds belonged
 /// to which database).
-pub fn on_db_event(_ctx: Ctx, ev: DbEvent) {
-    if let DbEvent::Changed(_) = ev {
-        stop_holds();
+pub fn on_db_event(_ctx: Ctx, ev: &DbEvent) {
+    match ev {
+        DbEvent::Changed(_) => stop_holds(),
+        // The holds go on, on the node that has the keys now.
+        DbEvent::SlotsLeft(left) => forget_slots(|slot| left.left(slot)),
+        _ => {}
     }
 }
 

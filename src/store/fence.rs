@@ -2,18 +2,20 @@
 //! data here, `LOCK.FENCEFLOOR` in the replication stream (see
 //! `crate::commands::lock::fence_floor`), the clock floor in `redis_lock_rules::fence`.
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_lock_rules::encode::decimal;
 use redis_lock_rules::fence;
 use redis_module::native_types::RedisType;
-use redis_module::raw::{self, RedisModuleIO};
+use redis_module::raw::{self, RedisModuleCtx, RedisModuleIO};
 
 use crate::boundary::api::rm;
 use crate::boundary::ctx::Ctx;
 use crate::boundary::reply::Failure;
-use crate::server::cluster_fence;
+use crate::boundary::timer;
+use crate::server::events::DbEvent;
+use crate::server::{cluster_fence, migration};
 
 /// The largest fence handed out or learnt (from the master, the RDB or AOF).
 static HIGH_WATER: AtomicU64 = AtomicU64::new(0);
@@ -55,14 +57,43 @@ pub fn grant_value(ctx: Ctx, fence: Option<u64>) -> i64 {
     }
 }
 
-/// `LOCK.FENCEFLOOR fence` to replicas and the AOF.
+/// `LOCK.FENCEFLOOR fence` to replicas and the AOF; while this node exports
+/// slots, held back and sent once the export ends ([`on_db_event`]).
 pub fn replicate_floor(ctx: Ctx, fence: u64) {
+    if migration::hold_fence_floor(fence) {
+        return;
+    }
     let mut digits = [0u8; 20];
     // Fences stay below 2^63 (redis_lock_rules::fence), so the cast is exact.
     let fence = decimal(fence as i64, &mut digits);
     unsafe {
         rm!(RedisModule_Replicate)(ctx.0, c"LOCK.FENCEFLOOR".as_ptr(), c"b".as_ptr(), fence.as_ptr(), fence.len());
     }
+}
+
+/// The database-event listener: the last export of slots ended, so the
+/// mark held back meanwhile is replicated, from a timer (a context that
+/// replicates as a command does; an event's may not).
+pub fn on_db_event(ctx: Ctx, ev: &DbEvent) {
+    if let DbEvent::ExportEnded = ev {
+        timer::start(ctx, 0, replicate_held_floor, HeldFloor);
+    }
+}
+
+struct HeldFloor;
+
+unsafe extern "C" fn replicate_held_floor(ctx: *mut RedisModuleCtx, data: *mut c_void) {
+    drop(Box::from_raw(data.cast::<HeldFloor>()));
+    let _ = std::panic::catch_unwind(|| {
+        // Another export started meanwhile: its end replicates it.
+        if migration::exporting() {
+            return;
+        }
+        let fence = migration::take_held_floor();
+        if fence != 0 {
+            replicate_floor(Ctx(ctx), fence);
+        }
+    });
 }
 
 /// Learns that fences up to `floor` exist.
