@@ -40,15 +40,15 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // Who hears the server's events, in this order (each subscription is
     // taken when a listener first needs it).
     events::listen(vec![
-        Listener { also: Also::Zset, on_key: queue::on_key_event, on_db: machine::on_db_event::<Waiters> },
+        Listener { also: Also::Zset, on_key: Some(queue::on_key_event), on_db: machine::on_db_event::<Waiters> },
         Listener {
             also: Also::String,
-            on_key: machine::on_key_event::<Observers>,
+            on_key: Some(machine::on_key_event::<Observers>),
             on_db: machine::on_db_event::<Observers>,
         },
-        Listener { also: Also::Nothing, on_key: timings::on_key_event, on_db: timings::on_db_event },
-        Listener { also: Also::EvictedOnly, on_key: eviction::on_key_event, on_db: eviction::on_db_event },
-        Listener { also: Also::Nothing, on_key: events::ignore_key, on_db: store::fence::on_db_event },
+        Listener { also: Also::Nothing, on_key: Some(timings::on_key_event), on_db: timings::on_db_event },
+        Listener { also: Also::EvictedOnly, on_key: Some(eviction::on_key_event), on_db: eviction::on_db_event },
+        Listener { also: Also::Nothing, on_key: None, on_db: store::fence::on_db_event },
     ]);
     config::on_hold_timing_off(timings::stop_holds);
     config::on_eviction_mode(eviction::mode_changed);

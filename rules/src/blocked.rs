@@ -84,10 +84,9 @@ pub struct Arm<T> {
     pub stop: Option<T>,
 }
 
-/// A client taken out.
+/// A client taken out (of the key [`Clients::remove`] names with it).
 #[derive(Debug, PartialEq, Eq)]
-pub struct Left<K, M, T> {
-    pub key: K,
+pub struct Left<M, T> {
     pub member: M,
     /// Its key has no client left: stop its check timer.
     pub stop: Option<T>,
@@ -191,7 +190,7 @@ impl<K: Hash + Eq + Clone, L: Lines, T> Clients<K, L, T> {
 
     /// Takes `client`'s wait out, wherever it is; with `seq`, only if it
     /// is still that wait.
-    pub fn remove(&mut self, client: u64, seq: Option<u64>) -> Option<Left<K, L::Member, T>> {
+    pub fn remove(&mut self, client: u64, seq: Option<u64>) -> Option<(K, Left<L::Member, T>)> {
         let place = self.by_client.get(&client)?;
         if seq.is_some_and(|s| s != place.seq) {
             return None;
@@ -202,7 +201,7 @@ impl<K: Hash + Eq + Clone, L: Lines, T> Clients<K, L, T> {
         let (_, member) = k.lines.remove(pos)?;
         let new_head = was_first && !k.lines.is_empty();
         let stop = self.drop_if_empty(&key);
-        Some(Left { key, member, stop, new_head })
+        Some((key, Left { member, stop, new_head }))
     }
 
     /// The wait `seq` of `client`, if it is still blocked.
@@ -229,6 +228,18 @@ impl<K: Hash + Eq + Clone, L: Lines, T> Clients<K, L, T> {
             })
             .collect();
         Taken { members, stop: self.drop_if_empty(key) }
+    }
+
+    /// Takes out the one client of `key` that `pick` takes from its lines
+    /// (a queue's head): as [`Clients::take`], without a list.
+    pub fn take_one(
+        &mut self,
+        key: &K,
+        pick: impl FnOnce(&mut L) -> Option<(u64, L::Member)>,
+    ) -> Option<Left<L::Member, T>> {
+        let (client, member) = pick(&mut self.keys.get_mut(key)?.lines)?;
+        self.by_client.remove(&client);
+        Some(Left { member, stop: self.drop_if_empty(key), new_head: false })
     }
 
     /// Takes out every client of `key`.
@@ -331,14 +342,14 @@ mod tests {
         push(&mut c, "k", 1, 10, "a");
         push(&mut c, "k", 2, 11, "b");
         assert_eq!((c.len(), c.on(&"k"), c.key_of(2)), (2, 2, Some(&"k")));
-        let left = c.remove(1, Some(10)).expect("a waits");
-        assert_eq!((left.key, left.member, left.stop, left.new_head), ("k", "a", None, true));
+        let (key, left) = c.remove(1, Some(10)).expect("a waits");
+        assert_eq!((key, left.member, left.stop, left.new_head), ("k", "a", None, true));
         assert_eq!(c.remove(1, None), None, "gone means gone");
         push(&mut c, "k", 1, 12, "a2");
         assert_eq!(c.remove(1, Some(10)), None, "the earlier wait's timer");
         assert_eq!(c.member_mut(1, 10), None);
         assert_eq!(c.member_mut(1, 12), Some(&mut "a2"));
-        let left = c.remove(1, None).expect("a2 waits");
+        let (_, left) = c.remove(1, None).expect("a2 waits");
         assert!(!left.new_head, "not first");
     }
 
@@ -353,7 +364,7 @@ mod tests {
         let arm = c.check_by(&"k", 1_100, 1_000).expect("first timer");
         assert_eq!((arm.delay, arm.stop), (100, None));
         c.armed(&"k", arm.gen, 7);
-        let left = c.remove(1, None).expect("waits");
+        let (_, left) = c.remove(1, None).expect("waits");
         assert_eq!((left.stop, left.new_head), (Some(7), false));
         assert_eq!(c.check_by(&"k", 0, 0), None, "nobody, no timer");
         assert_eq!(c.slots(), [2]);

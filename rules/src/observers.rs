@@ -142,10 +142,10 @@ mod tests {
         let mut o = Obs::default();
         o.observe("k", 0, 1, 1, 3, "a");
         o.observe("k", 0, 2, 2, 3, "b");
-        assert_eq!(o.remove(1, Some(1)).map(|l| (l.member, l.stop)), Some(("a", None)));
+        assert_eq!(o.remove(1, Some(1)).map(|(_, l)| (l.member, l.stop)), Some(("a", None)));
         assert_eq!(o.remove(1, None), None, "gone means gone");
         assert_eq!(
-            o.remove(2, None).map(|l| (l.member, l.stop)),
+            o.remove(2, None).map(|(_, l)| (l.member, l.stop)),
             Some(("b", None)),
             "the timer waits for the last one"
         );
@@ -157,7 +157,7 @@ mod tests {
         let arm = o.check_by(&"k", 50, 0).expect("armed");
         o.armed(&"k", arm.gen, 7);
         assert_eq!(
-            o.remove(2, None).map(|l| (l.member, l.stop)),
+            o.remove(2, None).map(|(_, l)| (l.member, l.stop)),
             Some(("b2", Some(7))),
             "the last one stops the timer"
         );
@@ -187,13 +187,13 @@ mod tests {
         assert_eq!(slots, [7, 9]);
         assert_eq!(sorted(o.keys_in_slot(7)), ["a", "b"]);
         assert_eq!(o.keys_in_slot(8), Vec::<&str>::new());
-        assert_eq!(o.remove(1, None).map(|l| (l.member, l.stop)), Some(("a1", None)));
+        assert_eq!(o.remove(1, None).map(|(_, l)| (l.member, l.stop)), Some(("a1", None)));
         assert_eq!(sorted(o.keys_in_slot(7)), ["a", "b"], "a still has an observer");
         assert_eq!(o.take_changed(&"a", 0).members, ["a2"]);
         assert_eq!(o.keys_in_slot(7), ["b"]);
         assert_eq!(o.take_all(&"c").members, ["c"]);
         assert_eq!(o.slots(), [7]);
-        assert_eq!(o.remove(3, None).map(|l| (l.member, l.stop)), Some(("b", None)));
+        assert_eq!(o.remove(3, None).map(|(_, l)| (l.member, l.stop)), Some(("b", None)));
         assert!(o.slots().is_empty() && o.is_empty());
     }
 }

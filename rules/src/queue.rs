@@ -100,10 +100,8 @@ impl<K: Hash + Eq + Clone, W, T> Clients<K, Line<W>, T> {
     }
 
     /// Takes the head of `key`'s line out.
-    pub fn pop_head(&mut self, key: &K) -> Option<Left<K, W, T>> {
-        let taken = self.take(key, |l| l.line.pop_first().map(|(_, cw)| cw).into_iter().collect());
-        let member = taken.members.into_iter().next()?;
-        Some(Left { key: key.clone(), member, stop: taken.stop, new_head: false })
+    pub fn pop_head(&mut self, key: &K) -> Option<Left<W, T>> {
+        self.take_one(key, |l| l.line.pop_first().map(|(_, cw)| cw))
     }
 
     /// Remembers `key`'s expiry, as just seen on a held key or granted.
@@ -180,7 +178,7 @@ mod tests {
         for (client, w) in [(1, "a"), (2, "b"), (3, "c"), (4, "d")] {
             q.enqueue("k", || 0, client, 100 + client, w, None);
         }
-        let left = q.remove(3, None).expect("c waits");
+        let (_, left) = q.remove(3, None).expect("c waits");
         assert_eq!((left.member, left.new_head, left.stop), ("c", false, None));
         // Gone means gone: a second removal (timeout after disconnect) finds nothing.
         assert_eq!(q.remove(3, None), None);
@@ -190,7 +188,7 @@ mod tests {
         assert_eq!(q.member_mut(3, 103), None);
         assert_eq!(q.member_mut(3, 200), Some(&mut "c2"));
         // The head leaving with others behind it: check the key again.
-        let left = q.remove(1, Some(101)).expect("a waits");
+        let (_, left) = q.remove(1, Some(101)).expect("a waits");
         assert!(left.new_head);
         assert_eq!(line(&mut q, "k"), ["b", "d", "c2"]);
         assert!(q.is_empty());

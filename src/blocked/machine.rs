@@ -147,11 +147,11 @@ fn let_go<K: Kind>(ctx: Ctx, b: Blocked<K::Data>) -> *mut RedisModuleBlockedClie
 /// a key now without clients; and when the first left with others behind
 /// it, check the key again (readers behind a writer that gave up may be
 /// admitted beside the readers holding now).
-pub fn left<K: Kind>(ctx: Ctx, left: Left<KeyId, Blocked<K::Data>, RedisModuleTimerID>) -> Blocked<K::Data> {
+pub fn left<K: Kind>(ctx: Ctx, key: &KeyId, left: Left<Blocked<K::Data>, RedisModuleTimerID>) -> Blocked<K::Data> {
     K::gauge().fetch_sub(1, Ordering::Relaxed);
     stop_check(ctx, left.stop);
     if left.new_head {
-        check_by::<K>(ctx, &left.key, ctx.now_ms());
+        check_by::<K>(ctx, key, ctx.now_ms());
     }
     left.member
 }
@@ -172,9 +172,9 @@ fn stop_check(ctx: Ctx, stop: Option<RedisModuleTimerID>) {
 /// Takes `client`'s wait out, wherever it is; with `seq`, only if it is
 /// still that wait.
 fn remove<K: Kind>(ctx: Ctx, client: u64, seq: Option<u64>) -> Option<(KeyId, Blocked<K::Data>)> {
-    let l = K::book().0.remove(client, seq)?;
-    let key = l.key.clone();
-    Some((key, left::<K>(ctx, l)))
+    let (key, l) = K::book().0.remove(client, seq)?;
+    let b = left::<K>(ctx, &key, l);
+    Some((key, b))
 }
 
 /// Answers every client of `key` with `error` (a redirection: its slot is

@@ -394,5 +394,5 @@ fn writes_paused() -> bool {
 /// Removes and returns the head waiter of `key`.
 fn pop_head(ctx: Ctx, key: &KeyId) -> Option<Head> {
     let left = book().0.pop_head(key)?;
-    Some(machine::left::<Waiters>(ctx, left))
+    Some(machine::left::<Waiters>(ctx, key, left))
 }

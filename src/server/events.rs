@@ -145,12 +145,10 @@ pub const UNBLOCKED: &CStr =
 pub struct Listener {
     /// The classes it reads besides [`CORE`].
     pub also: Also,
-    pub on_key: fn(Ctx, &KeyEvent),
+    /// None: it reads no key event.
+    pub on_key: Option<fn(Ctx, &KeyEvent)>,
     pub on_db: fn(Ctx, &DbEvent),
 }
-
-/// The key-event function of a listener that reads none.
-pub fn ignore_key(_: Ctx, _: &KeyEvent) {}
 
 /// Hands a server event decoded elsewhere (`crate::server::migration`) to
 /// every listener, in their order.
@@ -240,8 +238,9 @@ unsafe fn dispatch(
                 Some(a) => a == l.also,
                 None => l.also != Also::EvictedOnly,
             };
-            if reads {
-                (l.on_key)(Ctx(ctx), &ev);
+            match l.on_key {
+                Some(on_key) if reads => on_key(Ctx(ctx), &ev),
+                _ => {}
             }
         }
     }));

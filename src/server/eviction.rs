@@ -35,7 +35,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use redis_lock_rules::eviction::{Family, Memory, Tracker, POLICIES, REFUSALS, REFUSAL_OTHER};
 use redis_lock_rules::hold_table::{key_hash, token_hash};
-use redis_lock_rules::holders::{last_after, Change, Family as HolderFamily, Last, Summary};
+use redis_lock_rules::holders::{last_after, Change, Family as HolderFamily, Last};
 use redis_lock_rules::lock::{owner_of, Owner};
 use redis_lock_rules::value;
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleInfoCtx, RedisModuleString};
@@ -47,7 +47,7 @@ use crate::boundary::timer;
 use crate::server::config;
 use crate::server::counters::Counter;
 use crate::server::events::{self, Also, DbEvent, KeyEvent};
-use crate::server::timings::HolderEdit;
+use crate::server::timings::{Commit, HolderEdit};
 
 /// Holds tracked at most (each ~100 bytes: two B-tree entries); beyond,
 /// a grant is not tracked (`lock_eviction_untracked`).
@@ -293,14 +293,8 @@ pub fn lock_deleted(ctx: Ctx, name: *mut RedisModuleString) {
 /// The hook of `HoldersKey::commit` (beside hold timing's): a place
 /// granted or renewed is held until its end; a released or ended place,
 /// or every place of a key the commit deletes, holds nothing.
-pub fn holders_commit(
-    ctx: Ctx,
-    name: *mut RedisModuleString,
-    summary: Option<&Summary>,
-    edit: HolderEdit,
-    ended: &[*mut RedisModuleString],
-    now: i64,
-) {
+pub fn holders_commit(c: &Commit) {
+    let Commit { ctx, name, summary, edit, ended, now } = *c;
     let evictable = EVICTABLE.load(Ordering::Relaxed);
     if !evictable && TRACKED.load(Ordering::Relaxed) == 0 {
         return;

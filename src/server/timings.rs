@@ -101,8 +101,21 @@ impl Family {
 
 pub use redis_lock_rules::hold_table::End;
 
+/// A semaphore's or read-write lock's commit, as the server layer's hooks
+/// (hold timing, eviction's tracker) see it, before it is written: the key
+/// `name` that `summary` describes (`None`: absent) at the scan's `now`,
+/// the places it prunes (`ended`), and what else it does (`edit`).
+pub struct Commit<'a> {
+    pub ctx: Ctx,
+    pub name: *mut RedisModuleString,
+    pub summary: Option<&'a Summary>,
+    pub edit: HolderEdit<'a>,
+    pub ended: &'a [*mut RedisModuleString],
+    pub now: i64,
+}
+
 /// What a semaphore's or read-write lock's commit does besides pruning, as
-/// hold timing sees it (the storage layer's edit, with tokens as bytes).
+/// the hooks see it (the storage layer's edit, with tokens as bytes).
 #[derive(Clone, Copy)]
 pub enum HolderEdit<'a> {
     Keep,
@@ -279,17 +292,11 @@ pub fn hold_ended(ctx: Ctx, name: *mut RedisModuleString, end: End, now: i64) {
 ///   timed holders (ended places beyond the prune bound) end as expired.
 ///
 /// With `lock.hold-timing` off (and so nothing timed): one load.
-pub fn holders_commit(
-    ctx: Ctx,
-    name: *mut RedisModuleString,
-    summary: Option<&Summary>,
-    edit: HolderEdit,
-    ended: &[*mut RedisModuleString],
-    now: i64,
-) {
+pub fn holders_commit(c: &Commit) {
     if !config::hold_timing() {
         return;
     }
+    let Commit { ctx, name, summary, edit, ended, now } = *c;
     let h = held_key(ctx.db(), bytes(name));
     let mut s = state();
     for &m in ended {

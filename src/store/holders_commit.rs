@@ -13,7 +13,8 @@ use redis_module::raw::{self, RedisModuleString};
 use crate::boundary::api::rm;
 use crate::boundary::ctx::bytes;
 use crate::server::counters::Counter;
-use crate::server::{eviction, timings};
+use crate::server::eviction;
+use crate::server::timings::{self, Commit};
 use crate::store::holders_key::{tag_member, Edit, Hold, HoldersKey};
 
 impl HoldersKey {
@@ -26,8 +27,9 @@ impl HoldersKey {
         }
         let ctx = self.ctx;
         // Hold timing's hook: before anything is written or notified.
-        timings::holders_commit(ctx, self.name, summary, edit.timed(), &self.ended, self.now);
-        eviction::holders_commit(ctx, self.name, summary, edit.timed(), &self.ended, self.now);
+        let commit = Commit { ctx, name: self.name, summary, edit: edit.timed(), ended: &self.ended, now: self.now };
+        timings::holders_commit(&commit);
+        eviction::holders_commit(&commit);
         let last = match last_after(summary, edit.change()) {
             Last::Gone => {
                 if summary.is_some() {
