@@ -332,6 +332,21 @@ pub fn token_hash(token: &[u8]) -> u64 {
     key_hash(-1, token)
 }
 
+/// The table's key for the held key `name` of database `db`: its hash
+/// with the key's hash slot in bits 36..50, so that the holds of slots
+/// that left this node can be found without their names
+/// (the module forgets them). The low bits (the map's bucket) and the top 7 (its
+/// control byte) stay the hash's; 50 bits of hash are left.
+pub fn held_key(db: i32, name: &[u8]) -> u64 {
+    const SLOT: u64 = 0x3fff << 36;
+    (key_hash(db, name) & !SLOT) | (u64::from(crate::cluster::key_slot(name)) << 36)
+}
+
+/// The slot of a table key made by [`held_key`].
+pub fn slot_of(h: u64) -> u16 {
+    ((h >> 36) & 0x3fff) as u16
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,6 +11,7 @@ pub mod config;
 pub mod counters;
 pub mod events;
 pub mod eviction;
+pub mod holder_commit;
 pub mod info;
 pub mod migration;
 pub mod timings;

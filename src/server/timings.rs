@@ -56,8 +56,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use redis_lock_rules::histogram::Histogram;
-use redis_lock_rules::hold_table::{key_hash, token_hash, Ended, HoldTable};
-use redis_lock_rules::holders::{last_after, Change, Family as HolderFamily, Last, Summary, Tag};
+use redis_lock_rules::hold_table::{held_key, slot_of, token_hash, Ended, HoldTable};
+use redis_lock_rules::holders::{last_after, Change, Family as HolderFamily, Last};
 use redis_module::raw::{self, RedisModuleInfoCtx, RedisModuleString};
 
 use crate::boundary::api::rm;
@@ -65,6 +65,7 @@ use crate::boundary::ctx::{bytes, Ctx};
 use crate::server::config;
 use crate::server::counters;
 use crate::server::events::{self, Also, DbEvent, KeyEvent};
+pub use crate::server::holder_commit::{Commit, HolderEdit};
 
 /// At most this many holds (an exclusive key, or a holder of a semaphore
 /// or read-write lock) are timed at once; grants beyond are not timed.
@@ -100,37 +101,6 @@ impl Family {
 }
 
 pub use redis_lock_rules::hold_table::End;
-
-/// A semaphore's or read-write lock's commit, as the server layer's hooks
-/// (hold timing, eviction's tracker) see it, before it is written: the key
-/// `name` that `summary` describes (`None`: absent) at the scan's `now`,
-/// the places it prunes (`ended`), and what else it does (`edit`).
-pub struct Commit<'a> {
-    pub ctx: Ctx,
-    pub name: *mut RedisModuleString,
-    pub summary: Option<&'a Summary>,
-    pub edit: HolderEdit<'a>,
-    pub ended: &'a [*mut RedisModuleString],
-    pub now: i64,
-}
-
-/// What a semaphore's or read-write lock's commit does besides pruning, as
-/// the hooks see it (the storage layer's edit, with tokens as bytes).
-#[derive(Clone, Copy)]
-pub enum HolderEdit<'a> {
-    Keep,
-    /// A grant or a renewal: the place now ends at `at`; `tag`: the key's
-    /// kind and delay when they change.
-    Put {
-        token: &'a [u8],
-        at: i64,
-        tag: Option<Tag>,
-    },
-    /// A release.
-    Remove {
-        token: &'a [u8],
-    },
-}
 
 struct Timings {
     wait: [Histogram; 4],
@@ -176,21 +146,6 @@ static STATE: LazyLock<Mutex<Timings>> = LazyLock::new(|| Mutex::new(Timings::de
 
 fn state() -> MutexGuard<'static, Timings> {
     STATE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The table's key for the held key `name` of database `db`: its hash
-/// with the key's hash slot in bits 36..50, so that the holds of slots
-/// that left this node can be found without their names
-/// ([`forget_slots`]). The low bits (the map's bucket) and the top 7 (its
-/// control byte) stay the hash's; 50 bits of hash are left.
-fn held_key(db: c_int, name: &[u8]) -> u64 {
-    const SLOT: u64 = 0x3fff << 36;
-    (key_hash(db, name) & !SLOT) | (u64::from(redis_lock_rules::cluster::key_slot(name)) << 36)
-}
-
-/// The slot of a table key made by [`held_key`].
-fn slot_of(h: u64) -> u16 {
-    ((h >> 36) & 0x3fff) as u16
 }
 
 /// An atomic slot migration moved slots away (`crate::migration`): the
