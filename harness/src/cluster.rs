@@ -438,16 +438,7 @@ impl Cluster {
             job = c.slot_migration(from, first, last).filter(SlotMigration::finished);
             job.is_some()
         });
-        let mut promoted = None;
-        self.wait_until(&format!("a replica of killed node {to} promoted"), |c| {
-            promoted = replicas.iter().copied().find(|&r| {
-                let v = c.view(r);
-                v.master && v.slots == slots
-            });
-            promoted.is_some()
-        });
-        let promoted = promoted.expect("found above");
-        self.wait_slot_owner(slots[0], promoted);
+        let promoted = self.await_promotion(to, &replicas, &slots);
         (job.expect("found above"), promoted)
     }
 
@@ -517,6 +508,12 @@ impl Cluster {
         assert!(!replicas.is_empty(), "node {m} has no live replica to promote");
         let slots = self.view(m).slots;
         self.kill_node(m);
+        self.await_promotion(m, &replicas, &slots)
+    }
+
+    /// Waits until one of `replicas` of killed node `m` is a master with
+    /// its `slots` and the cluster sends the first of them there; returns it.
+    fn await_promotion(&mut self, m: usize, replicas: &[usize], slots: &[u16]) -> usize {
         let mut promoted = None;
         self.wait_until(&format!("a replica of killed node {m} promoted"), |c| {
             promoted = replicas.iter().copied().find(|&r| {
