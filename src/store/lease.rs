@@ -23,6 +23,7 @@ use crate::server::timings;
 use crate::store::lock_key::{LockKey, NewValue};
 
 /// Opens `name` for a write command at `now`, settling an ended lease first.
+#[inline]
 pub fn open(ctx: Ctx, name: *mut RedisModuleString, now: i64) -> LockKey {
     let mut k = LockKey::open(ctx, name);
     settle_at(&mut k, || now);
@@ -32,6 +33,7 @@ pub fn open(ctx: Ctx, name: *mut RedisModuleString, now: i64) -> LockKey {
 /// [`open`] for a command that needs the time only to settle a lease: the
 /// clock (a call into Redis) is read only when the value may carry one,
 /// so a key without a lease field pays nothing for the lease rules.
+#[inline]
 pub fn open_now(ctx: Ctx, name: *mut RedisModuleString) -> LockKey {
     let mut k = LockKey::open(ctx, name);
     settle_at(&mut k, || ctx.now_ms());
@@ -44,14 +46,22 @@ pub fn settle(k: &mut LockKey, now: i64) {
 }
 
 /// [`settle`], reading `now` only for a value that may carry a lease.
+/// Inlined into every command that opens a lock key: the check is a look
+/// at the value's last bytes (most keys hold no lease field, and for them
+/// neither the expiry nor the clock is even read); the rest is out of line.
+#[inline]
 fn settle_at(k: &mut LockKey, now: impl FnOnce() -> i64) {
-    // The value's last bytes first: most keys hold no lease field, and
-    // for them neither the expiry nor the clock is even read.
-    let (verdict, now) = match k.entry() {
-        Entry::Str(v) if lease::may_have_lease(v) => {
-            let now = now();
-            (lease::settle(v, k.expires_at(), now), now)
-        }
+    if matches!(k.entry(), Entry::Str(v) if lease::may_have_lease(v)) {
+        settle_lease(k, now());
+    }
+}
+
+/// [`settle`] of a value that may carry a lease field.
+#[cold]
+#[inline(never)]
+fn settle_lease(k: &mut LockKey, now: i64) {
+    let verdict = match k.entry() {
+        Entry::Str(v) => lease::settle(v, k.expires_at(), now),
         _ => return,
     };
     if matches!(verdict, Settle::Keep) {
