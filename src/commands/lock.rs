@@ -72,7 +72,7 @@ fn acquire_with(
     fence::check_space(ctx, opts.fence)?;
     eviction::refusal(ctx)?;
     let mut k = open_behind_waiters(ctx, key, now);
-    let granted = lock::may_acquire(k.entry());
+    let granted = lock::may_acquire(k.entry()) && !queue::reserved(ctx, key);
     if granted {
         k.set(lease::lock_value(bytes(token), &grant).new_value(token), grant.pxat);
         timings::hold_started(ctx, key, timings::Family::Exclusive, now);
@@ -197,7 +197,11 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
     fence::check_space(ctx, opts.fence)?;
     eviction::refusal(ctx)?;
     let mut k = open_behind_waiters(ctx, key, now);
-    let takeover = lock::take_over(k.entry(), run_bytes, ttl, || k.remaining())?;
+    let takeover = match lock::take_over(k.entry(), run_bytes, ttl, || k.remaining())? {
+        // A free key kept for the head of its line (see `queue::reserved`).
+        Takeover::Free if queue::reserved(ctx, key) => Takeover::Refused,
+        takeover => takeover,
+    };
     match takeover {
         Takeover::Refused => {
             if lease::delayed(&k) {
