@@ -32,7 +32,6 @@ command_fn!(rw_release_cmd => holders::rw_release);
 command_fn!(rw_info_cmd => holders::rw_info);
 command_fn!(top_cmd => top::top);
 command_fn!(evicted_cmd => lock::evicted);
-command_fn!(acquire_all_cmd => multi::acquire_all);
 
 type CommandFn = unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
 
@@ -355,11 +354,13 @@ const COMMANDS: &[Command] = &[
         args: &[Arg::Option(c"count", c"COUNT")],
     },
     // LOCK.ACQUIREALL: LOCK.ACQUIRE over several keys (`numkeys`, as
-    // Redis's multi-key commands), so the same flags and categories.
+    // Redis's multi-key commands), so the same flags and categories; its
+    // keys are also reported through the getkeys API, the only way Redis
+    // 7.0's cluster routing finds a module's counted keys.
     Command {
         name: c"lock.acquireall",
-        handler: acquire_all_cmd,
-        flags: c"write deny-oom blocking",
+        handler: multi::command,
+        flags: c"write deny-oom blocking getkeys-api",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT),
         acl: c"write string slow blocking",
         summary: c"Takes several locks for one token and one TTL, all or none, optionally with a fencing token per key, or waits in every key's line at once",

@@ -4,19 +4,51 @@
 //! per key (LOCK.RENEW, LOCK.RELEASE, the reference scripts). Every check
 //! runs before the first key is opened: a rejected call changes nothing.
 
+use std::ffi::c_int;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
 use redis_lock_rules::args::{check_key_and_token, check_lease_terms, parse_grant_options, wait_deadline, Grammar};
 use redis_lock_rules::lease::{self as rules_lease, Terms};
 use redis_lock_rules::multi::{check_keys, parse_numkeys};
 use redis_lock_rules::number::parse_ttl;
 
+use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
+
 use crate::blocked::queue::{self, open_behind_waiters};
+use crate::boundary::api::rm;
 use crate::boundary::ctx::{bytes, Ctx};
+use crate::boundary::entry;
 use crate::boundary::reply::{Argv, Failure, Outcome, Reply};
 use crate::server::counters as stats;
 use crate::server::eviction;
 use crate::store::fence;
 use crate::store::lease;
 use crate::store::lock_set::LockSet;
+
+/// The registered command function: answers Redis's key-position requests
+/// here (Redis 7.0 finds a module command's keys only through them when
+/// they are counted by `numkeys`: its cluster routing and `CROSSSLOT` need
+/// them), runs the command through [`entry::run`] otherwise.
+pub unsafe extern "C" fn command(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_int) -> c_int {
+    if rm!(RedisModule_IsKeysPositionRequest)(ctx) != 0 {
+        let _ = catch_unwind(AssertUnwindSafe(|| report_keys(ctx, argv, argc)));
+        return raw::REDISMODULE_OK as c_int;
+    }
+    entry::run(ctx, argv, argc, acquire_all)
+}
+
+/// Tells Redis the keys `numkeys` counts (those present; an invalid count:
+/// none, the command's own error says why).
+unsafe fn report_keys(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleString, argc: c_int) {
+    if argc < 2 || argv.is_null() {
+        return;
+    }
+    let Ok(n) = parse_numkeys(bytes(*argv.add(1))) else { return };
+    let flags = (raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT) as c_int;
+    for pos in 2..(n as c_int + 2).min(argc) {
+        rm!(RedisModule_KeyAtPosWithFlags)(ctx, pos, flags);
+    }
+}
 
 /// LOCK.ACQUIREALL numkeys key [key ...] token ttl-ms [FENCE] [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms]
 ///
