@@ -347,6 +347,7 @@ fn randomized_multi_and_single_key_clients_over_eight_keys() {
     let seed = std::env::var("MULTI_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
     let server = Server::start();
     let report = model::run(&server, 6, ops, seed);
+    eprintln!("{report:?}");
     let mut c = server.conn();
     assert_eq!(info_field(&mut c, "waiting"), 0);
     assert!(report.multi_grants > 20, "few multi-key grants: {report:?}");
