@@ -10,6 +10,7 @@ use redis_module::raw::{self, RedisModuleCommandArg, RedisModuleCommandKeySpec, 
 
 use crate::boundary::api::rm;
 use crate::boundary::entry::command_fn;
+use crate::boundary::keyspec;
 use crate::commands::{election, guard, holders, lock, multi, top};
 
 command_fn!(acquire_cmd => lock::acquire);
@@ -47,9 +48,7 @@ enum Arg {
     Option(&'static CStr, &'static CStr),
     /// Any number of strings, none included (`[arg ...]`).
     Rest(&'static CStr),
-    /// How many keys follow (`numkeys`): the key spec finds the keys by
-    /// it, so cluster clients route the command and the server refuses keys
-    /// of several slots (`CROSSSLOT`).
+    /// How many keys follow (`numkeys`, first): the key spec counts by it.
     NumKeys(&'static CStr),
     /// The keys `NumKeys` counts (`key [key ...]`).
     Keys(&'static CStr),
@@ -353,10 +352,9 @@ const COMMANDS: &[Command] = &[
         complexity: c"O(K + n log(n)) where K is the number of keys with waiters in the database and n the number listed, plus O(log(N) + M) per listed key with N holders and M ended leases it passes over (at most 1000)",
         args: &[Arg::Option(c"count", c"COUNT")],
     },
-    // LOCK.ACQUIREALL: LOCK.ACQUIRE over several keys (`numkeys`, as
-    // Redis's multi-key commands), so the same flags and categories; its
-    // keys are also reported through the getkeys API, the only way Redis
-    // 7.0's cluster routing finds a module's counted keys.
+    // LOCK.ACQUIREALL: LOCK.ACQUIRE's flags and categories over `numkeys`
+    // keys, also reported through the getkeys API (Redis 7.0's cluster finds
+    // a module's counted keys no other way).
     Command {
         name: c"lock.acquireall",
         handler: multi::command,
@@ -433,23 +431,11 @@ fn set_info(handle: *mut raw::RedisModuleCommand, cmd: &Command) -> bool {
         [unsafe { std::mem::zeroed::<RedisModuleCommandKeySpec>() }, unsafe { std::mem::zeroed() }, unsafe {
             std::mem::zeroed()
         }];
-    if let Some(flags) = cmd.key.filter(|_| matches!(cmd.args.first(), Some(Arg::NumKeys(_)))) {
-        specs[0] = numkeys_spec(flags);
-    } else if let Some(flags) = cmd.key {
-        specs[0] = RedisModuleCommandKeySpec {
-            notes: null(),
-            flags: u64::from(flags),
-            begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
-            bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
-                index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 },
-            },
-            find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
-            fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
-                range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 { lastkey: 0, keystep: 1, limit: 0 },
-            },
-        };
-        if has_flag(cmd, b"getkeys-api") {
-            specs[1] = inner_keys_spec();
+    if let Some(flags) = cmd.key {
+        let counted = matches!(cmd.args.first(), Some(Arg::NumKeys(_)));
+        specs[0] = if counted { keyspec::counted(flags) } else { keyspec::at_one(flags) };
+        if has_flag(cmd, b"getkeys-api") && !counted {
+            specs[1] = keyspec::reported_only();
         }
     }
     let mut args: Vec<RedisModuleCommandArg> = cmd.args.iter().map(|&a| arg(a)).collect();
@@ -472,41 +458,6 @@ fn set_info(handle: *mut raw::RedisModuleCommand, cmd: &Command) -> bool {
 /// Whether `flag` is one of the command's flags.
 fn has_flag(cmd: &Command, flag: &[u8]) -> bool {
     cmd.flags.to_bytes().split(|&b| b == b' ').any(|f| f == flag)
-}
-
-/// The key spec of `numkeys key [key ...]` from argument 1: the count
-/// first, the keys right after it.
-fn numkeys_spec(flags: u32) -> RedisModuleCommandKeySpec {
-    RedisModuleCommandKeySpec {
-        notes: null(),
-        flags: u64::from(flags),
-        begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
-        bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
-            index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 },
-        },
-        find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM,
-        fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
-            keynum: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_2 { keynumidx: 0, firstkey: 1, keystep: 1 },
-        },
-    }
-}
-
-/// The key spec of keys only the getkeys API can report (LOCK.GUARD's inner
-/// command): where they are and how they are used are unknown to the spec.
-/// `VARIABLE_FLAGS` makes Redis ask the module for every call's keys
-/// instead of trusting the specs.
-fn inner_keys_spec() -> RedisModuleCommandKeySpec {
-    RedisModuleCommandKeySpec {
-        notes: c"the keys of the inner command, reported through the getkeys API".as_ptr(),
-        flags: u64::from(
-            raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_INCOMPLETE | raw::REDISMODULE_CMD_KEY_VARIABLE_FLAGS,
-        ),
-        begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_UNKNOWN,
-        // SAFETY: plain data; with an unknown search type Redis reads neither union.
-        bs: unsafe { std::mem::zeroed() },
-        find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_UNKNOWN,
-        fk: unsafe { std::mem::zeroed() },
-    }
 }
 
 fn arg(a: Arg) -> RedisModuleCommandArg {

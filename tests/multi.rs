@@ -16,17 +16,12 @@ use support::{acquire, get, info_field, release, until_waiting, wait_for_link, L
 
 /// `LOCK.ACQUIREALL n keys… token ttl options…`; an error reply as `Err(text)`.
 fn all(c: &mut redis::Connection, keys: &[&str], token: &str, ttl: i64, opts: &[&str]) -> Result<Value, String> {
-    redis::cmd("LOCK.ACQUIREALL")
-        .arg(keys.len())
-        .arg(keys)
-        .arg(token)
-        .arg(ttl)
-        .arg(opts)
-        .query::<Value>(c)
-        .map_err(|e| match (e.code(), e.detail()) {
+    redis::cmd("LOCK.ACQUIREALL").arg(keys.len()).arg(keys).arg(token).arg(ttl).arg(opts).query::<Value>(c).map_err(
+        |e| match (e.code(), e.detail()) {
             (Some(code), Some(detail)) => format!("{code} {detail}"),
             _ => e.to_string(),
-        })
+        },
+    )
 }
 
 /// The fences of a fenced grant's reply.
@@ -65,12 +60,12 @@ fn waiters_on(c: &mut redis::Connection, key: &str) -> i64 {
         let at = entry.iter().position(|v| matches!(v, Value::BulkString(b) if b == name.as_bytes()))?;
         entry.get(at + 1).cloned()
     };
-    top.iter()
-        .find(|e| field(e, "key") == Some(Value::BulkString(key.as_bytes().to_vec())))
-        .map_or(0, |e| match field(e, "waiters") {
-            Some(Value::Int(n)) => n,
-            other => panic!("no waiters: {other:?}"),
-        })
+    top.iter().find(|e| field(e, "key") == Some(Value::BulkString(key.as_bytes().to_vec()))).map_or(0, |e| match field(
+        e, "waiters",
+    ) {
+        Some(Value::Int(n)) => n,
+        other => panic!("no waiters: {other:?}"),
+    })
 }
 
 fn recv(rx: &mpsc::Receiver<(String, Value)>) -> (String, Value) {

@@ -322,11 +322,7 @@ impl<K: Hash + Eq + Clone, L: Lines, T> Clients<K, L, T> {
 
     /// Takes out the clients of `key` that `pick` takes from its lines
     /// (all of them: [`Lines::take_all`]), and their marks on other keys.
-    pub fn take(
-        &mut self,
-        key: &K,
-        pick: impl FnOnce(&mut L) -> Vec<(u64, L::Member)>,
-    ) -> Taken<L::Member, T, K> {
+    pub fn take(&mut self, key: &K, pick: impl FnOnce(&mut L) -> Vec<(u64, L::Member)>) -> Taken<L::Member, T, K> {
         let Some(k) = self.keys.get_mut(key) else {
             return Taken { members: Vec::new(), stop: None, also: Vec::new() };
         };

@@ -164,10 +164,7 @@ pub fn left<K: Kind>(
 
 /// Clients taken out of a key together: the gauge and the key's timer, and
 /// the other keys they waited on.
-pub fn taken<K: Kind>(
-    ctx: Ctx,
-    taken: Taken<Blocked<K::Data>, RedisModuleTimerID, KeyId>,
-) -> Vec<Blocked<K::Data>> {
+pub fn taken<K: Kind>(ctx: Ctx, taken: Taken<Blocked<K::Data>, RedisModuleTimerID, KeyId>) -> Vec<Blocked<K::Data>> {
     K::gauge().fetch_sub(taken.members.len() as u64, Ordering::Relaxed);
     stop_check(ctx, taken.stop);
     also::<K>(ctx, taken.also);

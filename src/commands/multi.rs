@@ -44,7 +44,8 @@ unsafe fn report_keys(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleStrin
         return;
     }
     let Ok(n) = parse_numkeys(bytes(*argv.add(1))) else { return };
-    let flags = (raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT) as c_int;
+    let flags =
+        (raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT) as c_int;
     for pos in 2..(n as c_int + 2).min(argc) {
         rm!(RedisModule_KeyAtPosWithFlags)(ctx, pos, flags);
     }
