@@ -333,6 +333,70 @@ fn keys_of_several_slots_are_refused_with_crossslot_in_a_cluster() {
     assert_eq!(get(&mut o, "{j}c"), None);
 }
 
+/// Under steady contention neither kind starves: a stream of single-key
+/// requests on one of its keys never keeps a multi-key waiter out, and a
+/// stream of multi-key requests never keeps a single-key waiter out. Each
+/// is granted behind at most the requests that arrived before it (by
+/// fences: the grants between its arrival and its own).
+#[test]
+fn under_steady_contention_neither_kind_starves() {
+    let server = Server::start();
+    for (stream, waiter) in [(vec![vec!["a"]], vec!["a", "b"]), (vec![vec!["a", "b"], vec!["b", "c"]], vec!["b"])] {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let grants: Vec<_> = (0..3)
+            .map(|n| {
+                let (stop, mut c) = (stop.clone(), server.conn());
+                let keys = stream[n % stream.len()].clone();
+                thread::spawn(move || {
+                    let mut fences = Vec::new();
+                    let mut i = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let token = format!("s{n}-{i}");
+                        i += 1;
+                        let r = all(&mut c, &keys, &token, LEASE_MS, &["FENCE", "WAIT", "120000"]).unwrap();
+                        fences.extend(keys.iter().zip(self::fences(&r)).map(|(k, f)| (k.to_string(), f)));
+                        thread::sleep(Duration::from_millis(2));
+                        for k in &keys {
+                            assert_eq!(release(&mut c, k, &token), 1);
+                        }
+                    }
+                    fences
+                })
+            })
+            .collect();
+        let mut c = server.conn();
+        until_waiting(&mut c, 2);
+        // One pipeline: the server runs both before any other client's
+        // command, so `before` is the last fence issued when the waiter queued.
+        let (before, got): (i64, Value) = redis::pipe()
+            .cmd("LOCK.ACQUIRE")
+            .arg("mark")
+            .arg("m")
+            .arg(1)
+            .arg("FENCE")
+            .cmd("LOCK.ACQUIREALL")
+            .arg(waiter.len())
+            .arg(&waiter)
+            .arg("w")
+            .arg(60_000)
+            .arg(&["FENCE", "WAIT", "100000"])
+            .query(&mut c)
+            .unwrap();
+        let got = fences(&got);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for k in &waiter {
+            assert_eq!(release(&mut c, k, "w"), 1);
+        }
+        let fences: Vec<(String, i64)> = grants.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        for (k, mine) in waiter.iter().zip(got) {
+            let passed = fences.iter().filter(|(key, f)| key == k && *f > before && *f < mine).count();
+            // At most the three clients' requests ahead of it when it queued.
+            assert!(passed <= 3, "{passed} grants on {k} went ahead of the waiter on {waiter:?}");
+        }
+        assert!(fences.len() > 3, "the stream ran");
+    }
+}
+
 #[path = "support/multi_model.rs"]
 mod model;
 
