@@ -4,7 +4,7 @@
 
 use redis_lock_rules::args::{
     check_key_and_token, check_lease_terms, check_utf8, expiry_at, parse_fence, parse_grant_options,
-    parse_renew_options, parse_ttl, wait_deadline, Grammar, GrantOptions,
+    parse_renew_options, parse_ttl, Grammar, GrantOptions,
 };
 use redis_lock_rules::lease::{self as rules_lease, Shown, Terms, View};
 use redis_lock_rules::lock::{self, Takeover};
@@ -64,13 +64,7 @@ fn acquire_with(
     opts: GrantOptions,
 ) -> Outcome {
     let now = ctx.now_ms();
-    check_lease_terms(&opts, ttl)?;
-    let terms = Terms::of(&opts);
-    let grant = rules_lease::grant(now, ttl, terms)?;
-    lease::check_token(bytes(token), terms)?;
-    let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
-    fence::check_space(ctx, opts.fence)?;
-    eviction::refusal(ctx)?;
+    let lease::Checked { grant, terms, wait_until } = lease::check_grant(ctx, bytes(token), ttl, &opts, now)?;
     let mut k = open_behind_waiters(ctx, key, now);
     let granted = lock::may_acquire(k.entry()) && !queue::reserved(ctx, key);
     if granted {

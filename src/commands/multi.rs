@@ -7,8 +7,7 @@
 use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use redis_lock_rules::args::{check_key_and_token, check_lease_terms, parse_grant_options, wait_deadline, Grammar};
-use redis_lock_rules::lease::{self as rules_lease, Terms};
+use redis_lock_rules::args::{check_key_and_token, parse_grant_options, Grammar};
 use redis_lock_rules::multi::{check_keys, parse_numkeys};
 use redis_lock_rules::number::parse_ttl;
 
@@ -20,7 +19,6 @@ use crate::boundary::ctx::{bytes, Ctx};
 use crate::boundary::entry;
 use crate::boundary::reply::{Argv, Failure, Outcome, Reply};
 use crate::server::counters as stats;
-use crate::server::eviction;
 use crate::store::fence;
 use crate::store::lease;
 use crate::store::lock_set::LockSet;
@@ -66,13 +64,7 @@ pub fn acquire_all(ctx: Ctx, argv: Argv) -> Outcome {
     let ttl = parse_ttl(bytes(ttl))?;
     let opts = parse_grant_options(Grammar::Acquire, options.iter().map(|&o| bytes(o)))?;
     let now = ctx.now_ms();
-    check_lease_terms(&opts, ttl)?;
-    let terms = Terms::of(&opts);
-    let grant = rules_lease::grant(now, ttl, terms)?;
-    lease::check_token(bytes(token), terms)?;
-    let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
-    fence::check_space(ctx, opts.fence)?;
-    eviction::refusal(ctx)?;
+    let lease::Checked { grant, terms, wait_until } = lease::check_grant(ctx, bytes(token), ttl, &opts, now)?;
     // Those in line first: a key freed meanwhile goes to its line's head.
     for &key in keys {
         drop(open_behind_waiters(ctx, key, now));
