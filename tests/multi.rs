@@ -333,6 +333,62 @@ fn keys_of_several_slots_are_refused_with_crossslot_in_a_cluster() {
     assert_eq!(get(&mut o, "{j}c"), None);
 }
 
+#[test]
+fn a_key_that_expires_while_writes_are_paused_goes_to_the_waiter_only_after_the_pause() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(acquire(&mut c, "b", "hb"), 1);
+    let (tx, rx) = mpsc::channel();
+    waiter_all(&server, &["a", "b"], "w", &["WAIT", "0"], tx);
+    until_waiting(&mut c, 1);
+    // b's lease is cut to 100 ms in the step that pauses writes, so it ends
+    // inside the pause however slowly this test runs.
+    let paused_at = std::time::Instant::now();
+    let _: () = redis::pipe()
+        .atomic()
+        .cmd("LOCK.RENEW")
+        .arg("b")
+        .arg("hb")
+        .arg(100)
+        .ignore()
+        .cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(600)
+        .arg("WRITE")
+        .ignore()
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(recv(&rx), ("w".to_string(), Value::Int(1)));
+    let after = paused_at.elapsed();
+    assert!(after >= Duration::from_millis(550), "granted {after:?} into a 600 ms pause");
+    assert_eq!((get(&mut c, "a").as_deref(), get(&mut c, "b").as_deref()), (Some("w"), Some("w")));
+}
+
+#[test]
+fn a_waiter_whose_slot_migrates_away_is_sent_on_and_nothing_is_granted_on_the_source() {
+    let cluster = Cluster::start(3, 0);
+    let tag = cluster.key_on("m", 0);
+    let (a, b) = (format!("{{{tag}}}a"), format!("{{{tag}}}b"));
+    let slot = cluster.slot_of(&a);
+    let mut source = cluster.node(0).conn();
+    assert_eq!(acquire(&mut source, &b, "hb"), 1);
+    let (tx, rx) = mpsc::channel();
+    waiter_all_on(cluster.node(0).conn(), &[&a, &b], "w", &["WAIT", "20000"], tx);
+    until_waiting(&mut source, 1);
+    cluster.open_slot_move(slot, 0, 1);
+    cluster.migrate_slot_keys(slot, 0, 1);
+    let (_, reply) = recv(&rx);
+    let Value::SimpleString(error) = reply else { panic!("expected a redirection, got {reply:?}") };
+    assert!(error.starts_with("TryAgain") || error.contains("TRYAGAIN"), "{error}");
+    assert_eq!(info_field(&mut source, "waits_granted"), 0, "no grant on the source");
+    assert_eq!(info_field(&mut source, "waiting"), 0);
+    let mut target = cluster.node(1).conn();
+    let _: () = redis::cmd("ASKING").query(&mut target).unwrap();
+    assert_eq!(get(&mut target, &b).as_deref(), Some("hb"), "the one copy, with its holder");
+    let _: () = redis::cmd("ASKING").query(&mut target).unwrap();
+    assert_eq!(get(&mut target, &a), None, "a was never written");
+}
+
 /// Under steady contention neither kind starves: a stream of single-key
 /// requests on one of its keys never keeps a multi-key waiter out, and a
 /// stream of multi-key requests never keeps a single-key waiter out. Each
