@@ -389,6 +389,57 @@ fn a_waiter_whose_slot_migrates_away_is_sent_on_and_nothing_is_granted_on_the_so
     assert_eq!(get(&mut target, &a), None, "a was never written");
 }
 
+/// ACL key permissions apply to every key (they are reported through the
+/// getkeys API with the key spec's flags: read and write); inside MULTI a
+/// WAIT is one attempt.
+#[test]
+fn every_key_needs_read_and_write_permission_and_multi_never_blocks() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("u")
+        .arg("on")
+        .arg(">pw")
+        .arg("+@all")
+        .arg("~lock:*")
+        .query(&mut admin)
+        .unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("w")
+        .arg("on")
+        .arg(">pw")
+        .arg("+@all")
+        .arg("%W~*")
+        .query(&mut admin)
+        .unwrap();
+    for (user, keys) in [("u", ["lock:a", "other"]), ("w", ["lock:a", "lock:b"])] {
+        let mut c = server.conn();
+        let _: () = redis::cmd("AUTH").arg(user).arg("pw").query(&mut c).unwrap();
+        let err = all(&mut c, &keys, "t", 60_000, &[]).unwrap_err();
+        assert!(err.to_lowercase().contains("noperm"), "{user} {keys:?}: {err}");
+    }
+    let dbsize: i64 = redis::cmd("DBSIZE").query(&mut admin).unwrap();
+    assert_eq!(dbsize, 0);
+
+    assert_eq!(acquire(&mut admin, "b", "hb"), 1);
+    let (r,): (Value,) = redis::pipe()
+        .atomic()
+        .cmd("LOCK.ACQUIREALL")
+        .arg(2)
+        .arg("a")
+        .arg("b")
+        .arg("t")
+        .arg(60_000)
+        .arg("WAIT")
+        .arg(0)
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(r, Value::Int(0));
+    assert_eq!(info_field(&mut admin, "waits_started"), 0);
+}
+
 /// Under steady contention neither kind starves: a stream of single-key
 /// requests on one of its keys never keeps a multi-key waiter out, and a
 /// stream of multi-key requests never keeps a single-key waiter out. Each
