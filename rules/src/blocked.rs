@@ -130,6 +130,9 @@ pub struct Left<M, T, K> {
     pub also: Vec<Also<K, T>>,
 }
 
+/// A client taken out: the key of its member, and what it left.
+pub type Removed<K, M, T> = (K, Left<M, T, K>);
+
 /// Clients taken out of a key together: answer each; stop `stop` (the key
 /// has none left).
 #[derive(Debug, PartialEq, Eq)]
@@ -259,7 +262,7 @@ impl<K: Hash + Eq + Clone, L: Lines, T> Clients<K, L, T> {
 
     /// Takes `client`'s wait out, wherever it is; with `seq`, only if it
     /// is still that wait.
-    pub fn remove(&mut self, client: u64, seq: Option<u64>) -> Option<(K, Left<L::Member, T, K>)> {
+    pub fn remove(&mut self, client: u64, seq: Option<u64>) -> Option<Removed<K, L::Member, T>> {
         let place = self.by_client.get(&client)?;
         if seq.is_some_and(|s| s != place.seq) {
             return None;
