@@ -78,3 +78,35 @@ fn keys_in_several_slots_of_a_cluster_all_or_none() {
     blocker.release().unwrap();
     assert_eq!(c.lock_all(&keys, ms(10_000), ms(5_000)).expect("free again").len(), 3);
 }
+
+/// A master killed while a group waits on it: the wait is re-sent to the
+/// promoted replica (or fails and rolls back); never a partial hold.
+#[test]
+fn a_failover_during_the_wait_leaves_all_or_none() {
+    let mut cluster = Cluster::start(3, 1);
+    let m = cluster.masters();
+    let (k0, k1) = (cluster.key_on("fo-a:", m[0]), cluster.key_on("fo-b:", m[1]));
+    // A holder with no watchdog: its lease ends a few seconds in.
+    let mut owner = cluster.node(m[1]).conn();
+    let _: () = redis::cmd("SET").arg(&k1).arg("other").arg("PX").arg(4000).query(&mut owner).unwrap();
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(&mut owner).unwrap();
+    assert_eq!(acked, 1);
+    let client = LockClient::open_cluster(&cluster.urls()).unwrap();
+    let (c, keys) = (client.clone(), [k0.clone(), k1.clone()]);
+    let waiting = thread::spawn(move || c.lock_all(&[&keys[0], &keys[1]], ms(20_000), ms(40_000)));
+    thread::sleep(ms(500));
+    let promoted = cluster.kill_master(m[1]);
+    let outcome = waiting.join().unwrap();
+    eprintln!("lock_all through a failover: {:?}", outcome.as_ref().map(Vec::len));
+    let held = |k: &str, node: usize| support::cluster::get(&cluster, node, k);
+    match outcome {
+        Ok(locks) => {
+            assert_eq!(held(&k0, m[0]).as_deref(), Some(locks[0].token()));
+            assert_eq!(held(&k1, promoted).as_deref(), Some(locks[0].token()));
+        }
+        Err(e) => {
+            let token_free = |v: Option<String>| v.is_none() || v.as_deref() == Some("other");
+            assert!(token_free(held(&k0, m[0])) && token_free(held(&k1, promoted)), "{e}: a partial hold");
+        }
+    }
+}

@@ -113,6 +113,9 @@ pub fn run(server: &Server, clients: usize, ops: usize, seed: u64) -> Report {
     let workers: Vec<_> = (0..clients)
         .map(|n| {
             let (shared, mut c) = (shared.clone(), server.conn());
+            // A request never answered (a deadlock, a lost reply) fails the
+            // run instead of hanging it.
+            c.set_read_timeout(Some(Duration::from_millis(LONG_WAIT_MS) + 2 * MARGIN)).expect("read timeout");
             let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(1_000).wrapping_add(n as u64));
             thread::spawn(move || {
                 for i in 0..ops {
