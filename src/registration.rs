@@ -10,7 +10,8 @@ use redis_module::raw::{self, RedisModuleCommandArg, RedisModuleCommandKeySpec, 
 
 use crate::boundary::api::rm;
 use crate::boundary::entry::command_fn;
-use crate::commands::{election, guard, holders, lock, top};
+use crate::boundary::keyspec;
+use crate::commands::{election, guard, holders, lock, multi, top};
 
 command_fn!(acquire_cmd => lock::acquire);
 command_fn!(renew_cmd => lock::renew);
@@ -47,6 +48,10 @@ enum Arg {
     Option(&'static CStr, &'static CStr),
     /// Any number of strings, none included (`[arg ...]`).
     Rest(&'static CStr),
+    /// How many keys follow (`numkeys`, first): the key spec counts by it.
+    NumKeys(&'static CStr),
+    /// The keys `NumKeys` counts (`key [key ...]`).
+    Keys(&'static CStr),
 }
 
 struct Command {
@@ -54,7 +59,8 @@ struct Command {
     handler: CommandFn,
     /// Redis's command flags, passed verbatim.
     flags: &'static CStr,
-    /// How argument 1, the key, is used (None: no key).
+    /// How argument 1, the key, is used (None: no key); with an
+    /// `Arg::NumKeys` first, how every key it counts is.
     key: Option<u32>,
     /// The categories of the command's native twin (Redis 7.2+; 7.0 has no
     /// API for them, see docs/commands.md, the notes under the command table).
@@ -346,6 +352,28 @@ const COMMANDS: &[Command] = &[
         complexity: c"O(K + n log(n)) where K is the number of keys with waiters in the database and n the number listed, plus O(log(N) + M) per listed key with N holders and M ended leases it passes over (at most 1000)",
         args: &[Arg::Option(c"count", c"COUNT")],
     },
+    // LOCK.ACQUIREALL: LOCK.ACQUIRE's flags and categories over `numkeys`
+    // keys, also reported through the getkeys API (Redis 7.0's cluster finds
+    // a module's counted keys no other way).
+    Command {
+        name: c"lock.acquireall",
+        handler: multi::command,
+        flags: c"write deny-oom blocking getkeys-api",
+        key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT),
+        acl: c"write string slow blocking",
+        summary: c"Takes several locks for one token and one TTL, all or none, optionally with a fencing token per key, or waits in every key's line at once",
+        complexity: c"O(N) where N is the number of keys (at most 64)",
+        args: &[
+            Arg::NumKeys(c"numkeys"),
+            Arg::Keys(c"key"),
+            Arg::Str(c"token"),
+            Arg::Int(c"ttl-ms"),
+            Arg::Flag(c"fence", c"FENCE"),
+            Arg::Option(c"timeout-ms", c"WAIT"),
+            Arg::Option(c"lock-delay-ms", c"LOCKDELAY"),
+            Arg::Option(c"max-hold-ms", c"MAXHOLD"),
+        ],
+    },
     // LOCK.EVICTED reads no key (the module's own table of evicted holds),
     // but names one so that a cluster routes it to the key's node.
     Command {
@@ -404,20 +432,10 @@ fn set_info(handle: *mut raw::RedisModuleCommand, cmd: &Command) -> bool {
             std::mem::zeroed()
         }];
     if let Some(flags) = cmd.key {
-        specs[0] = RedisModuleCommandKeySpec {
-            notes: null(),
-            flags: u64::from(flags),
-            begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
-            bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
-                index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 },
-            },
-            find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
-            fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
-                range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 { lastkey: 0, keystep: 1, limit: 0 },
-            },
-        };
-        if has_flag(cmd, b"getkeys-api") {
-            specs[1] = inner_keys_spec();
+        let counted = matches!(cmd.args.first(), Some(Arg::NumKeys(_)));
+        specs[0] = if counted { keyspec::counted(flags) } else { keyspec::at_one(flags) };
+        if has_flag(cmd, b"getkeys-api") && !counted {
+            specs[1] = keyspec::reported_only();
         }
     }
     let mut args: Vec<RedisModuleCommandArg> = cmd.args.iter().map(|&a| arg(a)).collect();
@@ -442,24 +460,6 @@ fn has_flag(cmd: &Command, flag: &[u8]) -> bool {
     cmd.flags.to_bytes().split(|&b| b == b' ').any(|f| f == flag)
 }
 
-/// The key spec of keys only the getkeys API can report (LOCK.GUARD's inner
-/// command): where they are and how they are used are unknown to the spec.
-/// `VARIABLE_FLAGS` makes Redis ask the module for every call's keys
-/// instead of trusting the specs.
-fn inner_keys_spec() -> RedisModuleCommandKeySpec {
-    RedisModuleCommandKeySpec {
-        notes: c"the keys of the inner command, reported through the getkeys API".as_ptr(),
-        flags: u64::from(
-            raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_INCOMPLETE | raw::REDISMODULE_CMD_KEY_VARIABLE_FLAGS,
-        ),
-        begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_UNKNOWN,
-        // SAFETY: plain data; with an unknown search type Redis reads neither union.
-        bs: unsafe { std::mem::zeroed() },
-        find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_UNKNOWN,
-        fk: unsafe { std::mem::zeroed() },
-    }
-}
-
 fn arg(a: Arg) -> RedisModuleCommandArg {
     use raw::{
         RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER as INTEGER,
@@ -478,12 +478,14 @@ fn arg(a: Arg) -> RedisModuleCommandArg {
         Arg::Flag(n, t) => (n, PURE_TOKEN, Some(t), optional),
         Arg::Option(n, t) => (n, INTEGER, Some(t), optional),
         Arg::Rest(n) => (n, STRING, None, optional | multiple),
+        Arg::NumKeys(n) => (n, INTEGER, None, 0),
+        Arg::Keys(n) => (n, KEY, None, multiple),
     };
     RedisModuleCommandArg {
         name: name.as_ptr(),
         type_,
         // The one key spec is index 0; -1 for arguments that are no key.
-        key_spec_index: if matches!(a, Arg::Key(_)) { 0 } else { -1 },
+        key_spec_index: if matches!(a, Arg::Key(_) | Arg::Keys(_)) { 0 } else { -1 },
         token: token.map_or(null(), CStr::as_ptr),
         summary: null(),
         since: null(),

@@ -204,6 +204,7 @@ mod failure;
 mod holding;
 mod info;
 mod lock;
+mod multi;
 mod named;
 mod observe;
 mod options;

@@ -21,7 +21,7 @@ const LIBRARY: Layers = &[
     // `quorum::round` runs one step on every server (tokio tasks over the
     // quorum's nodes) and tallies it: part of the quorum mode.
     ("modes", &["holding", "lock", "replicas", "quorum", "observe"]),
-    ("facade", &["client", "named", "election", "crate"]),
+    ("facade", &["client", "named", "election", "multi", "crate"]),
 ];
 
 /// The CLI's layers, bottom first.

@@ -13,10 +13,16 @@
 //! ids) in the members and `T`, and carries out what is returned, as quinn
 //! drives quinn-proto.
 //!
+//! A client may wait on several keys at once ([`Clients::push_all`], a
+//! kind whose [`Lines`] are [`Marks`]): its member is kept on its first key
+//! and a mark holds its place on each other one; it leaves, or is taken
+//! out, from all of them together.
+//!
 //! Cost, for M clients on a key: joining and leaving from anywhere
 //! (timeout, disconnect, `CLIENT UNBLOCK`) are O(log M) in the kind's
-//! [`Lines`] plus O(1) expected for the hash maps; a key's first client
-//! and its last also touch the slot index, O(1) expected.
+//! [`Lines`] plus O(1) expected for the hash maps, per key waited on; a
+//! key's first client and its last also touch the slot index, O(1)
+//! expected.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
@@ -55,8 +61,35 @@ pub trait Lines: Default {
     /// Whether `pos` is the first place, whose leaving matters to those
     /// behind it (a queue's head); `false` where order does not matter.
     fn is_first(&self, pos: Self::Pos) -> bool;
-    /// Every client, taken out in the kind's order.
+    /// Every client, taken out in the kind's order (its marks are taken
+    /// out first, by [`Lines::take_marks`]).
     fn take_all(&mut self) -> Vec<(u64, Self::Member)>;
+    /// Takes out the mark at `pos` (see [`Marks`]): whether there was one.
+    /// Lines that never hold marks keep the default.
+    fn remove_mark(&mut self, _pos: Self::Pos) -> bool {
+        false
+    }
+    /// Takes out every mark: their clients.
+    fn take_marks(&mut self) -> Vec<u64> {
+        Vec::new()
+    }
+}
+
+/// Lines that can hold a client's place without its member: a client
+/// waiting on several keys at once keeps its member on its first key and a
+/// mark at the same place on each other one.
+pub trait Marks: Lines {
+    fn insert_mark(&mut self, pos: Self::Pos, client: u64);
+}
+
+/// A key that a client waiting on several keys left along with its first
+/// one: stop `stop` (the key has nobody left); `new_head`: check the key
+/// (the client was first there, and others remain).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Also<K, T> {
+    pub key: K,
+    pub stop: Option<T>,
+    pub new_head: bool,
 }
 
 /// A key's blocked clients and its check timer.
@@ -86,28 +119,37 @@ pub struct Arm<T> {
 
 /// A client taken out (of the key [`Clients::remove`] names with it).
 #[derive(Debug, PartialEq, Eq)]
-pub struct Left<M, T> {
+pub struct Left<M, T, K> {
     pub member: M,
     /// Its key has no client left: stop its check timer.
     pub stop: Option<T>,
     /// It was first and others remain: check the key now (readers behind
     /// a writer that gave up may be admitted at once).
     pub new_head: bool,
+    /// The other keys it waited on, where that changed something.
+    pub also: Vec<Also<K, T>>,
 }
+
+/// A client taken out: the key of its member, and what it left.
+pub type Removed<K, M, T> = (K, Left<M, T, K>);
 
 /// Clients taken out of a key together: answer each; stop `stop` (the key
 /// has none left).
 #[derive(Debug, PartialEq, Eq)]
-pub struct Taken<M, T> {
+pub struct Taken<M, T, K> {
     pub members: Vec<M>,
     pub stop: Option<T>,
+    /// The other keys they waited on, where that changed something.
+    pub also: Vec<Also<K, T>>,
 }
 
-/// Where a client is blocked.
+/// Where a client is blocked: its member's key and place, and the marks
+/// it holds on other keys (none for a client waiting on one key).
 struct Place<K, P> {
     key: K,
     pos: P,
     seq: u64,
+    also: Vec<(K, P)>,
 }
 
 /// Every blocked client of one kind. `K` names a key (database and name),
@@ -179,29 +221,78 @@ impl<K: Hash + Eq + Clone, L: Lines, T> Clients<K, L, T> {
     /// next) on `key`, at `pos`; `slot` is asked for only when the key had
     /// nobody. A client blocks once at a time.
     pub fn push(&mut self, key: K, slot: impl FnOnce() -> u16, client: u64, seq: u64, pos: L::Pos, member: L::Member) {
-        let k = self.keys.entry(key.clone()).or_insert_with(|| {
+        self.entry(&key, slot).lines.insert(pos, client, member);
+        self.by_client.insert(client, Place { key, pos, seq, also: Vec::new() });
+    }
+
+    /// Blocks `client`'s wait `seq` on every key of `keys` (distinct; none:
+    /// nothing) at once, at `pos` in each: its member on the first, a mark
+    /// on each other one. `slot` gives a key's slot when it had nobody.
+    pub fn push_all(
+        &mut self,
+        keys: Vec<K>,
+        slot: impl Fn(&K) -> u16,
+        client: u64,
+        seq: u64,
+        pos: L::Pos,
+        member: L::Member,
+    ) where
+        L: Marks,
+    {
+        let mut keys = keys.into_iter();
+        let Some(key) = keys.next() else { return };
+        let also = keys
+            .map(|k| {
+                self.entry(&k, || slot(&k)).lines.insert_mark(pos, client);
+                (k, pos)
+            })
+            .collect();
+        self.entry(&key, || slot(&key)).lines.insert(pos, client, member);
+        self.by_client.insert(client, Place { key, pos, seq, also });
+    }
+
+    /// `key`'s entry, made (and indexed by slot) when it had nobody.
+    fn entry(&mut self, key: &K, slot: impl FnOnce() -> u16) -> &mut Key<L, T> {
+        self.keys.entry(key.clone()).or_insert_with(|| {
             let slot = slot();
             self.by_slot.entry(slot).or_default().insert(key.clone());
             Key { lines: L::default(), check: None, slot }
-        });
-        k.lines.insert(pos, client, member);
-        self.by_client.insert(client, Place { key, pos, seq });
+        })
     }
 
     /// Takes `client`'s wait out, wherever it is; with `seq`, only if it
     /// is still that wait.
-    pub fn remove(&mut self, client: u64, seq: Option<u64>) -> Option<(K, Left<L::Member, T>)> {
+    pub fn remove(&mut self, client: u64, seq: Option<u64>) -> Option<Removed<K, L::Member, T>> {
         let place = self.by_client.get(&client)?;
         if seq.is_some_and(|s| s != place.seq) {
             return None;
         }
-        let Place { key, pos, .. } = self.by_client.remove(&client)?;
+        let Place { key, pos, also, .. } = self.by_client.remove(&client)?;
+        let also = self.drop_marks(also);
         let k = self.keys.get_mut(&key)?;
         let was_first = k.lines.is_first(pos);
         let (_, member) = k.lines.remove(pos)?;
         let new_head = was_first && !k.lines.is_empty();
         let stop = self.drop_if_empty(&key);
-        Some((key, Left { member, stop, new_head }))
+        Some((key, Left { member, stop, new_head, also }))
+    }
+
+    /// Takes out the marks of a client that left: what that changed.
+    fn drop_marks(&mut self, marks: Vec<(K, L::Pos)>) -> Vec<Also<K, T>> {
+        let mut also = Vec::new();
+        for (key, pos) in marks {
+            let Some(k) = self.keys.get_mut(&key) else { continue };
+            let was_first = k.lines.is_first(pos);
+            if !k.lines.remove_mark(pos) {
+                continue;
+            }
+            let new_head = was_first && !k.lines.is_empty();
+            let stop = self.drop_if_empty(&key);
+            if new_head || stop.is_some() {
+                also.push(Also { key, stop, new_head });
+            }
+        }
+        also
     }
 
     /// The wait `seq` of `client`, if it is still blocked.
@@ -211,23 +302,45 @@ impl<K: Hash + Eq + Clone, L: Lines, T> Clients<K, L, T> {
         self.keys.get_mut(&place.key)?.lines.get_mut(pos)
     }
 
-    /// The key `client` is blocked on.
+    /// The key `client` is blocked on (its first, waiting on several).
     pub fn key_of(&self, client: u64) -> Option<&K> {
         self.by_client.get(&client).map(|p| &p.key)
     }
 
+    /// Where `client`'s member is: its key and place.
+    pub fn place_of(&self, client: u64) -> Option<(&K, L::Pos)> {
+        self.by_client.get(&client).map(|p| (&p.key, p.pos))
+    }
+
+    /// Every key `client`'s wait `seq` waits on, its first first.
+    pub fn keys_of(&self, client: u64, seq: u64) -> Option<Vec<K>> {
+        let p = self.by_client.get(&client).filter(|p| p.seq == seq)?;
+        Some(std::iter::once(&p.key).chain(p.also.iter().map(|(k, _)| k)).cloned().collect())
+    }
+
+    /// Whether `pos` is the first place of `key`'s clients.
+    pub fn is_first_on(&self, key: &K, pos: L::Pos) -> bool {
+        self.keys.get(key).is_some_and(|k| k.lines.is_first(pos))
+    }
+
     /// Takes out the clients of `key` that `pick` takes from its lines
-    /// (all of them: [`Lines::take_all`]).
-    pub fn take(&mut self, key: &K, pick: impl FnOnce(&mut L) -> Vec<(u64, L::Member)>) -> Taken<L::Member, T> {
-        let Some(k) = self.keys.get_mut(key) else { return Taken { members: Vec::new(), stop: None } };
+    /// (all of them: [`Lines::take_all`]), and their marks on other keys.
+    pub fn take(&mut self, key: &K, pick: impl FnOnce(&mut L) -> Vec<(u64, L::Member)>) -> Taken<L::Member, T, K> {
+        let Some(k) = self.keys.get_mut(key) else {
+            return Taken { members: Vec::new(), stop: None, also: Vec::new() };
+        };
+        let mut marks = Vec::new();
         let members = pick(&mut k.lines)
             .into_iter()
             .map(|(client, m)| {
-                self.by_client.remove(&client);
+                if let Some(p) = self.by_client.remove(&client) {
+                    marks.extend(p.also);
+                }
                 m
             })
             .collect();
-        Taken { members, stop: self.drop_if_empty(key) }
+        let also = self.drop_marks(marks);
+        Taken { members, stop: self.drop_if_empty(key), also }
     }
 
     /// Takes out the one client of `key` that `pick` takes from its lines
@@ -236,15 +349,28 @@ impl<K: Hash + Eq + Clone, L: Lines, T> Clients<K, L, T> {
         &mut self,
         key: &K,
         pick: impl FnOnce(&mut L) -> Option<(u64, L::Member)>,
-    ) -> Option<Left<L::Member, T>> {
+    ) -> Option<Left<L::Member, T, K>> {
         let (client, member) = pick(&mut self.keys.get_mut(key)?.lines)?;
-        self.by_client.remove(&client);
-        Some(Left { member, stop: self.drop_if_empty(key), new_head: false })
+        let marks = self.by_client.remove(&client).map(|p| p.also).unwrap_or_default();
+        let also = self.drop_marks(marks);
+        Some(Left { member, stop: self.drop_if_empty(key), new_head: false, also })
     }
 
-    /// Takes out every client of `key`.
-    pub fn take_all(&mut self, key: &K) -> Taken<L::Member, T> {
-        self.take(key, L::take_all)
+    /// Takes out every client of `key`: those with a mark here whole,
+    /// from their first key too.
+    pub fn take_all(&mut self, key: &K) -> Taken<L::Member, T, K> {
+        let marked = self.keys.get_mut(key).map(|k| k.lines.take_marks()).unwrap_or_default();
+        let mut taken = self.take(key, L::take_all);
+        for client in marked {
+            if let Some((home, left)) = self.remove(client, None) {
+                taken.members.push(left.member);
+                if left.new_head || left.stop.is_some() {
+                    taken.also.push(Also { key: home, stop: left.stop, new_head: left.new_head });
+                }
+                taken.also.extend(left.also);
+            }
+        }
+        taken
     }
 
     /// Removes `key` if nobody is left on it: its check timer to stop.

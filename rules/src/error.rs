@@ -57,6 +57,12 @@ pub enum ArgError {
     /// byte: that prefix names the holders' hold-limit members
     /// ([`HOLD_PREFIX`](crate::args::HOLD_PREFIX)), so such a token could forge one.
     TokenReserved,
+    /// LOCK.ACQUIREALL's `numkeys` is not a positive integer.
+    NumKeysInvalid,
+    /// LOCK.ACQUIREALL names more than [`MAX_KEYS`](crate::multi::MAX_KEYS) keys.
+    TooManyKeys,
+    /// LOCK.ACQUIREALL names a key twice.
+    DuplicateKey,
 }
 
 impl ArgError {
@@ -88,6 +94,9 @@ impl ArgError {
             ArgError::TokenReserved => {
                 c"ERR token must not start with a NUL byte (reserved for the holders' hold limits)"
             }
+            ArgError::NumKeysInvalid => c"ERR numkeys must be a positive integer",
+            ArgError::TooManyKeys => c"ERR at most 64 keys per request (numkeys)",
+            ArgError::DuplicateKey => c"ERR a key is named twice",
         }
     }
 

@@ -8,6 +8,7 @@
 //! - [`error`]: the shared refusals: [`ArgError`] (with its error reply), [`WrongType`].
 //! - [`number`]: the integer arguments (ttl-ms, limits' and COUNTs' syntax).
 //! - [`args`]: argument validation.
+//! - [`multi`]: LOCK.ACQUIREALL's keys (`numkeys`, the limit of 64, no key twice).
 //! - [`election`]: LOCK.ELECT / PROCLAIM / LEADER / OBSERVE: who leads, what wakes an observer.
 //! - [`observers`]: the observers' bookkeeping (per key, grouped by the revision they saw).
 //! - [`encode`]: the structured value as Go's encoding/json writes it.
@@ -44,6 +45,7 @@ pub mod holders;
 pub mod lease;
 pub mod lock;
 pub mod migration;
+pub mod multi;
 pub mod number;
 pub mod observers;
 pub mod queue;

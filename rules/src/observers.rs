@@ -80,7 +80,7 @@ impl<K: Hash + Eq + Clone, O, T> Clients<K, ByRev<O>, T> {
 
     /// Takes out every observer of `key` whose revision is not `rev` (the
     /// key's now): they are to be answered. O(log N + answered).
-    pub fn take_changed(&mut self, key: &K, rev: u64) -> Taken<O, T> {
+    pub fn take_changed(&mut self, key: &K, rev: u64) -> Taken<O, T, K> {
         self.take(key, |by_rev| {
             let mut changed = std::mem::take(&mut by_rev.0);
             let mut current = changed.split_off(&(rev, 0));

@@ -7,22 +7,29 @@
 //! Redis's handles (blocked clients, strings, timer ids) in `W` and `T`
 //! and carries out what is returned, as quinn drives quinn-proto.
 //!
+//! A waiter may wait on several keys at once ([`Queues::enqueue_all`]): it
+//! takes one place, its arrival, in every key's line (its waiter on its
+//! first key, a mark on the others), so that one order, arrival, runs
+//! through every line and no two waiters can each be ahead of the other.
+//!
 //! Cost, for W waiters on a key and C blocked clients in all: joining,
 //! leaving from anywhere in the line (timeout, disconnect, `CLIENT
 //! UNBLOCK`, `lock.max-waiters`) and taking the head are O(log W) (a
 //! B-tree keyed by arrival) plus O(1) expected for the client index and the
-//! key's line (hash maps); nothing scans a line.
+//! key's line (hash maps); nothing scans a line. A waiter on N keys joins
+//! and leaves in O(N log W).
 
 use std::collections::BTreeMap;
 use std::hash::Hash;
 
-use crate::blocked::{Clients, Left, Lines};
+use crate::blocked::{Clients, Left, Lines, Marks};
 
 /// One key's line: waiters by arrival (`seq` grows with every wait), each
-/// with its client, and the key's expiry when last seen held (see
+/// with its client (none: the mark of a waiter whose waiter is on its
+/// first key), and the key's expiry when last seen held (see
 /// [`Queues::gone_in_last_ms`]).
 pub struct Line<W> {
-    line: BTreeMap<u64, (u64, W)>,
+    line: BTreeMap<u64, (u64, Option<W>)>,
     expiry_seen: Option<i64>,
 }
 
@@ -37,15 +44,18 @@ impl<W> Lines for Line<W> {
     type Member = W;
 
     fn insert(&mut self, seq: u64, client: u64, waiter: W) {
-        self.line.insert(seq, (client, waiter));
+        self.line.insert(seq, (client, Some(waiter)));
     }
 
     fn remove(&mut self, seq: u64) -> Option<(u64, W)> {
-        self.line.remove(&seq)
+        if !matches!(self.line.get(&seq), Some((_, Some(_)))) {
+            return None;
+        }
+        self.line.remove(&seq).and_then(|(c, w)| w.map(|w| (c, w)))
     }
 
     fn get_mut(&mut self, seq: u64) -> Option<&mut W> {
-        self.line.get_mut(&seq).map(|(_, w)| w)
+        self.line.get_mut(&seq).and_then(|(_, w)| w.as_mut())
     }
 
     fn len(&self) -> usize {
@@ -57,7 +67,23 @@ impl<W> Lines for Line<W> {
     }
 
     fn take_all(&mut self) -> Vec<(u64, W)> {
-        std::mem::take(&mut self.line).into_values().collect()
+        std::mem::take(&mut self.line).into_values().filter_map(|(c, w)| w.map(|w| (c, w))).collect()
+    }
+
+    fn remove_mark(&mut self, seq: u64) -> bool {
+        matches!(self.line.get(&seq), Some((_, None))) && self.line.remove(&seq).is_some()
+    }
+
+    fn take_marks(&mut self) -> Vec<u64> {
+        let marks = self.line.values().filter(|(_, w)| w.is_none()).map(|&(c, _)| c).collect();
+        self.line.retain(|_, (_, w)| w.is_some());
+        marks
+    }
+}
+
+impl<W> Marks for Line<W> {
+    fn insert_mark(&mut self, seq: u64, client: u64) {
+        self.line.insert(seq, (client, None));
     }
 }
 
@@ -72,9 +98,22 @@ impl<K: Hash + Eq + Clone, W, T> Clients<K, Line<W>, T> {
     }
 
     /// Every line with its head and its length, in one pass over the
-    /// queues (LOCK.TOP): no lookup by key.
+    /// queues (LOCK.TOP): no lookup by key but a mark's, for its waiter.
     pub fn heads(&self) -> impl Iterator<Item = (&K, &W, usize)> {
-        self.all_lines().filter_map(|(k, l)| l.line.first_key_value().map(|(_, (_, w))| (k, w, l.line.len())))
+        self.all_lines().filter_map(|(k, l)| {
+            let (_, (client, w)) = l.line.first_key_value()?;
+            let w = match w {
+                Some(w) => w,
+                None => self.waiter_of(*client)?,
+            };
+            Some((k, w, l.line.len()))
+        })
+    }
+
+    /// `client`'s waiter, on its first key.
+    fn waiter_of(&self, client: u64) -> Option<&W> {
+        let (key, seq) = self.place_of(client)?;
+        self.lines(key)?.line.get(&seq)?.1.as_ref()
     }
 
     /// Puts `client`'s wait number `seq` at the end of `key`'s line (`seq`
@@ -94,14 +133,39 @@ impl<K: Hash + Eq + Clone, W, T> Clients<K, Line<W>, T> {
         self.saw_expiry(&key, expiry);
     }
 
-    /// The head of `key`'s line.
-    pub fn head(&self, key: &K) -> Option<&W> {
-        self.lines(key)?.line.first_key_value().map(|(_, (_, w))| w)
+    /// Puts `client`'s wait number `seq` at the end of every line of
+    /// `keys` (distinct) at once: its waiter on the first, a mark on each
+    /// other one; `slot` gives a key's hash slot when its line is new.
+    pub fn enqueue_all(&mut self, keys: Vec<K>, slot: impl Fn(&K) -> u16, client: u64, seq: u64, waiter: W) {
+        self.push_all(keys, slot, client, seq, seq, waiter);
     }
 
-    /// Takes the head of `key`'s line out.
-    pub fn pop_head(&mut self, key: &K) -> Option<Left<W, T>> {
-        self.take_one(key, |l| l.line.pop_first().map(|(_, cw)| cw))
+    /// The head of `key`'s line (a waiter on several keys that heads it
+    /// with a mark: its waiter, from its first key).
+    pub fn head(&self, key: &K) -> Option<&W> {
+        self.first(key).map(|(_, _, w)| w)
+    }
+
+    /// The head of `key`'s line: its client, its wait number and its waiter.
+    pub fn first(&self, key: &K) -> Option<(u64, u64, &W)> {
+        let (&seq, (client, w)) = self.lines(key)?.line.first_key_value()?;
+        let w = match w {
+            Some(w) => w,
+            None => self.waiter_of(*client)?,
+        };
+        Some((*client, seq, w))
+    }
+
+    /// Takes the head of `key`'s line out, if it waits on `key` alone or
+    /// first (a mark is never taken here: see [`Clients::remove`]).
+    pub fn pop_head(&mut self, key: &K) -> Option<Left<W, T, K>> {
+        self.take_one(key, |l| match l.line.first_entry() {
+            Some(e) if e.get().1.is_some() => {
+                let (c, w) = e.remove();
+                w.map(|w| (c, w))
+            }
+            _ => None,
+        })
     }
 
     /// Remembers `key`'s expiry, as just seen on a held key or granted.
@@ -207,5 +271,80 @@ mod tests {
         q.saw_expiry(&"k", None);
         assert!(!q.gone_in_last_ms(&"k", 900), "no expiry: gone means deleted");
         assert!(!q.gone_in_last_ms(&"j", 900), "no queue");
+    }
+
+    fn keys(v: &[&'static str]) -> Vec<&'static str> {
+        v.to_vec()
+    }
+
+    #[test]
+    fn a_waiter_on_several_keys_takes_one_place_in_every_line() {
+        let mut q = Q::default();
+        q.enqueue("b", || 0, 1, 10, "s", None);
+        q.enqueue_all(keys(&["a", "b", "c"]), |_| 0, 2, 11, "j");
+        q.enqueue_all(keys(&["c", "a"]), |_| 0, 3, 12, "k");
+        q.enqueue("a", || 0, 4, 13, "t", None);
+        // One client each; every line counts its marks.
+        assert_eq!((q.len(), q.waiters_on(&"a"), q.waiters_on(&"b"), q.waiters_on(&"c")), (4, 3, 2, 2));
+        assert_eq!(q.first(&"a"), Some((2, 11, &"j")));
+        assert_eq!(q.first(&"b"), Some((1, 10, &"s")));
+        assert_eq!(q.first(&"c"), Some((2, 11, &"j")), "a mark: the waiter from its first key");
+        assert_eq!(q.keys_of(2, 11), Some(vec!["a", "b", "c"]));
+        assert_eq!(q.keys_of(2, 99), None, "another wait");
+        assert!(q.is_first_on(&"c", 11) && !q.is_first_on(&"b", 11));
+        // Arrival is one order: the later waiter on the same keys is behind
+        // in every line, whatever order it named them in.
+        assert!(!q.is_first_on(&"a", 12) && !q.is_first_on(&"c", 12));
+        let mut heads: Vec<_> = q.heads().map(|(k, w, n)| (*k, *w, n)).collect();
+        heads.sort();
+        assert_eq!(heads, [("a", "j", 3), ("b", "s", 2), ("c", "j", 2)]);
+        // Leaving takes every place at once; where it was first with others
+        // behind, the key is to be checked.
+        let (key, left) = q.remove(2, Some(11)).expect("j waits");
+        assert_eq!((key, left.member, left.new_head, left.stop), ("a", "j", true, None));
+        let mut also: Vec<_> = left.also.iter().map(|a| (a.key, a.new_head, a.stop)).collect();
+        also.sort();
+        assert_eq!(also, [("c", true, None)], "b: not first there, nothing to do");
+        assert_eq!((q.len(), q.waiters_on(&"a"), q.waiters_on(&"b"), q.waiters_on(&"c")), (3, 2, 1, 1));
+        assert_eq!(q.first(&"a"), Some((3, 12, &"k")));
+        assert_eq!(q.remove(2, None), None, "gone means gone");
+    }
+
+    #[test]
+    fn the_head_is_popped_only_as_a_waiter_never_as_a_mark() {
+        let mut q = Q::default();
+        q.enqueue_all(keys(&["a", "b"]), |_| 0, 1, 10, "j");
+        q.enqueue("b", || 0, 2, 11, "s", None);
+        assert!(q.pop_head(&"b").is_none(), "b is headed by j's mark");
+        // Its first key's pop takes it out of every line.
+        let left = q.pop_head(&"a").expect("j heads a");
+        assert_eq!((left.member, left.also.len()), ("j", 1));
+        assert!(left.also[0].new_head);
+        assert_eq!(q.first(&"b"), Some((2, 11, &"s")));
+        assert!(!q.has(&"a"));
+    }
+
+    #[test]
+    fn taking_every_waiter_of_a_key_takes_those_with_a_mark_there_whole() {
+        let mut q = Q::default();
+        q.enqueue_all(keys(&["a", "b"]), |k| k.len() as u16, 1, 10, "j");
+        q.enqueue("a", || 1, 2, 11, "s", None);
+        q.enqueue("b", || 1, 3, 12, "t", None);
+        let taken = q.take_all(&"b");
+        let mut members = taken.members.clone();
+        members.sort();
+        assert_eq!(members, ["j", "t"]);
+        assert_eq!(taken.also.iter().map(|a| (a.key, a.new_head)).collect::<Vec<_>>(), [("a", true)]);
+        assert_eq!((q.len(), q.key_of(1), q.first(&"a")), (1, None, Some((2, 11, &"s"))));
+        assert!(!q.has(&"b"));
+        // And the other way: its first key's waiters, with its marks elsewhere.
+        q.enqueue_all(keys(&["c", "d"]), |_| 1, 4, 13, "k");
+        let arm = q.check_by(&"d", 100, 0).expect("d has a line");
+        q.armed(&"d", arm.gen, 7);
+        let taken = q.take_all(&"c");
+        assert_eq!(taken.members, ["k"]);
+        assert_eq!(taken.also, [crate::blocked::Also { key: "d", stop: Some(7), new_head: false }], "d's timer stops");
+        assert!(!q.has(&"d"), "its mark went too");
+        assert_eq!(q.slots(), [1]);
     }
 }

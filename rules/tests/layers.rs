@@ -22,7 +22,7 @@ const RULES: Layers = &[
     // tables with no rule of a command in them.
     ("values", &["cjson", "encode", "value", "fence", "cluster", "histogram", "scripts"]),
     // Each command's arguments.
-    ("arguments", &["args"]),
+    ("arguments", &["args", "multi"]),
     // What a command does to a key.
     ("decisions", &["lock", "holders", "lease", "election", "guard", "cluster_fence", "migration", "eviction"]),
     // State kept across commands: the wait queues, the observers, hold

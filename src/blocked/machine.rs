@@ -36,7 +36,7 @@ use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::MutexGuard;
 
-use redis_lock_rules::blocked::{next_piece, Arm, Clients, Left, Lines, Taken};
+use redis_lock_rules::blocked::{next_piece, Also, Arm, Clients, Left, Lines, Taken};
 use redis_module::raw::{RedisModuleBlockedClient, RedisModuleCtx, RedisModuleString, RedisModuleTimerID};
 
 use crate::boundary::api::rm;
@@ -146,21 +146,39 @@ fn let_go<K: Kind>(ctx: Ctx, b: Blocked<K::Data>) -> *mut RedisModuleBlockedClie
 /// What a client leaving `key`'s clients leaves to do: stop the timer of
 /// a key now without clients; and when the first left with others behind
 /// it, check the key again (readers behind a writer that gave up may be
-/// admitted beside the readers holding now).
-pub fn left<K: Kind>(ctx: Ctx, key: &KeyId, left: Left<Blocked<K::Data>, RedisModuleTimerID>) -> Blocked<K::Data> {
+/// admitted beside the readers holding now). The same for every other key
+/// it waited on.
+pub fn left<K: Kind>(
+    ctx: Ctx,
+    key: &KeyId,
+    left: Left<Blocked<K::Data>, RedisModuleTimerID, KeyId>,
+) -> Blocked<K::Data> {
     K::gauge().fetch_sub(1, Ordering::Relaxed);
     stop_check(ctx, left.stop);
     if left.new_head {
         check_by::<K>(ctx, key, ctx.now_ms());
     }
+    also::<K>(ctx, left.also);
     left.member
 }
 
-/// Clients taken out of a key together: the gauge and the key's timer.
-pub fn taken<K: Kind>(ctx: Ctx, taken: Taken<Blocked<K::Data>, RedisModuleTimerID>) -> Vec<Blocked<K::Data>> {
+/// Clients taken out of a key together: the gauge and the key's timer, and
+/// the other keys they waited on.
+pub fn taken<K: Kind>(ctx: Ctx, taken: Taken<Blocked<K::Data>, RedisModuleTimerID, KeyId>) -> Vec<Blocked<K::Data>> {
     K::gauge().fetch_sub(taken.members.len() as u64, Ordering::Relaxed);
     stop_check(ctx, taken.stop);
+    also::<K>(ctx, taken.also);
     taken.members
+}
+
+/// The other keys a client waiting on several left: their timers and checks.
+fn also<K: Kind>(ctx: Ctx, also: Vec<Also<KeyId, RedisModuleTimerID>>) {
+    for a in also {
+        stop_check(ctx, a.stop);
+        if a.new_head {
+            check_by::<K>(ctx, &a.key, ctx.now_ms());
+        }
+    }
 }
 
 fn stop_check(ctx: Ctx, stop: Option<RedisModuleTimerID>) {

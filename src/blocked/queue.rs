@@ -89,9 +89,48 @@ pub fn block(
     }
 }
 
+/// Blocks the calling client until `token` is granted every key of
+/// `names` at once (LOCK.ACQUIREALL … WAIT): it takes one place, its
+/// arrival, at the end of every key's line. `holders` are the keys'
+/// deadlines now (none: free, or no expiry), each key's check is armed
+/// for its own. A waiter on N keys costs O(N log W) to join and to leave.
+pub fn block_all(
+    ctx: Ctx,
+    names: &[*mut RedisModuleString],
+    token: *mut RedisModuleString,
+    Request { claim, ttl, fence, deadline, terms }: Request,
+    holders: &[Option<i64>],
+) {
+    events::need(ctx, Also::Zset);
+    unsafe { rm!(RedisModule_RetainString)(std::ptr::null_mut(), token) };
+    let db = ctx.db();
+    let keys: Vec<_> = names.iter().map(|&n| (db, bytes(n).to_vec())).collect();
+    let waiter = Waiter { token, ttl, fence, claim, terms, since: ctx.now_ms() };
+    machine::block::<Waiters>(ctx, deadline, waiter, |book, client, seq, b| {
+        book.enqueue_all(keys.clone(), |k| key_slot(&k.1), client, seq, b);
+        for (k, &at) in keys.iter().zip(holders) {
+            book.saw_expiry(k, at);
+        }
+    });
+    stats::WAITS_STARTED.add();
+    for (k, at) in keys.iter().zip(holders) {
+        if let Some(at) = at {
+            machine::check_by::<Waiters>(ctx, k, at.saturating_add(1));
+        }
+    }
+}
+
+/// Whether someone still waits on `key` (in the context's database): a
+/// free key is then kept for the head of its line, which waits for other
+/// keys too (LOCK.ACQUIREALL), and a newcomer may not take it.
+pub fn reserved(ctx: Ctx, key: *mut RedisModuleString) -> bool {
+    waiters_on(ctx, bytes(key)) > 0
+}
+
 /// Opens `key` for a newcomer at `now`, settling an ended lease. A free
 /// key that others wait on goes to the head of their queue first, so
-/// nobody jumps the line.
+/// nobody jumps the line; a free key that someone still waits on is kept
+/// for them ([`reserved`]).
 #[inline]
 pub fn open_behind_waiters(ctx: Ctx, key: *mut RedisModuleString, now: i64) -> LockKey {
     let k = lease::open(ctx, key, now);

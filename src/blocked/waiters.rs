@@ -40,6 +40,7 @@ use crate::store::fence;
 use crate::store::holders_key::{Edit, Hold, HoldersKey};
 use crate::store::lease::{self, Granted};
 use crate::store::lock_key::LockKey;
+use crate::store::lock_set::LockSet;
 
 /// How often a grant held back by paused writes is retried.
 pub const PAUSE_RETRY_MS: i64 = 10;
@@ -57,13 +58,17 @@ pub enum Claim {
     /// granted as `Lock`, storing the election value with the grant's
     /// fence as term and revision. `value` is retained while it waits.
     Elect { value: *mut RedisModuleString },
+    /// Every key it waits on, as exclusive locks, at once
+    /// (`LOCK.ACQUIREALL … WAIT`): granted as `Lock` on each, when it heads
+    /// every key's line and every key is free (`grant_all`).
+    All,
 }
 
 impl Claim {
     /// The family its wait is counted in.
     pub fn family(self) -> timings::Family {
         match self {
-            Claim::Lock => timings::Family::Exclusive,
+            Claim::Lock | Claim::All => timings::Family::Exclusive,
             Claim::Elect { .. } => timings::Family::Election,
             Claim::Holder(want) => timings::Family::of_holders(want.family()),
         }
@@ -93,7 +98,7 @@ impl Waiter {
     /// The counter of its refusal (0 or nil).
     fn refusals(&self) -> &'static Counter {
         match self.claim {
-            Claim::Lock | Claim::Elect { .. } => &stats::REFUSALS,
+            Claim::Lock | Claim::Elect { .. } | Claim::All => &stats::REFUSALS,
             Claim::Holder(want) => stats::holder_counters(want.family()).refusals,
         }
     }
@@ -190,6 +195,7 @@ pub fn grant_next(ctx: Ctx, name: *mut RedisModuleString) {
             None => return,
             Some(Claim::Lock | Claim::Elect { .. }) => grant_lock(ctx, name, &key),
             Some(Claim::Holder(want)) => grant_holder(ctx, name, &key, want),
+            Some(Claim::All) => grant_all(ctx, &key),
         };
         if let Step::Done = step {
             return;
@@ -254,6 +260,72 @@ fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &KeyId) -> Step {
     answer_grant(ctx, b, fence, grants);
     machine::check_by::<Waiters>(ctx, key, at.saturating_add(1));
     Step::Done
+}
+
+/// A head waiting on several keys (LOCK.ACQUIREALL): granted every key at
+/// once when it heads every key's line and every key is free. Until then
+/// it keeps its place in each line (a free key it heads stays free, and
+/// those behind it wait), holding nothing; each key's check (a release,
+/// an expiry, one ahead of it leaving) tries it again.
+fn grant_all(ctx: Ctx, key: &KeyId) -> Step {
+    let (client, seq, keys) = {
+        let s = book();
+        let Some((client, seq, _)) = s.0.first(key) else { return Step::Done };
+        match s.0.keys_of(client, seq) {
+            Some(keys) if keys.iter().all(|k| s.0.is_first_on(k, seq)) => (client, seq, keys),
+            _ => return Step::Done,
+        }
+    };
+    let names: Vec<_> = keys.iter().map(|k| ctx.string(&k.1)).collect();
+    grant_set(ctx, &names, &keys, client, seq);
+    for name in names {
+        ctx.free(name);
+    }
+    Step::Done
+}
+
+/// Grants `keys` (open as `names`) to waiter `seq` of `client`, which
+/// heads every line, if every key is free; else arms each held key's check
+/// for its deadline.
+fn grant_set(ctx: Ctx, names: &[*mut RedisModuleString], keys: &[KeyId], client: u64, seq: u64) {
+    let set = LockSet::open(ctx, names, ctx.now_ms());
+    // Read after the keys are opened, as in `grant_lock`.
+    let now = ctx.now_ms();
+    let busy = set.busy();
+    if !busy.is_empty() {
+        drop(set);
+        for (i, holder) in busy {
+            saw_expiry(&keys[i], holder);
+            if let Some(at) = holder {
+                machine::check_by::<Waiters>(ctx, &keys[i], at.saturating_add(1));
+            }
+        }
+        return;
+    }
+    if keys.iter().filter(|k| freed_too_early(ctx, k, now)).count() > 0 {
+        return;
+    }
+    let Some((home, left)) = book().0.remove(client, Some(seq)) else { return };
+    let b = machine::left::<Waiters>(ctx, &home, left);
+    let w = &b.data;
+    let Ok(g) = rules_lease::grant(now, w.ttl, w.terms) else {
+        // now + ttl no longer fits: the wait cannot be served.
+        let refusal = w.refusal();
+        return machine::finish::<Waiters>(ctx, b, refusal, &stats::WAITS_CANCELLED);
+    };
+    // Issued before the keys change, as in `take_head`.
+    let fences = match (0..keys.len()).filter(|_| w.fence).map(|_| fence::issue(ctx, now)).collect() {
+        Ok(fences) => fences,
+        Err(exhausted) => return machine::finish::<Waiters>(ctx, b, Err(exhausted), &stats::WAITS_CANCELLED),
+    };
+    set.grant(w.token, &g, now);
+    for k in keys {
+        saw_expiry(k, Some(g.pxat));
+        machine::check_by::<Waiters>(ctx, k, g.pxat.saturating_add(1));
+    }
+    stats::GRANTS.add_n(keys.len() as u64);
+    let reply = fence::grant_values(ctx, fences);
+    machine::finish::<Waiters>(ctx, b, Ok(reply), &stats::WAITS_GRANTED);
 }
 
 /// Takes the head for a grant at `now`: with what `grant(now, waiter)`

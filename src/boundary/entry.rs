@@ -46,6 +46,13 @@ pub fn send(ctx: *mut RedisModuleCtx, outcome: Outcome) -> c_int {
             // The client is blocked: its reply comes when the wait ends.
             Ok(Reply::Blocked) => raw::REDISMODULE_OK as c_int,
             Ok(Reply::Ok) => rm!(RedisModule_ReplyWithSimpleString)(ctx, c"OK".as_ptr()),
+            Ok(Reply::Ints(ints)) => {
+                rm!(RedisModule_ReplyWithArray)(ctx, ints.len() as std::ffi::c_long);
+                for n in ints {
+                    rm!(RedisModule_ReplyWithLongLong)(ctx, n);
+                }
+                raw::REDISMODULE_OK as c_int
+            }
             Ok(Reply::Fields(fields)) => send_fields(ctx, fields),
             Ok(Reply::List(entries)) => {
                 rm!(RedisModule_ReplyWithArray)(ctx, entries.len() as std::ffi::c_long);

@@ -1,12 +1,13 @@
 //! Layer 1, the boundary with redis-server: the module API checked at load
 //! (`api`), the command context (`ctx`), the panic guard and the one reply
 //! sender every command and blocked client goes through (`entry`), the
-//! reply vocabulary (`reply`, `errors`) and timers that own their data
+//! reply vocabulary (`reply`, `errors`), key specs (`keyspec`) and timers that own their data
 //! (`timer`). It imports nothing of the module above it.
 
 pub mod api;
 pub mod ctx;
 pub mod entry;
 pub mod errors;
+pub mod keyspec;
 pub mod reply;
 pub mod timer;

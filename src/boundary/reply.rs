@@ -63,6 +63,8 @@ pub enum Reply {
     Ok,
     /// No reply now: the client waits (LOCK.ACQUIRE ... WAIT).
     Blocked,
+    /// Integers, one per key (LOCK.ACQUIREALL … FENCE: a fence per key).
+    Ints(Vec<i64>),
     /// Field/value pairs (LOCK.INFO).
     Fields(Vec<(&'static CStr, Value)>),
     /// An array of field/value lists (LOCK.TOP).

@@ -46,7 +46,7 @@ pub fn elect(ctx: Ctx, argv: Argv) -> Outcome {
     fence::check_space(ctx, opts.fence)?;
     eviction::refusal(ctx)?;
     let mut k = queue::open_behind_waiters(ctx, key, now);
-    if lock::may_acquire(k.entry()) {
+    if lock::may_acquire(k.entry()) && !queue::reserved(ctx, key) {
         let term = fence::issue(ctx, now)?;
         let stored = if terms.stores_fields() {
             lease::elect_value(bytes(token), term, bytes(value), &grant)

@@ -4,7 +4,7 @@
 
 use redis_lock_rules::args::{
     check_key_and_token, check_lease_terms, check_utf8, expiry_at, parse_fence, parse_grant_options,
-    parse_renew_options, parse_ttl, wait_deadline, Grammar, GrantOptions,
+    parse_renew_options, parse_ttl, Grammar, GrantOptions,
 };
 use redis_lock_rules::lease::{self as rules_lease, Shown, Terms, View};
 use redis_lock_rules::lock::{self, Takeover};
@@ -64,15 +64,9 @@ fn acquire_with(
     opts: GrantOptions,
 ) -> Outcome {
     let now = ctx.now_ms();
-    check_lease_terms(&opts, ttl)?;
-    let terms = Terms::of(&opts);
-    let grant = rules_lease::grant(now, ttl, terms)?;
-    lease::check_token(bytes(token), terms)?;
-    let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
-    fence::check_space(ctx, opts.fence)?;
-    eviction::refusal(ctx)?;
+    let lease::Checked { grant, terms, wait_until } = lease::check_grant(ctx, bytes(token), ttl, &opts, now)?;
     let mut k = open_behind_waiters(ctx, key, now);
-    let granted = lock::may_acquire(k.entry());
+    let granted = lock::may_acquire(k.entry()) && !queue::reserved(ctx, key);
     if granted {
         k.set(lease::lock_value(bytes(token), &grant).new_value(token), grant.pxat);
         timings::hold_started(ctx, key, timings::Family::Exclusive, now);
@@ -197,7 +191,11 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
     fence::check_space(ctx, opts.fence)?;
     eviction::refusal(ctx)?;
     let mut k = open_behind_waiters(ctx, key, now);
-    let takeover = lock::take_over(k.entry(), run_bytes, ttl, || k.remaining())?;
+    let takeover = match lock::take_over(k.entry(), run_bytes, ttl, || k.remaining())? {
+        // A free key kept for the head of its line (see `queue::reserved`).
+        Takeover::Free if queue::reserved(ctx, key) => Takeover::Refused,
+        takeover => takeover,
+    };
     match takeover {
         Takeover::Refused => {
             if lease::delayed(&k) {

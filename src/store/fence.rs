@@ -12,7 +12,7 @@ use redis_module::raw::{self, RedisModuleCtx, RedisModuleIO};
 
 use crate::boundary::api::rm;
 use crate::boundary::ctx::Ctx;
-use crate::boundary::reply::Failure;
+use crate::boundary::reply::{Failure, Reply};
 use crate::boundary::timer;
 use crate::server::events::DbEvent;
 use crate::server::{cluster_fence, migration};
@@ -54,6 +54,19 @@ pub fn grant_value(ctx: Ctx, fence: Option<u64>) -> i64 {
             f as i64
         }
         None => 1,
+    }
+}
+
+/// The reply of a grant of several keys: their fences (increasing, one per
+/// key; the last, the largest, goes to replicas and the AOF), or 1 without
+/// FENCE (`fences` empty).
+pub fn grant_values(ctx: Ctx, fences: Vec<u64>) -> Reply {
+    match fences.last() {
+        Some(&last) => {
+            replicate_floor(ctx, last);
+            Reply::Ints(fences.into_iter().map(|f| f as i64).collect())
+        }
+        None => Reply::Int(1),
     }
 }
 

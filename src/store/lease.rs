@@ -10,7 +10,7 @@
 //! token owns, that `SET NX` cannot replace, gone when its delay ends (the
 //! key's own expiry, which also wakes the key's waiters).
 
-use redis_lock_rules::args::{check_utf8, ArgError};
+use redis_lock_rules::args::{check_lease_terms, check_utf8, wait_deadline, ArgError, GrantOptions};
 use redis_lock_rules::encode::structured_value;
 use redis_lock_rules::lease::{self, Grant, Settle, Terms};
 use redis_lock_rules::value::{self, Election, Stored};
@@ -18,8 +18,11 @@ use redis_lock_rules::Entry;
 use redis_module::raw::RedisModuleString;
 
 use crate::boundary::ctx::Ctx;
+use crate::boundary::reply::Failure;
 use crate::server::counters as stats;
+use crate::server::eviction;
 use crate::server::timings;
+use crate::store::fence;
 use crate::store::lock_key::{LockKey, NewValue};
 
 /// Opens `name` for a write command at `now`, settling an ended lease first.
@@ -102,6 +105,29 @@ impl Granted {
             Granted::Bytes(v) => NewValue::Composed(v),
         }
     }
+}
+
+/// A lock grant as checked before any key is opened (LOCK.ACQUIRE,
+/// LOCK.ACQUIREALL): its lease at the time checked, its terms, and when its
+/// `WAIT` gives up (`Some(None)`: never; `None`: no `WAIT`).
+pub struct Checked {
+    pub grant: Grant,
+    pub terms: Terms,
+    pub wait_until: Option<Option<i64>>,
+}
+
+/// Every check of a lock grant of `token` for `ttl` ms with `opts` at
+/// `now` that needs no key: the lease terms, the times, the token, the
+/// fence space, the eviction refusal. An error here changes nothing.
+pub fn check_grant(ctx: Ctx, token: &[u8], ttl: i64, opts: &GrantOptions, now: i64) -> Result<Checked, Failure> {
+    check_lease_terms(opts, ttl)?;
+    let terms = Terms::of(opts);
+    let grant = lease::grant(now, ttl, terms)?;
+    check_token(token, terms)?;
+    let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
+    fence::check_space(ctx, opts.fence)?;
+    eviction::refusal(ctx)?;
+    Ok(Checked { grant, terms, wait_until })
 }
 
 /// Checks, before the key is opened, what a lock grant with `terms` needs

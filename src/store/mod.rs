@@ -1,8 +1,9 @@
 //! Layer 3, storage: the keys the module writes and how each change is
 //! replicated — the exclusive lock's string (`lock_key`) and its lease
 //! (`lease`), a semaphore's or read-write lock's sorted set
-//! (`holders_key`), the fence mark (`fence`), and who leads an election's
-//! key (`leadership`). It imports the server layer and the boundary.
+//! (`holders_key`), several lock keys granted together (`lock_set`), the
+//! fence mark (`fence`), and who leads an election's key (`leadership`).
+//! It imports the server layer and the boundary.
 
 pub mod fence;
 pub mod holders_commit;
@@ -10,3 +11,4 @@ pub mod holders_key;
 pub mod leadership;
 pub mod lease;
 pub mod lock_key;
+pub mod lock_set;

@@ -8,6 +8,7 @@
 //! sending, and finding out which of the two a server speaks, is the
 //! transport's (`send.rs`).
 
+mod all;
 mod elect;
 mod fallback;
 mod guard;
@@ -16,6 +17,7 @@ mod lease;
 mod module;
 mod reply;
 
+pub(crate) use all::{acquire_all_cmd, groups};
 pub(crate) use elect::{leader_cmd, observe_cmd, proclaim_cmd, proclaim_reply};
 pub(crate) use guard::{guard_cmd, guard_refusal, GuardRefusal};
 pub use kind::LockKind;

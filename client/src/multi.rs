@@ -1,0 +1,189 @@
+//! [`LockClient::lock_all`]: several exclusive locks for one token, all or
+//! none, within one cumulative wait, over keys in any slots.
+//!
+//! The keys are taken in one global order (by hash slot, then by name; see
+//! `cmd::all`), one `LOCK.ACQUIREALL` per group (one slot in a cluster, at
+//! most 64 keys): atomic per group in the server, which waits in every
+//! key's queue at once; all or nothing overall by rollback. Every caller
+//! takes its groups in the same order, so callers over overlapping keys
+//! cannot deadlock. A group refused, or not granted before the wait ends,
+//! releases every key taken so far (by token, so a grant whose reply was
+//! lost is released too). Once all are held, the earlier groups' keys get
+//! a fresh lease (`LOCK.RENEW`), so every returned lock starts its `ttl`
+//! together; only then are the [`Lock`] handles (and their watchdogs)
+//! made. Needs the module (`LOCK.ACQUIREALL`).
+
+use std::time::{Duration, Instant};
+
+use crate::client::{lease_of, runtime, token_of, LockClient};
+use crate::cmd::{acquire_all_cmd, groups, is_unknown_command, Lease, LockCmd};
+use crate::error::{Error, Result};
+use crate::holding::Flavor;
+use crate::lock::Lock;
+use crate::options::LockOptions;
+use crate::runtime as background;
+use crate::transport::Api;
+
+impl LockClient {
+    /// Takes every key of `keys` for `ttl` with one token, waiting up to
+    /// `wait` in all (one cumulative deadline), or none of them:
+    /// [`Error::NotAcquired`] names the key of the group that was not
+    /// granted. The locks come back in the order of `keys`, all with the
+    /// same token, each with its own fence; each renews and releases as a
+    /// lock of [`LockClient::acquire`] does. In a cluster the keys may be in
+    /// any slots: atomic per slot, all or nothing overall by rollback (see
+    /// docs/multi-key.md). Without the module: [`Error::Unsupported`].
+    pub fn lock_all(&self, keys: &[&str], ttl: Duration, wait: Duration) -> Result<Vec<Lock>> {
+        self.lock_all_with(keys, ttl, wait, &LockOptions::default())
+    }
+
+    /// [`LockClient::lock_all`] with options (token, watchdog, lock-delay,
+    /// hold limit; not `wait_for_replicas`).
+    pub fn lock_all_with(&self, keys: &[&str], ttl: Duration, wait: Duration, opts: &LockOptions) -> Result<Vec<Lock>> {
+        self.core.transport.serves(Api::Sync)?;
+        let (me, keys, opts) = (self.clone(), owned(keys), opts.clone());
+        background::block(async move { me.lock_all_core(&keys, ttl, wait, &opts, Flavor::Sync).await })
+    }
+
+    /// The async twin of [`LockClient::lock_all`].
+    pub async fn lock_all_async(&self, keys: &[&str], ttl: Duration, wait: Duration) -> Result<Vec<Lock>> {
+        self.lock_all_with_async(keys, ttl, wait, &LockOptions::default()).await
+    }
+
+    /// The async twin of [`LockClient::lock_all_with`].
+    pub async fn lock_all_with_async(
+        &self,
+        keys: &[&str],
+        ttl: Duration,
+        wait: Duration,
+        opts: &LockOptions,
+    ) -> Result<Vec<Lock>> {
+        let rt = runtime()?;
+        self.core.transport.serves(Api::Async)?;
+        self.lock_all_core(&owned(keys), ttl, wait, opts, Flavor::Async(rt)).await
+    }
+
+    async fn lock_all_core(
+        &self,
+        keys: &[String],
+        ttl: Duration,
+        wait: Duration,
+        opts: &LockOptions,
+        flavor: Flavor,
+    ) -> Result<Vec<Lock>> {
+        if opts.replicas.is_some() {
+            return Err(Error::InvalidArgument("lock_all does not wait for replicas".into()));
+        }
+        let token = token_of(opts);
+        let lease = lease_of(opts, ttl)?;
+        // The checks of one lock's acquire, for every key, before anything is sent.
+        let cmds =
+            keys.iter().map(|k| Ok(LockCmd::acquire(k, &token, ttl)?.with_lease(lease))).collect::<Result<Vec<_>>>()?;
+        let plan = groups(keys, self.core.transport.is_cluster())?;
+        let deadline = Instant::now() + wait;
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let mut granted: Vec<(String, u64, Instant)> = Vec::new();
+        for group in &plan {
+            match self.acquire_group(group, &token, ttl_ms, lease, deadline).await {
+                Ok(fences) => {
+                    let sent = Instant::now();
+                    granted.extend(group.iter().cloned().zip(fences).map(|(k, f)| (k, f, sent)));
+                }
+                Err(e) => {
+                    self.roll_back(granted.iter().map(|(k, _, _)| k).chain(group), &token).await;
+                    return Err(e);
+                }
+            }
+        }
+        // Every earlier group starts a fresh lease with the last one.
+        let last = plan.last().map_or(0, Vec::len);
+        let earlier = granted.len() - last;
+        for i in 0..earlier {
+            let sent = Instant::now();
+            let key = granted[i].0.clone();
+            if !self.core.run_ok(&LockCmd::renew(&key, &token, ttl)?).await.unwrap_or(false) {
+                self.roll_back(granted.iter().map(|(k, _, _)| k), &token).await;
+                return Err(Error::NotAcquired { key });
+            }
+            granted[i].2 = sent;
+        }
+        let locks = cmds
+            .iter()
+            .map(|cmd| {
+                let (_, fence, sent) =
+                    granted.iter().find(|(k, _, _)| k == cmd.key()).cloned().expect("every key granted");
+                let lock = Lock::new(self.core.clone(), cmd, sent, ttl, opts, again(&flavor), Some(fence));
+                if let Some(max_hold) = cmd.lease().max_hold() {
+                    lock.limit_hold(sent, max_hold);
+                }
+                lock
+            })
+            .collect();
+        Ok(locks)
+    }
+
+    /// One group's `LOCK.ACQUIREALL`, blocked in the server until
+    /// `deadline` on a connection of its own (one attempt where the client
+    /// cannot open one): its fences, or why not.
+    async fn acquire_group(
+        &self,
+        group: &[String],
+        token: &str,
+        ttl_ms: u64,
+        lease: Lease,
+        deadline: Instant,
+    ) -> Result<Vec<u64>> {
+        let t = &self.core.transport;
+        let left = deadline.saturating_duration_since(Instant::now());
+        // Every module with LOCK.ACQUIREALL has its WAIT: no backend check.
+        let blocking = (left >= Duration::from_millis(1)).then(|| t.clone().observer(&group[0]).ok()).flatten();
+        let reply = match blocking {
+            Some(mut conn) => {
+                let ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
+                conn.call(&acquire_all_cmd(group, token, ttl_ms, Some(ms), lease), left).await
+            }
+            None => t.call(&group[0], &acquire_all_cmd(group, token, ttl_ms, None, lease)).await,
+        };
+        let reply = reply.map_err(|e| match e {
+            Error::Redis(r) if is_unknown_command(&r) => Error::Unsupported { command: "LOCK.ACQUIREALL" },
+            e => e,
+        })?;
+        match reply {
+            redis::Value::Array(items) => items
+                .iter()
+                .map(|v| match v {
+                    redis::Value::Int(f) if *f > 0 => Ok(*f as u64),
+                    other => Err(Error::Redis(unexpected(other))),
+                })
+                .collect(),
+            redis::Value::Nil | redis::Value::Int(0) => Err(Error::NotAcquired { key: group[0].clone() }),
+            other => Err(Error::Redis(unexpected(&other))),
+        }
+    }
+
+    /// Releases `keys` where `token` holds them (errors ignored: a key left
+    /// behind expires with its lease).
+    async fn roll_back<'a>(&self, keys: impl Iterator<Item = &'a String>, token: &str) {
+        for key in keys {
+            if let Ok(cmd) = LockCmd::release(key, token) {
+                let _ = self.core.run_ok(&cmd).await;
+            }
+        }
+    }
+}
+
+/// Another handle of the same flavor, for the next lock.
+fn again(flavor: &Flavor) -> Flavor {
+    match flavor {
+        Flavor::Sync => Flavor::Sync,
+        Flavor::Async(rt) => Flavor::Async(rt.clone()),
+    }
+}
+
+fn owned(keys: &[&str]) -> Vec<String> {
+    keys.iter().map(|k| k.to_string()).collect()
+}
+
+fn unexpected(v: &redis::Value) -> redis::RedisError {
+    std::io::Error::other(format!("unexpected LOCK.ACQUIREALL reply: {v:?}")).into()
+}
