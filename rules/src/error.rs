@@ -57,6 +57,19 @@ pub enum ArgError {
     /// byte: that prefix names the holders' hold-limit members
     /// ([`HOLD_PREFIX`](crate::args::HOLD_PREFIX)), so such a token could forge one.
     TokenReserved,
+    /// LOCK.REVOKE's `GRACE ms` is not 0 or a positive integer.
+    GraceInvalid,
+    /// now + `GRACE` does not fit the 64-bit millisecond clock.
+    GraceTooLarge,
+    /// LOCK.REVOKE's `REASON` is not UTF-8 or longer than
+    /// [`MAX_REASON`](crate::revoke::MAX_REASON) bytes.
+    ReasonInvalid,
+    /// LOCK.REVOKE without `TOKEN` on a key with several holders.
+    TokenRequired,
+    /// LOCK.REVOKE of an exclusive lock whose value the module cannot
+    /// rewrite with a revocation (a bare token that is not UTF-8, or JSON
+    /// it did not write): the holder could not hear it.
+    NotRevocable,
 }
 
 impl ArgError {
@@ -87,6 +100,13 @@ impl ArgError {
             ArgError::TopCountInvalid => c"ERR COUNT must be an integer from 1 to 1000",
             ArgError::TokenReserved => {
                 c"ERR token must not start with a NUL byte (reserved for the holders' hold limits)"
+            }
+            ArgError::GraceInvalid => c"ERR GRACE must be 0 or a positive integer (milliseconds)",
+            ArgError::GraceTooLarge => c"ERR GRACE is too large: the deadline would overflow",
+            ArgError::ReasonInvalid => c"ERR REASON must be valid UTF-8 of at most 200 bytes",
+            ArgError::TokenRequired => c"ERR TOKEN is required: the key has several holders",
+            ArgError::NotRevocable => {
+                c"ERR the lock's value cannot carry a revocation (not UTF-8, or JSON the module did not write)"
             }
         }
     }

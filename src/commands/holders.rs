@@ -18,6 +18,7 @@ use redis_lock_rules::holders::{
     renew as renewal, tag_after_grant, Admit, Family, Kind, Renewal, Summary, Want,
 };
 use redis_lock_rules::lease::Terms;
+use redis_lock_rules::revoke;
 use redis_module::raw::RedisModuleString;
 
 use crate::blocked::queue::{self, Claim};
@@ -38,6 +39,8 @@ pub fn sem_acquire(ctx: Ctx, argv: Argv) -> Outcome {
 }
 
 /// SEM.RENEW key token ttl-ms
+///
+/// Replies 1, 2 (cut short by MAXHOLD), 0, or `-ms` left for a revoked holder.
 pub fn sem_renew(ctx: Ctx, argv: Argv) -> Outcome {
     renew(ctx, Family::Semaphore, argv)
 }
@@ -215,10 +218,12 @@ fn renew(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
         Some((live, Renewal::Renewed { at, capped })) => {
             k.commit(Some(&live), Edit::Put { token, at, tag: None, hold: Hold::Keep }, counters.expired);
             counters.renewals.add();
-            if capped {
+            // A revoked holder hears the time left before its deadline.
+            let revoked = live.hold.filter(|_| live.revoked);
+            if capped && revoked.is_none() {
                 counters.capped.add();
             }
-            Ok(Reply::Int(if capped { 2 } else { 1 }))
+            Ok(Reply::Int(revoke::renew_reply(capped, revoked, now)))
         }
         _ => {
             k.commit(summary.as_ref(), Edit::Keep, counters.expired);
@@ -279,6 +284,7 @@ fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
         }
     };
     let hold_limits = k.hold_limits(&holders);
+    let revoked = k.revoked_of(&holders);
     drop(k);
     // What is left of each lease: negative for a place in its lock-delay
     // (its lease ended that long ago; the place is free `lock-delay-ms` later).
@@ -289,5 +295,6 @@ fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
         (c"waiters", Value::Int(queue::waiters_on(ctx, bytes(key)) as i64)),
         (c"lock-delay-ms", Value::Int(tag.delay)),
         (c"hold-until", Value::Holders(hold_limits)),
+        (c"revoked", Value::Holders(revoked)),
     ]))
 }

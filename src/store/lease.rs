@@ -19,7 +19,7 @@ use redis_module::raw::RedisModuleString;
 
 use crate::boundary::ctx::Ctx;
 use crate::server::counters as stats;
-use crate::server::timings;
+use crate::server::{revoked, timings};
 use crate::store::lock_key::{LockKey, NewValue};
 
 /// Opens `name` for a write command at `now`, settling an ended lease first.
@@ -39,6 +39,15 @@ pub fn settle(k: &mut LockKey, now: i64) {
     };
     if matches!(verdict, Settle::Keep) {
         return;
+    }
+    if let Entry::Str(v) = k.entry() {
+        // A revoked hold that reached its deadline (not a lease its holder
+        // let run out before it): the revocation's end.
+        if value::parse(v).is_some_and(|s| s.revoked.is_some() && lease::lease_end(&s) == s.hold_until) {
+            stats::REVOKED_ENDS.add();
+            let (ctx, name) = k.ctx_and_name();
+            revoked::forget(ctx, name);
+        }
     }
     // The lease ran out while held (its key lives on as the tombstone).
     // Recorded before the write, whose `del` would end it as deleted.
