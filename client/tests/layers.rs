@@ -32,7 +32,7 @@ const CLI: Layers = &[
     // A cluster's masters; `list`'s and `top`'s output.
     ("cluster and output", &["masters", "render", "frame"]),
     ("command line", &["args", "target"]),
-    ("commands", &["run", "elect", "leader", "info", "release", "list", "top"]),
+    ("commands", &["run", "elect", "leader", "info", "release", "revoke", "list", "top"]),
     ("dispatch", &["crate"]),
 ];
 
