@@ -518,9 +518,11 @@ mod tests {
         }
         // Tags (down to a writer with the longest delay) are above the floor.
         assert!(Tag { kind: Kind::ReadWrite { writer: true }, delay: MAX_DELAY }.score() > HOLD_FLOOR);
-        for bad in [-2.0, -1.6, 0.0, 5.0, -2.5, f64::NEG_INFINITY, f64::NAN, -(MAX_EXACT as f64) * 2.0] {
+        for bad in [-2.0, -1.6, 0.0, 5.0, -2.25, f64::NEG_INFINITY, f64::NAN, -(MAX_EXACT as f64) * 2.0] {
             assert_eq!(hold_from_score(bad), None, "{bad}");
         }
+        // Half a ms past a limit: a revoked holder's deadline (crate::revoke).
+        assert_eq!(hold_from_score(-2.5), Some(2));
     }
 
     #[test]
