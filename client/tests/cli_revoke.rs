@@ -10,7 +10,6 @@
 
 mod cli_support;
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -33,16 +32,7 @@ fn spawn(dir: &Path, args: &[&str]) -> Child {
     let err = std::fs::File::create(dir.join("stderr")).expect("stderr file");
     let mut cmd = Command::new(BIN);
     cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(err);
-    // SAFETY: only signal(2), async-signal-safe, between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
-                libc::signal(sig, libc::SIG_DFL);
-            }
-            Ok(())
-        });
-    }
-    cmd.spawn().expect("spawn")
+    cli_support::spawn_with_default_signals(&mut cmd)
 }
 
 fn until_exists(path: &Path, child: &mut Child, dir: &Path) {
