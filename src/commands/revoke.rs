@@ -147,10 +147,17 @@ fn revoke_holder_token(
     // Held while its lease runs; a place in its lock-delay is no one's.
     let Some((s, own)) = summary.filter(|s| s.own_lease(now).is_some()).and_then(|s| Some((s, s.own?))) else {
         k.commit(summary.as_ref(), Edit::Keep, expired);
-        let did = if opts.token.is_some() { Did::NotHolder } else { Did::NoHolder };
-        return reply(did, Some(name), None);
+        return match opts.token {
+            Some(_) => reply(Did::NotHolder, Some(name), None),
+            None => reply(Did::NoHolder, None, None),
+        };
     };
     let deadline = revoke::deadline(now, opts.grace, s.hold)?;
+    // A hold member's score carries the half that marks it exactly only
+    // below 2^52 ms (year 144,683).
+    if deadline >= 1 << 52 {
+        return Err(Failure::Arg(ArgError::GraceTooLarge));
+    }
     let place = deadline.checked_add(s.delay).ok_or(ArgError::GraceTooLarge)?.min(own);
     if deadline <= now && s.delay == 0 {
         let _quiet = queue::serving();
