@@ -25,7 +25,7 @@ use crate::blocked::queue::{self, Claim};
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::boundary::reply::{Argv, Failure, Outcome, Reply, Value};
 use crate::server::counters::{holder_counters, holder_grants, FamilyCounters};
-use crate::server::eviction;
+use crate::server::{eviction, revoked};
 use crate::store::fence;
 use crate::store::holders_key::{count_scores, Edit, Hold, HoldersKey};
 
@@ -245,6 +245,10 @@ fn release(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     match live_of(family, summary)? {
         // A lease that ended keeps its place through the delay: not released.
         Some(live) if live.own_lease(now).is_some() => {
+            if live.revoked {
+                // Released before its deadline: an ordinary release.
+                revoked::forget(ctx, key);
+            }
             let _quiet = queue::serving();
             k.commit(Some(&live), Edit::Remove { token }, counters.expired);
             drop(k);
