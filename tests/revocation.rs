@@ -242,7 +242,9 @@ fn a_semaphore_holder_is_revoked_by_token_and_its_permit_goes_to_the_next_waiter
     assert_eq!(int(&mut c, &["SEM.ACQUIRE", "s", "b", "2", "60000"]), 1);
     assert!(err(&mut c, &["LOCK.REVOKE", "s"]).contains("TOKEN is required"));
     assert_eq!(revoke(&mut c, &["s", "TOKEN", "gone"]).0, "not-holder");
-    assert!(err(&mut c, &["LOCK.REVOKE", "s", "TOKEN", "a", "GRACE", "9000000000000000"]).contains("GRACE is too large"));
+    assert!(
+        err(&mut c, &["LOCK.REVOKE", "s", "TOKEN", "a", "GRACE", "9000000000000000"]).contains("GRACE is too large")
+    );
     assert_eq!(hold_score(&mut c, "s", "a"), None, "the refused revoke wrote nothing");
     let (result, token, deadline) = revoke(&mut c, &["s", "TOKEN", "a", "GRACE", "2000"]);
     let deadline = deadline.unwrap();

@@ -1,4 +1,4 @@
-//! `redis-lock revoke` and what `run` does with a revocation (issue 31):
+//! `redis-lock revoke` and what `run` and `elect` do with a revocation (issue 31):
 //! the holder's CMD gets the `--on-revoke` signal on the watchdog's next
 //! renewal, and the key is free once it exits, long before the deadline;
 //! a CMD that ignores it is killed at the revocation's deadline, so nothing
@@ -124,6 +124,24 @@ fn a_cmd_that_ignores_the_signal_is_killed_at_the_deadline() {
     if get(&s, "rv:stubborn").is_some() {
         panic!("the revoked hold is still there after run exited");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn elect_passes_a_revocation_of_its_leadership_to_cmd() {
+    let s = Server::start();
+    let url = s.url();
+    let dir = scratch("elect");
+    let d = dir.to_str().unwrap();
+    let script = format!("trap 'echo usr1 > {d}/got; exit 0' USR1; touch {d}/started; while :; do sleep 0.05; done");
+    let args = ["elect", "--url", &url, "--value", "me", "--ttl", "1500", "--on-revoke", "USR1", "rv:leader"];
+    let mut elect = spawn(&dir, &[&args[..], &["--", "sh", "-c", &script]].concat());
+    until_exists(&dir.join("started"), &mut elect, &dir);
+    let o = cli(&["revoke", "--url", &url, "--grace", "60000", "--reason", "better candidate", "rv:leader"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(exit_code(&mut elect), 0, "{:?}", std::fs::read_to_string(dir.join("stderr")));
+    assert!(std::fs::read_to_string(dir.join("got")).is_ok_and(|t| t.trim() == "usr1"), "CMD got --on-revoke's USR1");
+    assert_eq!(get(&s, "rv:leader"), None, "elect resigned once CMD exited");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
