@@ -322,6 +322,11 @@ fn a_replica_and_an_aof_restart_carry_the_revocation() {
     assert_eq!(hold_score(&mut r, "s", "a"), Some(-(sem_deadline as f64) - 0.5));
     let f = fields_of(&mut r, &["LOCK.INFO", "k"]).unwrap();
     assert_eq!(field(&f, "revoked"), Value::BulkString(b"move".to_vec()));
+    // Promoted, the replica keeps the revocation and its deadline.
+    let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut r).unwrap();
+    assert!(int(&mut r, &["LOCK.RENEW", "k", "t", "600000"]) < 0, "the promoted replica tells the holder");
+    assert_eq!(pexpiretime(&mut r, "k"), deadline, "and keeps the deadline");
+    assert!(int(&mut r, &["SEM.RENEW", "s", "a", "600000"]) < 0);
     drop(replica);
     // Killed (no shutdown save) and started again on the same directory.
     drop(master);
