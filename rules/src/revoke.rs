@@ -134,8 +134,7 @@ pub fn revoke_lock(value: &[u8], pxat: Option<i64>, now: i64, opts: &Options) ->
     Ok(LockRevoke::Revoked { owner, deadline, write })
 }
 
-/// A revoked value's reason and deadline, if `value` is one (checked on
-/// the last bytes first, as every open of a lock key does).
+/// A parsed value's revocation: its reason and deadline, if it was revoked.
 pub fn revoked_of(v: &Stored) -> Option<(&str, i64)> {
     Some((v.revoked.as_deref()?, v.hold_until?))
 }
