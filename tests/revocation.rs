@@ -339,3 +339,20 @@ fn a_replica_and_an_aof_restart_carry_the_revocation() {
     assert_eq!(pexpiretime(&mut c, "k"), deadline);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_revoke_needs_write_permission_on_the_key() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(int(&mut c, &["LOCK.ACQUIRE", "k", "t", "60000"]), 1);
+    let _: () = redis::cmd("ACL").arg(&["SETUSER", "reader", "on", "nopass", "%R~*", "+@all"]).query(&mut c).unwrap();
+    let _: () = redis::cmd("ACL").arg(&["SETUSER", "writer", "on", "nopass", "~*", "+@all"]).query(&mut c).unwrap();
+    let mut r = server.conn();
+    let _: () = redis::cmd("AUTH").arg("reader").arg("any").query(&mut r).unwrap();
+    let text = err(&mut r, &["LOCK.REVOKE", "k"]);
+    assert!(text.contains("NOPERM") || text.contains("NoPerm") || text.contains("permission"), "{text}");
+    assert_eq!(get(&mut c, "k"), Some(b"t".to_vec()), "the refused revoke changed nothing");
+    let mut w = server.conn();
+    let _: () = redis::cmd("AUTH").arg("writer").arg("any").query(&mut w).unwrap();
+    assert_eq!(revoke(&mut w, &["k", "GRACE", "5000"]).0, "revoked");
+}
