@@ -33,6 +33,7 @@ fn a_watched_lock_hears_its_revocation_with_the_reason_and_is_lost_at_the_deadli
     let r = c.revoke("rv:lock", &revoke_opts(None, 4_000, Some("drain node-7"))).unwrap();
     assert_eq!(r.outcome, RevokeOutcome::Revoked);
     assert_eq!(r.token.as_deref(), Some(lock.token()));
+    assert_eq!(c.info("rv:lock").unwrap().unwrap().revoked.as_deref(), Some("drain node-7"), "LockInfo shows it");
     // The engine renews every TTL/3 (500 ms): it hears it on its next renewal.
     let heard = lock.lost_signal().wait_revoked_timeout(PATIENCE).expect("the revocation was heard");
     assert_eq!(heard.reason.as_deref(), Some("drain node-7"));
@@ -94,6 +95,8 @@ fn a_leadership_hears_it_through_the_async_future() {
         assert_eq!(r.outcome, RevokeOutcome::Revoked);
         let heard = tokio::time::timeout(PATIENCE, lead.revoked()).await.expect("in time").expect("revoked");
         assert_eq!(heard.reason.as_deref(), Some("better candidate"));
+        let leader = c.election("rv:elect").leader_async().await.unwrap().expect("still leads");
+        assert_eq!(leader.revoked.as_deref(), Some("better candidate"), "Leader shows it");
         lead.resign_async().await.expect("resign before the deadline");
     });
 }
