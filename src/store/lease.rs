@@ -42,9 +42,12 @@ pub fn settle(k: &mut LockKey, now: i64) {
     }
     if let Entry::Str(v) = k.entry() {
         // A revoked hold that reached its deadline (not a lease its holder
-        // let run out before it): the revocation's end.
-        if value::parse(v).is_some_and(|s| s.revoked.is_some() && lease::lease_end(&s) == s.hold_until) {
-            stats::REVOKED_ENDS.add();
+        // let run out before it) is the revocation's end; either way its
+        // note is done with (the tombstone's expiry is no revoked end).
+        if let Some(s) = value::parse(v).filter(|s| s.revoked.is_some()) {
+            if lease::lease_end(&s) == s.hold_until {
+                stats::REVOKED_ENDS.add();
+            }
             let (ctx, name) = k.ctx_and_name();
             revoked::forget(ctx, name);
         }
