@@ -16,6 +16,7 @@
 
 mod blocked;
 mod boundary;
+mod command_info;
 mod commands;
 mod registration;
 mod server;
@@ -29,7 +30,7 @@ use redis_module::{redis_module, Context, RedisString, Status};
 use blocked::{machine, observers::Observers, queue, waiters::Waiters};
 use boundary::api::{self, rm};
 use server::events::{self, Also, Listener};
-use server::{cluster_fence, config, eviction, info, migration, timings};
+use server::{cluster_fence, config, eviction, info, migration, revoked, timings};
 use store::fence::FENCE_TYPE;
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
@@ -49,6 +50,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         Listener { also: Also::Nothing, on_key: Some(timings::on_key_event), on_db: timings::on_db_event },
         Listener { also: Also::EvictedOnly, on_key: Some(eviction::on_key_event), on_db: eviction::on_db_event },
         Listener { also: Also::Nothing, on_key: None, on_db: store::fence::on_db_event },
+        Listener { also: Also::Nothing, on_key: Some(revoked::on_key_event), on_db: revoked::on_db_event },
     ]);
     config::on_hold_timing_off(timings::stop_holds);
     config::on_eviction_mode(eviction::mode_changed);

@@ -11,7 +11,8 @@ use redis_module::raw::{self, RedisModuleCommandArg, RedisModuleCommandKeySpec, 
 use crate::boundary::api::rm;
 use crate::boundary::entry::command_fn;
 use crate::boundary::keyspec;
-use crate::commands::{election, guard, holders, lock, multi, top};
+use crate::command_info::{arg, Arg};
+use crate::commands::{election, guard, holders, lock, multi, revoke, top};
 
 command_fn!(acquire_cmd => lock::acquire);
 command_fn!(renew_cmd => lock::renew);
@@ -33,26 +34,9 @@ command_fn!(rw_release_cmd => holders::rw_release);
 command_fn!(rw_info_cmd => holders::rw_info);
 command_fn!(top_cmd => top::top);
 command_fn!(evicted_cmd => lock::evicted);
+command_fn!(revoke_cmd => revoke::revoke);
 
 type CommandFn = unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
-
-/// One argument as `COMMAND DOCS` shows it.
-#[derive(Clone, Copy)]
-enum Arg {
-    Key(&'static CStr),
-    Str(&'static CStr),
-    Int(&'static CStr),
-    /// An optional keyword alone (`FENCE`).
-    Flag(&'static CStr, &'static CStr),
-    /// An optional keyword and its integer (`WAIT timeout-ms`).
-    Option(&'static CStr, &'static CStr),
-    /// Any number of strings, none included (`[arg ...]`).
-    Rest(&'static CStr),
-    /// How many keys follow (`numkeys`, first): the key spec counts by it.
-    NumKeys(&'static CStr),
-    /// The keys `NumKeys` counts (`key [key ...]`).
-    Keys(&'static CStr),
-}
 
 struct Command {
     name: &'static CStr,
@@ -386,6 +370,21 @@ const COMMANDS: &[Command] = &[
         complexity: c"O(1)",
         args: &[Arg::Key(c"key"), Arg::Str(c"token")],
     },
+    Command {
+        name: c"lock.revoke",
+        handler: revoke_cmd,
+        flags: c"write",
+        key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE),
+        acl: c"write keyspace slow",
+        summary: c"Revokes a hold (a lock, a leader, a semaphore or read-write lock holder): its holder hears it on its next renewal, and the server ends the hold after GRACE ms",
+        complexity: c"O(1) for a lock, O(N) for a structured value of N bytes; O(log(N) + M) for a semaphore or read-write lock with N holders, M ended leases it removes (at most 1000)",
+        args: &[
+            Arg::Key(c"key"),
+            Arg::Text(c"token", c"TOKEN"),
+            Arg::Option(c"grace-ms", c"GRACE"),
+            Arg::Text(c"reason", c"REASON"),
+        ],
+    },
 ];
 
 /// Registers every command. The `@lock` ACL category is added where the
@@ -458,40 +457,4 @@ fn set_info(handle: *mut raw::RedisModuleCommand, cmd: &Command) -> bool {
 /// Whether `flag` is one of the command's flags.
 fn has_flag(cmd: &Command, flag: &[u8]) -> bool {
     cmd.flags.to_bytes().split(|&b| b == b' ').any(|f| f == flag)
-}
-
-fn arg(a: Arg) -> RedisModuleCommandArg {
-    use raw::{
-        RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER as INTEGER,
-        RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY as KEY,
-    };
-    use raw::{
-        RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN as PURE_TOKEN,
-        RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING as STRING,
-    };
-    let optional = raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int;
-    let multiple = raw::REDISMODULE_CMD_ARG_MULTIPLE as c_int;
-    let (name, type_, token, flags) = match a {
-        Arg::Key(n) => (n, KEY, None, 0),
-        Arg::Str(n) => (n, STRING, None, 0),
-        Arg::Int(n) => (n, INTEGER, None, 0),
-        Arg::Flag(n, t) => (n, PURE_TOKEN, Some(t), optional),
-        Arg::Option(n, t) => (n, INTEGER, Some(t), optional),
-        Arg::Rest(n) => (n, STRING, None, optional | multiple),
-        Arg::NumKeys(n) => (n, INTEGER, None, 0),
-        Arg::Keys(n) => (n, KEY, None, multiple),
-    };
-    RedisModuleCommandArg {
-        name: name.as_ptr(),
-        type_,
-        // The one key spec is index 0; -1 for arguments that are no key.
-        key_spec_index: if matches!(a, Arg::Key(_) | Arg::Keys(_)) { 0 } else { -1 },
-        token: token.map_or(null(), CStr::as_ptr),
-        summary: null(),
-        since: null(),
-        flags,
-        deprecated_since: null(),
-        subargs: std::ptr::null_mut(),
-        display_text: null(),
-    }
 }

@@ -33,7 +33,7 @@ fn parse_led(v: Value) -> Led {
         other => panic!("not an integer: {other:?}"),
     };
     let names: Vec<String> = items.iter().step_by(2).map(s).collect();
-    assert_eq!(names, ["value", "term", "rev", "ttl-ms"]);
+    assert_eq!(names, ["value", "term", "rev", "ttl-ms", "revoked", "revoked-until"]);
     Some((s(&items[1]), i(&items[3]), i(&items[5]), i(&items[7])))
 }
 

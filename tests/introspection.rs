@@ -51,10 +51,11 @@ fn info_on_a_structured_lock_shows_owner_run_and_ttl() {
             "lock-delay-ms",
             "hold-until",
             "lease-end",
-            "delayed-until"
+            "delayed-until",
+            "revoked"
         ]
     );
-    for lease_field in ["lock-delay-ms", "hold-until", "lease-end", "delayed-until"] {
+    for lease_field in ["lock-delay-ms", "hold-until", "lease-end", "delayed-until", "revoked"] {
         assert_eq!(field(&f, lease_field), &Value::Nil, "{lease_field} of a lock without lease terms");
     }
     assert_eq!(field(&f, "owner"), &Value::BulkString(b"tok".to_vec()));

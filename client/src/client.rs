@@ -18,6 +18,7 @@ use crate::lock::Lock;
 use crate::options::{ClientOptions, LockOptions};
 use crate::replicas;
 use crate::retry::Backoff;
+use crate::revocation::{parse_revoke, revoke_cmd, RevokeOptions, RevokeReply};
 use crate::runtime;
 use crate::single::{AsyncConn, Single};
 use crate::trace;
@@ -192,6 +193,24 @@ impl LockClient {
         self.core.transport.serves(Api::Sync)?;
         let (core, cmd) = (self.core.clone(), LockCmd::release(key, token)?);
         released(key, runtime::block(async move { core.run_ok(&cmd).await })?)
+    }
+
+    /// Revokes `key`'s hold (`LOCK.REVOKE`, module only; docs/revocation.md):
+    /// a lock, a leadership, or (with [`RevokeOptions::token`]) a holder of a
+    /// semaphore or read-write lock. Its holder hears it on its next renewal
+    /// ([`Lock::revoked`]); the server ends the hold after the grace.
+    pub fn revoke(&self, key: &str, opts: &RevokeOptions) -> Result<RevokeReply> {
+        check_key(key)?;
+        self.core.transport.serves(Api::Sync)?;
+        let (core, key, cmd) = (self.core.clone(), key.to_string(), revoke_cmd(key, opts));
+        runtime::block(async move { parse_revoke(core.transport.call(&key, &cmd).await?) })
+    }
+
+    /// The async twin of [`LockClient::revoke`].
+    pub async fn revoke_async(&self, key: &str, opts: &RevokeOptions) -> Result<RevokeReply> {
+        check_key(key)?;
+        self.core.transport.serves(Api::Async)?;
+        parse_revoke(self.core.transport.call(key, &revoke_cmd(key, opts)).await?)
     }
 
     /// The async twin of [`LockClient::try_acquire`].

@@ -30,6 +30,7 @@ use crate::info::{parse_leader, Leader};
 use crate::lock::Lock;
 use crate::observe::{LeaderIter, LeaderStream};
 use crate::options::LockOptions;
+use crate::revocation::Revocation;
 use crate::runtime;
 use crate::state::{LossReason, LostSignal};
 use crate::trace;
@@ -234,6 +235,13 @@ impl Leadership {
     /// (`None`).
     pub async fn lost(&self) -> Option<LossReason> {
         self.lock.lost().await
+    }
+
+    /// Resolves when the renewal engine hears this leadership was revoked
+    /// (`LOCK.REVOKE`, e.g. for a better candidate: resign before
+    /// [`Revocation::deadline`]), or `None` when it ends unrevoked.
+    pub async fn revoked(&self) -> Option<Revocation> {
+        self.lock.revoked().await
     }
 
     /// Resets the lease to `ttl` (`LOCK.RENEW`); [`Error::NotHeld`] when

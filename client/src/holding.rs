@@ -15,6 +15,7 @@ use futures_util::future::BoxFuture;
 use crate::engine::{Engine, Renewer};
 use crate::error::{Error, Result};
 use crate::options::LockOptions;
+use crate::revocation::Revocation;
 use crate::runtime;
 use crate::state::{LossReason, LostSignal, Shared, Status};
 use crate::transport::Api;
@@ -224,3 +225,57 @@ macro_rules! held_lock {
     };
 }
 pub(crate) use held_lock;
+
+/// The revoked signal (`LOCK.REVOKE`, docs/revocation.md): the renewal
+/// engine hears a revocation on its next renewal of the hold, and fires it
+/// with the deadline and, for a lock or a leadership, the reason.
+impl LostSignal {
+    /// The hold's revocation, once a renewal heard it (non-blocking).
+    pub fn revocation(&self) -> Option<Revocation> {
+        let g = self.shared.lock();
+        g.revoked.clone().filter(|_| g.revoke_told)
+    }
+
+    /// Resolves with the revocation once a renewal hears it, or `None`
+    /// when the hold ends (released or lost) unrevoked. Does not block the
+    /// runtime.
+    pub async fn revoked(&self) -> Option<Revocation> {
+        loop {
+            let notified = self.shared.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let valid_until = {
+                let g = self.shared.lock();
+                if g.revoke_told {
+                    return g.revoked.clone();
+                }
+                if g.status != Status::Held {
+                    return None;
+                }
+                g.valid_until
+            };
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(valid_until.into()) => {}
+            }
+        }
+    }
+
+    /// Blocks until a renewal hears a revocation (`Some`), the hold ends
+    /// unrevoked, or `timeout` passes (`None`).
+    pub fn wait_revoked_timeout(&self, timeout: Duration) -> Option<Revocation> {
+        let deadline = Instant::now() + timeout;
+        let mut g = self.shared.lock();
+        loop {
+            if g.revoke_told {
+                return g.revoked.clone();
+            }
+            let now = Instant::now();
+            if g.status != Status::Held || now >= deadline {
+                return None;
+            }
+            let wake = deadline.min(g.valid_until);
+            g = self.shared.sleep(g, wake);
+        }
+    }
+}

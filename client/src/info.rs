@@ -57,6 +57,9 @@ pub struct LockInfo {
     /// Clients blocked in the server waiting for this key (`acquire` with
     /// the module's `WAIT`). Always 0 without the module, where waiters poll.
     pub waiters: u64,
+    /// The reason of a revocation of the hold (`LOCK.REVOKE`; its deadline
+    /// is the hold limit), `None` when it is not revoked.
+    pub revoked: Option<String>,
 }
 
 /// A semaphore's or read-write lock's state, from
@@ -105,6 +108,9 @@ pub struct Leader {
     pub rev: u64,
     /// What is left of the leader's lease (it renews it); `None`: no expiry.
     pub ttl: Option<Duration>,
+    /// The reason of a revocation of the leader (`LOCK.REVOKE`): it is
+    /// asked to resign; `None` when it is not revoked.
+    pub revoked: Option<String>,
 }
 
 /// `SEM.INFO key` or `RWLOCK.INFO key` (by `kind`'s family).
@@ -126,6 +132,7 @@ pub(crate) fn computed(value: Option<Vec<u8>>, pttl: i64) -> RedisResult<Option<
         ttl: ttl(pttl).ok_or_else(|| unexpected(Value::Int(pttl)))?,
         fence: None,
         waiters: 0,
+        revoked: None,
     }))
 }
 
@@ -170,6 +177,7 @@ fn waiters(v: Value) -> RedisResult<u64> {
 pub(crate) fn parse(v: Value) -> RedisResult<Option<LockInfo>> {
     let Some(pairs) = fields(v)? else { return Ok(None) };
     let (mut owner, mut run_id, mut format, mut ttl_ms, mut fence, mut waiters) = (None, None, None, None, None, None);
+    let mut revoked = None;
     for (name, value) in pairs {
         match name.as_str() {
             "owner" => owner = opt_bytes(value)?,
@@ -190,6 +198,7 @@ pub(crate) fn parse(v: Value) -> RedisResult<Option<LockInfo>> {
                 }
             }
             "waiters" => waiters = Some(self::waiters(value)?),
+            "revoked" => revoked = opt_bytes(value)?,
             _ => {}
         }
     }
@@ -203,6 +212,7 @@ pub(crate) fn parse(v: Value) -> RedisResult<Option<LockInfo>> {
         fence,
         // An older module without the field has no waiters.
         waiters: waiters.unwrap_or(0),
+        revoked,
     }))
 }
 
@@ -211,13 +221,14 @@ pub(crate) fn parse(v: Value) -> RedisResult<Option<LockInfo>> {
 /// fields are skipped, as in [`parse`].
 pub(crate) fn parse_leader(v: Value) -> RedisResult<Option<Leader>> {
     let Some(pairs) = fields(v)? else { return Ok(None) };
-    let (mut value, mut term, mut rev, mut ttl_ms) = (None, None, None, None);
+    let (mut value, mut term, mut rev, mut ttl_ms, mut revoked) = (None, None, None, None, None);
     for (name, v) in pairs {
         match name.as_str() {
             "value" => value = opt_bytes(v)?,
             "term" => term = Some(positive(v)?),
             "rev" => rev = Some(positive(v)?),
             "ttl-ms" => ttl_ms = Some(int(v)?),
+            "revoked" => revoked = opt_bytes(v)?,
             _ => {}
         }
     }
@@ -228,6 +239,7 @@ pub(crate) fn parse_leader(v: Value) -> RedisResult<Option<Leader>> {
         term: term.ok_or_else(|| missing("term"))?,
         rev: rev.ok_or_else(|| missing("rev"))?,
         ttl: ttl(ttl_ms).ok_or_else(|| unexpected(Value::Int(ttl_ms)))?,
+        revoked,
     }))
 }
 

@@ -211,6 +211,7 @@ mod options;
 mod quorum;
 mod replicas;
 mod retry;
+mod revocation;
 mod runtime;
 mod send;
 mod single;
@@ -232,6 +233,7 @@ pub use named::{NamedLock, RwLock};
 pub use observe::{LeaderIter, LeaderStream, OBSERVE_WAIT};
 pub use options::{ClientOptions, LockOptions, WatchdogOptions};
 pub use quorum::{QuorumClient, QuorumFailure, QuorumLock, QuorumOptions};
+pub use revocation::{Revocation, RevokeOptions, RevokeOutcome, RevokeReply};
 pub use state::{LossReason, LostSignal};
 
 /// Compiles the README's examples as doctests.

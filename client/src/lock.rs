@@ -11,9 +11,10 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::holding::{held_lock, Flavor, Holder, Holding};
 use crate::options::LockOptions;
+use crate::revocation::Revocation;
 use crate::runtime;
 use crate::state::{LossReason, LostSignal, Shared};
-use crate::transport::{note_eviction, renewal_took_effect, Api, Core};
+use crate::transport::{note_eviction, note_revocation, renewal_took_effect, Api, Core};
 
 /// A held lock, exclusive lock or semaphore permit or read or write lease
 /// ([`Lock::kind`]). Released when dropped (best effort).
@@ -68,10 +69,11 @@ impl Holder for Core {
             let sent = Instant::now();
             match LockCmd::renew_of(lock.kind, &lock.key, &lock.token, ttl) {
                 Ok(cmd) => {
-                    let r = self.run(&cmd).await.map(|g| renewal_took_effect(&lock, g));
+                    let r = self.run(&cmd).await.map(|g| renewal_took_effect(&lock, sent, g));
                     if matches!(r, Ok(false)) {
                         note_eviction(self.transport.as_ref(), &self.opts, &lock).await;
                     }
+                    note_revocation(self.transport.as_ref(), &self.opts, &lock).await;
                     (sent, r)
                 }
                 Err(e) => (sent, Err(e)),
@@ -185,6 +187,14 @@ impl Lock {
     /// Resolves when the lock is lost (`Some(reason)`) or released (`None`).
     pub async fn lost(&self) -> Option<LossReason> {
         self.lost_signal().lost().await
+    }
+
+    /// Resolves when the renewal engine hears this hold was revoked
+    /// (`LOCK.REVOKE`: finish before [`Revocation::deadline`] and release),
+    /// or `None` when it ends unrevoked. Also for semaphore permits and
+    /// read-write guards; [`LostSignal::revocation`] asks without waiting.
+    pub async fn revoked(&self) -> Option<Revocation> {
+        self.lost_signal().revoked().await
     }
 
     /// Resets the TTL to `ttl` (the watchdog, if any, uses it from then on).

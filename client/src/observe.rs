@@ -216,7 +216,7 @@ mod tests {
     use super::*;
 
     fn leader(term: u64, rev: u64) -> Option<Leader> {
-        Some(Leader { value: "v".into(), term, rev, ttl: None })
+        Some(Leader { value: "v".into(), term, rev, ttl: None, revoked: None })
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::cmd::LockKind;
+use crate::revocation::Revocation;
 use crate::trace;
 
 /// Why a lock stopped being held without being released.
@@ -33,6 +34,9 @@ pub enum LossReason {
     /// found the lock gone; without the module, or on a quorum, such a
     /// loss reads [`LossReason::NotOwner`].
     Evicted,
+    /// The hold was revoked (`LOCK.REVOKE`; [`LostSignal::revoked`]) and
+    /// its deadline came before it was released.
+    Revoked,
 }
 
 impl LossReason {
@@ -44,6 +48,7 @@ impl LossReason {
             LossReason::MaxLifetime => "max_lifetime",
             LossReason::MaxHold => "max_hold",
             LossReason::Evicted => "evicted",
+            LossReason::Revoked => "revoked",
         }
     }
 }
@@ -56,6 +61,7 @@ impl fmt::Display for LossReason {
             LossReason::MaxLifetime => "the watchdog reached its maximum lifetime and the TTL ran out",
             LossReason::MaxHold => "the server's hold limit (max-hold) ended the lease",
             LossReason::Evicted => "the server evicted the key (maxmemory-policy) while it was held",
+            LossReason::Revoked => "the hold was revoked and its deadline passed",
         })
     }
 }
@@ -88,6 +94,10 @@ pub(crate) struct Inner {
     /// The module said an eviction took the key (`LOCK.EVICTED`): a loss
     /// found by a renewal or release is then a [`LossReason::Evicted`].
     evicted: bool,
+    /// The hold was revoked: its deadline caps the validity
+    /// (`hold_until`); `revoke_told`: the signal fired (with the reason).
+    pub(crate) revoked: Option<Revocation>,
+    pub(crate) revoke_told: bool,
     /// Release or drop asked the watchdog to stop (the engine drops the
     /// lock from its schedule when it next comes due).
     pub(crate) stop: bool,
@@ -147,7 +157,7 @@ pub(crate) struct Shared {
     /// Wakes blocking waiters.
     cond: Condvar,
     /// Wakes async waiters.
-    notify: Notify,
+    pub(crate) notify: Notify,
 }
 
 impl Shared {
@@ -164,6 +174,8 @@ impl Shared {
                 hold_until: None,
                 capped: false,
                 evicted: false,
+                revoked: None,
+                revoke_told: false,
                 stop: false,
                 sleepers: 0,
                 held: None,
@@ -179,7 +191,9 @@ impl Shared {
         // (every update is a single assignment), so poisoning is ignored.
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if g.status == Status::Held && Instant::now() >= g.valid_until {
-            g.status = Status::Lost(if g.capped {
+            g.status = Status::Lost(if g.revoked.is_some() {
+                LossReason::Revoked
+            } else if g.capped {
                 LossReason::MaxHold
             } else if g.retired {
                 LossReason::MaxLifetime
@@ -194,7 +208,7 @@ impl Shared {
 
     /// Called with the state locked, so no sleeper can be between its
     /// check and its wait.
-    fn wake(&self, g: &Inner) {
+    pub(crate) fn wake(&self, g: &Inner) {
         if g.sleepers > 0 {
             self.cond.notify_all();
         }
@@ -202,7 +216,7 @@ impl Shared {
     }
 
     /// Sleeps on `cond` until notified or `until`, then relocks.
-    fn sleep<'a>(&'a self, mut g: MutexGuard<'a, Inner>, until: Instant) -> MutexGuard<'a, Inner> {
+    pub(crate) fn sleep<'a>(&'a self, mut g: MutexGuard<'a, Inner>, until: Instant) -> MutexGuard<'a, Inner> {
         g.sleepers += 1;
         let timeout = until.saturating_duration_since(Instant::now());
         let (mut g, _) = self.cond.wait_timeout(g, timeout).unwrap_or_else(|p| p.into_inner());
@@ -254,6 +268,30 @@ impl Shared {
     /// replied 2): its end is then a [`LossReason::MaxHold`].
     pub(crate) fn mark_capped(&self) {
         self.lock().capped = true;
+    }
+
+    /// A renewal heard the hold is revoked until `deadline`: no validity
+    /// goes past it. Whether this is the first it heard (then the caller
+    /// reads the reason and calls [`Shared::tell_revoked`]).
+    pub(crate) fn mark_revoked(&self, deadline: Instant) -> bool {
+        let mut g = self.lock();
+        let first = g.revoked.is_none();
+        let reason = g.revoked.take().and_then(|r| r.reason);
+        let deadline = g.hold_until.map_or(deadline, |h| h.min(deadline));
+        g.hold_until = Some(deadline);
+        g.valid_until = g.valid_until.min(deadline);
+        g.revoked = Some(Revocation { deadline, reason });
+        first
+    }
+
+    /// Fires the revoked signal, with the revoke's reason if known.
+    pub(crate) fn tell_revoked(&self, reason: Option<String>) {
+        let mut g = self.lock();
+        if let Some(r) = g.revoked.as_mut() {
+            r.reason = reason;
+            g.revoke_told = true;
+            self.wake(&g);
+        }
     }
 
     /// Why the lock was lost, if it was.

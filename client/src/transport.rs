@@ -18,6 +18,7 @@ use crate::engine::{Due, Engine, EngineSlot, Renewed, Renewer};
 use crate::error::{Error, Result};
 use crate::info::{HoldersInfo, LockInfo};
 use crate::options::ClientOptions;
+use crate::revocation::{deadline_of, reason_of};
 use crate::send::BackendCell;
 use crate::state::Shared;
 use crate::wait::Waited;
@@ -146,7 +147,7 @@ impl Renewer for Core {
                 .map(|(c, d)| match c {
                     Ok(_) => ran.next().map_or_else(
                         || (now, Err(Error::InvalidArgument("no renewal answer".into()))),
-                        |(sent, r)| (sent, r.map(|g| renewal_took_effect(&d.shared, g))),
+                        |(sent, r)| (sent, r.map(|g| renewal_took_effect(&d.shared, sent, g))),
                     ),
                     Err(e) => (now, Err(e)),
                 })
@@ -155,6 +156,7 @@ impl Renewer for Core {
                 if matches!(r, Ok(false)) {
                     note_eviction(self.transport.as_ref(), &self.opts, &d.shared).await;
                 }
+                note_revocation(self.transport.as_ref(), &self.opts, &d.shared).await;
             }
             renewed
         })
@@ -171,11 +173,36 @@ impl Renewer for Core {
 /// Whether a renewal of `lock` took effect; one the hold limit cut short
 /// (2) is noted on the lock, whose end is then reported as
 /// [`LossReason::MaxHold`](crate::LossReason::MaxHold).
-pub(crate) fn renewal_took_effect(lock: &Shared, g: Grant) -> bool {
-    if g == Grant::Capped {
-        lock.mark_capped();
+pub(crate) fn renewal_took_effect(lock: &Shared, sent: Instant, g: Grant) -> bool {
+    match g {
+        Grant::Capped => lock.mark_capped(),
+        Grant::Revoked { left_ms } => {
+            lock.mark_revoked(deadline_of(sent, left_ms));
+        }
+        _ => {}
     }
     g.took_effect()
+}
+
+/// After a renewal that heard `lock` is revoked, the first time: reads the
+/// revoke's reason (`LOCK.INFO`, one round trip, a lock or leadership only:
+/// the server keeps none for semaphores and read-write locks) and fires
+/// the lock's revoked signal ([`LostSignal::revoked`](crate::LostSignal::revoked)).
+pub(crate) async fn note_revocation(t: &dyn Transport, opts: &ClientOptions, lock: &Shared) {
+    let untold = {
+        let g = lock.lock();
+        g.revoked.is_some() && !g.revoke_told
+    };
+    if !untold {
+        return;
+    }
+    let mut reason = None;
+    if lock.kind == LockKind::Exclusive {
+        let mut cmd = redis::cmd("LOCK.INFO");
+        cmd.arg(&lock.key);
+        reason = bounded(opts, t.call(&lock.key, &cmd)).await.ok().and_then(reason_of);
+    }
+    lock.tell_revoked(reason);
 }
 
 /// After a renewal or release that found `lock` gone: asks the module

@@ -237,6 +237,7 @@ fn several_urls_work_where_the_synopses_repeat_url_and_are_a_usage_error_elsewhe
             "leader" => &["docs:e"],
             "info" => &["docs:k"],
             "release" => &["docs:k", "tok"],
+            "revoke" => &["docs:k"],
             "list" => &[],
             "top" => &["--once", "--interval", "0.1"],
             other => panic!("add a sample invocation of `{other}` to this test"),

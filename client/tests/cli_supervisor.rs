@@ -14,6 +14,8 @@
 
 #![cfg(target_os = "linux")]
 
+mod cli_support;
+
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -60,16 +62,7 @@ impl Scratch {
         let err = std::fs::File::create(self.0.join("stderr")).expect("stderr file");
         let mut cmd = Command::new(program);
         cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(err);
-        // SAFETY: only signal(2), async-signal-safe, between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
-                    libc::signal(sig, libc::SIG_DFL);
-                }
-                Ok(())
-            });
-        }
-        cmd.spawn().expect("spawn")
+        cli_support::spawn_with_default_signals(&mut cmd)
     }
 
     /// The recorded pids (grandchild, shell), once CMD wrote them; `None`

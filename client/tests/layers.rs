@@ -15,7 +15,7 @@ use redis_lock_harness::layers::{assert_layers, Layers, Sources};
 const LIBRARY: Layers = &[
     ("bottom", &["error", "failure", "options", "trace"]),
     // Taking `now` and replies, doing no I/O.
-    ("pure decisions", &["cmd", "watchdog", "retry", "state", "info"]),
+    ("pure decisions", &["cmd", "watchdog", "retry", "revocation", "state", "info"]),
     ("runtime", &["runtime", "engine"]),
     ("transport", &["send", "transport", "single", "cluster", "wait"]),
     // `quorum::round` runs one step on every server (tokio tasks over the
@@ -32,7 +32,7 @@ const CLI: Layers = &[
     // A cluster's masters; `list`'s and `top`'s output.
     ("cluster and output", &["masters", "render", "frame"]),
     ("command line", &["args", "target"]),
-    ("commands", &["run", "elect", "leader", "info", "release", "list", "top"]),
+    ("commands", &["run", "elect", "leader", "info", "release", "revoke", "list", "top"]),
     ("dispatch", &["crate"]),
 ];
 

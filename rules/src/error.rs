@@ -63,6 +63,19 @@ pub enum ArgError {
     TooManyKeys,
     /// LOCK.ACQUIREALL names a key twice.
     DuplicateKey,
+    /// LOCK.REVOKE's `GRACE ms` is not 0 or a positive integer.
+    GraceInvalid,
+    /// now + `GRACE` does not fit the 64-bit millisecond clock.
+    GraceTooLarge,
+    /// LOCK.REVOKE's `REASON` is not UTF-8 or longer than
+    /// [`MAX_REASON`](crate::revoke::MAX_REASON) bytes.
+    ReasonInvalid,
+    /// LOCK.REVOKE without `TOKEN` on a key with several holders.
+    TokenRequired,
+    /// LOCK.REVOKE of an exclusive lock whose value the module cannot
+    /// rewrite with a revocation (a bare token that is not UTF-8, or JSON
+    /// it did not write): the holder could not hear it.
+    NotRevocable,
 }
 
 impl ArgError {
@@ -97,6 +110,13 @@ impl ArgError {
             ArgError::NumKeysInvalid => c"ERR numkeys must be a positive integer",
             ArgError::TooManyKeys => c"ERR at most 64 keys per request (numkeys)",
             ArgError::DuplicateKey => c"ERR a key is named twice",
+            ArgError::GraceInvalid => c"ERR GRACE must be 0 or a positive integer (milliseconds)",
+            ArgError::GraceTooLarge => c"ERR GRACE is too large: the deadline would overflow",
+            ArgError::ReasonInvalid => c"ERR REASON must be valid UTF-8 of at most 200 bytes",
+            ArgError::TokenRequired => c"ERR TOKEN is required: the key has several holders",
+            ArgError::NotRevocable => {
+                c"ERR the lock's value cannot carry a revocation (not UTF-8, or JSON the module did not write)"
+            }
         }
     }
 

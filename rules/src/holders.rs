@@ -73,7 +73,10 @@ pub fn hold_score(hold_until: i64) -> f64 {
 /// The hold limit a hold member's score stands for: only scores below
 /// [`HOLD_FLOOR`] that are integers (what [`hold_score`] writes).
 pub fn hold_from_score(score: f64) -> Option<i64> {
-    (score < HOLD_FLOOR && score >= -(MAX_EXACT as f64) && score.fract() == 0.0).then(|| -score as i64)
+    // A revoked holder's limit is its deadline, scored half a ms further
+    // (`crate::revoke::revoked_hold_score`).
+    let whole = score.fract() == 0.0 || score.fract() == -0.5;
+    (score < HOLD_FLOOR && score >= -(MAX_EXACT as f64) && whole).then(|| -score as i64)
 }
 
 /// Which family of commands a key belongs to (`SEM.*` or `RWLOCK.*`).
@@ -247,6 +250,8 @@ pub struct Summary {
     /// The caller's hold limit (`MAXHOLD`: grant time + ms), when its
     /// member is there (also for a place that ended and is not pruned yet).
     pub hold: Option<i64>,
+    /// The caller's hold was revoked (`LOCK.REVOKE`): `hold` is its deadline.
+    pub revoked: bool,
 }
 
 impl Summary {
@@ -495,11 +500,11 @@ mod tests {
     use super::*;
 
     fn sem(limit: u64, live: u64, own: Option<i64>, last: Option<i64>) -> Summary {
-        Summary { kind: Kind::Semaphore { limit }, delay: 0, live, own, last, hold: None }
+        Summary { kind: Kind::Semaphore { limit }, delay: 0, live, own, last, hold: None, revoked: false }
     }
 
     fn rw(writer: bool, live: u64, own: Option<i64>) -> Summary {
-        Summary { kind: Kind::ReadWrite { writer }, delay: 0, live, own, last: Some(100), hold: None }
+        Summary { kind: Kind::ReadWrite { writer }, delay: 0, live, own, last: Some(100), hold: None, revoked: false }
     }
 
     #[test]
@@ -513,9 +518,11 @@ mod tests {
         }
         // Tags (down to a writer with the longest delay) are above the floor.
         assert!(Tag { kind: Kind::ReadWrite { writer: true }, delay: MAX_DELAY }.score() > HOLD_FLOOR);
-        for bad in [-2.0, -1.6, 0.0, 5.0, -2.5, f64::NEG_INFINITY, f64::NAN, -(MAX_EXACT as f64) * 2.0] {
+        for bad in [-2.0, -1.6, 0.0, 5.0, -2.25, f64::NEG_INFINITY, f64::NAN, -(MAX_EXACT as f64) * 2.0] {
             assert_eq!(hold_from_score(bad), None, "{bad}");
         }
+        // Half a ms past a limit: a revoked holder's deadline (crate::revoke).
+        assert_eq!(hold_from_score(-2.5), Some(2));
     }
 
     #[test]

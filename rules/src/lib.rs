@@ -23,6 +23,7 @@
 //! - [`blocked`]: the bookkeeping every kind of blocked client shares (per key, per client, check timers).
 //! - [`queue`]: the wait queues (FIFO per key) on it.
 //! - [`migration`]: atomic slot migration: which server speaks which dialect, what its events ask.
+//! - [`revoke`]: LOCK.REVOKE: a revocation's deadline and mark, its renewal reply.
 //! - [`scripts`]: the reference Lua scripts.
 //! - [`top`]: LOCK.TOP's order of contended keys.
 //! - [`value`]: the structured values the module writes (elections, hold
@@ -49,6 +50,7 @@ pub mod multi;
 pub mod number;
 pub mod observers;
 pub mod queue;
+pub mod revoke;
 pub mod scripts;
 pub mod top;
 pub mod value;

@@ -5,7 +5,7 @@
 //! and renew or release the key as before.
 //!
 //! ```text
-//! {"owner":T[,"runId":R][,"term":N,"rev":N,"value":V][,"holdUntil":MS][,"lockDelay":MS,"leaseEnd":MS]}
+//! {"owner":T[,"runId":R][,"term":N,"rev":N,"value":V][,"revoked":REASON,"holdUntil":MS|,"holdUntil":MS][,"lockDelay":MS,"leaseEnd":MS]}
 //! {"owner":null,"delayedUntil":MS}      (a lease that ended involuntarily, in its lock-delay)
 //! ```
 //!
@@ -41,6 +41,9 @@ pub struct Stored {
     pub owner: String,
     pub run_id: Option<String>,
     pub election: Option<Election>,
+    /// The hold was revoked (`LOCK.REVOKE`), for this reason: its
+    /// `hold_until` is then the revocation's deadline (never without one).
+    pub revoked: Option<String>,
     /// No renewal sets the lease's end past this (Unix ms).
     pub hold_until: Option<i64>,
     pub delay: Option<Delay>,
@@ -49,7 +52,7 @@ pub struct Stored {
 impl Stored {
     /// A value owned by `owner` with no other field.
     pub fn owned_by(owner: &str) -> Stored {
-        Stored { owner: owner.to_owned(), run_id: None, election: None, hold_until: None, delay: None }
+        Stored { owner: owner.to_owned(), run_id: None, election: None, revoked: None, hold_until: None, delay: None }
     }
 
     /// Whether the value says more than the bare token would: without any
@@ -60,7 +63,9 @@ impl Stored {
 
     /// The canonical bytes (Go's encoding/json style for the strings).
     pub fn encode(&self) -> Vec<u8> {
-        let extra = self.run_id.as_ref().map_or(0, String::len) + self.election.as_ref().map_or(0, |e| e.value.len());
+        let extra = self.run_id.as_ref().map_or(0, String::len)
+            + self.election.as_ref().map_or(0, |e| e.value.len())
+            + self.revoked.as_ref().map_or(0, String::len);
         let mut out = Vec::with_capacity(self.owner.len() + extra + 160);
         out.extend_from_slice(br#"{"owner":""#);
         push_go_string(&mut out, &self.owner);
@@ -75,6 +80,11 @@ impl Stored {
             push_number(&mut out, br#","rev":"#, e.rev as i64);
             out.extend_from_slice(br#","value":""#);
             push_go_string(&mut out, &e.value);
+            out.push(b'"');
+        }
+        if let (Some(reason), Some(_)) = (&self.revoked, self.hold_until) {
+            out.extend_from_slice(br#","revoked":""#);
+            push_go_string(&mut out, reason);
             out.push(b'"');
         }
         if let Some(at) = self.hold_until {
@@ -131,7 +141,15 @@ pub fn parse(value: &[u8]) -> Option<Stored> {
     } else {
         None
     };
-    let hold_until = if c.optional(br#","holdUntil":"#) { Some(c.number()? as i64) } else { None };
+    // A revocation always comes with its deadline, the hold limit.
+    let revoked = if c.optional(br#","revoked":"#) { Some(c.string()?) } else { None };
+    let hold_until = if c.optional(br#","holdUntil":"#) {
+        Some(c.number()? as i64)
+    } else if revoked.is_some() {
+        return None;
+    } else {
+        None
+    };
     let delay = if c.optional(br#","lockDelay":"#) {
         let lock_delay = c.number()? as i64;
         c.literal(br#","leaseEnd":"#)?;
@@ -141,7 +159,7 @@ pub fn parse(value: &[u8]) -> Option<Stored> {
     };
     c.literal(b"}")?;
     c.end()?;
-    Some(Stored { owner, run_id, election, hold_until, delay })
+    Some(Stored { owner, run_id, election, revoked, hold_until, delay })
 }
 
 /// A strict reader of the grammar above. Every read either consumes
@@ -257,9 +275,23 @@ mod tests {
                 rev: 1_700_000_000_555_000,
                 value: "10.0.0.1:80".into(),
             }),
+            revoked: None,
             hold_until: Some(1_700_000_060_000),
             delay: Some(Delay { lock_delay: 15_000, lease_end: 1_700_000_010_000 }),
         }
+    }
+
+    #[test]
+    fn a_revocation_round_trips_and_needs_its_deadline() {
+        let s = Stored { revoked: Some("drain \"node\" <1>".into()), ..full() };
+        let bytes = s.encode();
+        assert_eq!(parse(&bytes), Some(s.clone()));
+        assert!(owns(&bytes, s.owner.as_bytes()));
+        let plain = Stored { revoked: Some(String::new()), hold_until: Some(5), ..Stored::owned_by("t") };
+        assert_eq!(plain.encode(), br#"{"owner":"t","revoked":"","holdUntil":5}"#);
+        assert_eq!(parse(br#"{"owner":"t","revoked":"r"}"#), None);
+        assert_eq!(parse(br#"{"owner":"t","holdUntil":5,"revoked":"r"}"#), None);
+        assert_eq!(parse(br#"{"owner":"t","revoked":"r","lockDelay":1,"leaseEnd":2}"#), None);
     }
 
     #[test]

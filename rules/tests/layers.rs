@@ -24,7 +24,10 @@ const RULES: Layers = &[
     // Each command's arguments.
     ("arguments", &["args", "multi"]),
     // What a command does to a key.
-    ("decisions", &["lock", "holders", "lease", "election", "guard", "cluster_fence", "migration", "eviction"]),
+    (
+        "decisions",
+        &["lock", "holders", "lease", "election", "guard", "cluster_fence", "migration", "eviction", "revoke"],
+    ),
     // State kept across commands: the wait queues, the observers, hold
     // timing, LOCK.TOP's view of the queues.
     ("bookkeeping", &["blocked", "queue", "observers", "hold_table", "top"]),

@@ -18,13 +18,14 @@ use redis_lock_rules::holders::{
     renew as renewal, tag_after_grant, Admit, Family, Kind, Renewal, Summary, Want,
 };
 use redis_lock_rules::lease::Terms;
+use redis_lock_rules::revoke;
 use redis_module::raw::RedisModuleString;
 
 use crate::blocked::queue::{self, Claim};
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::boundary::reply::{Argv, Failure, Outcome, Reply, Value};
 use crate::server::counters::{holder_counters, holder_grants, FamilyCounters};
-use crate::server::eviction;
+use crate::server::{eviction, revoked};
 use crate::store::fence;
 use crate::store::holders_key::{count_scores, Edit, Hold, HoldersKey};
 
@@ -38,6 +39,8 @@ pub fn sem_acquire(ctx: Ctx, argv: Argv) -> Outcome {
 }
 
 /// SEM.RENEW key token ttl-ms
+///
+/// Replies 1, 2 (cut short by MAXHOLD), 0, or `-ms` left for a revoked holder.
 pub fn sem_renew(ctx: Ctx, argv: Argv) -> Outcome {
     renew(ctx, Family::Semaphore, argv)
 }
@@ -215,10 +218,12 @@ fn renew(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
         Some((live, Renewal::Renewed { at, capped })) => {
             k.commit(Some(&live), Edit::Put { token, at, tag: None, hold: Hold::Keep }, counters.expired);
             counters.renewals.add();
-            if capped {
+            // A revoked holder hears the time left before its deadline.
+            let revoked = live.hold.filter(|_| live.revoked);
+            if capped && revoked.is_none() {
                 counters.capped.add();
             }
-            Ok(Reply::Int(if capped { 2 } else { 1 }))
+            Ok(Reply::Int(revoke::renew_reply(capped, revoked, now)))
         }
         _ => {
             k.commit(summary.as_ref(), Edit::Keep, counters.expired);
@@ -240,6 +245,10 @@ fn release(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     match live_of(family, summary)? {
         // A lease that ended keeps its place through the delay: not released.
         Some(live) if live.own_lease(now).is_some() => {
+            if live.revoked {
+                // Released before its deadline: an ordinary release.
+                revoked::forget(ctx, key);
+            }
             let _quiet = queue::serving();
             k.commit(Some(&live), Edit::Remove { token }, counters.expired);
             drop(k);
@@ -279,6 +288,7 @@ fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
         }
     };
     let hold_limits = k.hold_limits(&holders);
+    let revoked = k.revoked_of(&holders);
     drop(k);
     // What is left of each lease: negative for a place in its lock-delay
     // (its lease ended that long ago; the place is free `lock-delay-ms` later).
@@ -289,5 +299,6 @@ fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
         (c"waiters", Value::Int(queue::waiters_on(ctx, bytes(key)) as i64)),
         (c"lock-delay-ms", Value::Int(tag.delay)),
         (c"hold-until", Value::Holders(hold_limits)),
+        (c"revoked", Value::Holders(revoked)),
     ]))
 }

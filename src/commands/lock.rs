@@ -8,7 +8,7 @@ use redis_lock_rules::args::{
 };
 use redis_lock_rules::lease::{self as rules_lease, Shown, Terms, View};
 use redis_lock_rules::lock::{self, Takeover};
-use redis_lock_rules::value;
+use redis_lock_rules::{revoke, value};
 use redis_lock_rules::{Entry, Remaining};
 use redis_module::raw::RedisModuleString;
 
@@ -92,7 +92,8 @@ fn acquire_with(
 
 /// LOCK.RENEW key token ttl-ms [FLOOR fence]
 ///
-/// Replies 1, or 2 when the lock's MAXHOLD cut the new lease short.
+/// Replies 1, or 2 when the lock's MAXHOLD cut the new lease short, or
+/// `-ms` (the time left) when the hold was revoked (LOCK.REVOKE).
 pub fn renew(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
@@ -109,12 +110,13 @@ pub fn renew(ctx: Ctx, argv: Argv) -> Outcome {
         stats::REFUSALS.add();
         return Ok(Reply::Int(0));
     }
-    let renewal = match k.entry() {
+    // A revoked hold renews up to its deadline only, and hears of it.
+    let (renewal, revoked) = match k.entry() {
         Entry::Str(v) if rules_lease::may_have_lease(v) => match value::parse(v) {
-            Some(stored) => rules_lease::renew(&stored, now, ttl)?,
-            None => None,
+            Some(stored) => (rules_lease::renew(&stored, now, ttl)?, revoke::revoked_of(&stored).map(|(_, d)| d)),
+            None => (None, None),
         },
-        _ => None,
+        _ => (None, None),
     };
     let capped = match renewal {
         None => {
@@ -136,10 +138,10 @@ pub fn renew(ctx: Ctx, argv: Argv) -> Outcome {
         fence::replicate_floor(ctx, f);
     }
     stats::RENEWALS.add();
-    if capped {
+    if capped && revoked.is_none() {
         stats::CAPPED_RENEWALS.add();
     }
-    Ok(Reply::Int(rules_lease::renew_reply(capped)))
+    Ok(Reply::Int(revoke::renew_reply(capped, revoked, now)))
 }
 
 /// A client may raise the fence mark at most [`redis_lock_rules::fence::HORIZON`]
@@ -194,6 +196,8 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
     let takeover = match lock::take_over(k.entry(), run_bytes, ttl, || k.remaining())? {
         // A free key kept for the head of its line (see `queue::reserved`).
         Takeover::Free if queue::reserved(ctx, key) => Takeover::Refused,
+        // Its run cannot take a revoked hold anew: the deadline stands.
+        Takeover::SameRun if revoked_value(&k) => Takeover::Refused,
         takeover => takeover,
     };
     match takeover {
@@ -213,6 +217,12 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
     k.set(NewValue::Composed(&lease::takeover_value(token_str, run_str, &grant)), grant.pxat);
     timings::hold_started(ctx, key, timings::Family::Exclusive, now);
     grant_reply(ctx, true, opts)
+}
+
+/// Whether the open key holds a revoked hold (LOCK.REVOKE).
+fn revoked_value(k: &LockKey) -> bool {
+    matches!(k.entry(), Entry::Str(v) if rules_lease::may_have_lease(v)
+        && value::parse(v).is_some_and(|s| s.revoked.is_some()))
 }
 
 /// LOCK.EVICTED key token
@@ -262,6 +272,8 @@ pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
     let bytes_or_nil = |b: Option<Vec<u8>>| b.map_or(Value::Nil, Value::Bytes);
     let int_or_nil = |n: Option<i64>| n.map_or(Value::Nil, Value::Int);
     let View { lock_delay, hold_until, lease_end, delayed_until } = view;
+    // Only a live lease with a hold limit can be a revoked one.
+    let revoked = hold_until.and_then(|_| value::parse(value)?.revoked).map(String::into_bytes);
     Ok(Reply::Fields(vec![
         (c"owner", bytes_or_nil(d.owner)),
         (c"run-id", bytes_or_nil(d.run_id)),
@@ -274,5 +286,7 @@ pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
         (c"hold-until", int_or_nil(hold_until)),
         (c"lease-end", int_or_nil(lease_end)),
         (c"delayed-until", int_or_nil(delayed_until)),
+        // The revocation's reason; its deadline is `hold-until`.
+        (c"revoked", bytes_or_nil(revoked)),
     ]))
 }

@@ -10,4 +10,5 @@ pub mod guard;
 pub mod holders;
 pub mod lock;
 pub mod multi;
+pub mod revoke;
 pub mod top;

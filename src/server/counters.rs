@@ -57,6 +57,13 @@ pub static CAPPED_RENEWALS: Counter = Counter::new();
 /// Leases with a LOCKDELAY found ended and settled to their tombstone.
 pub static DELAYS_STARTED: Counter = Counter::new();
 
+/// LOCK.REVOKE calls that revoked a hold (of any family), and revoked
+/// holds the server ended at their deadline (or at once, without GRACE):
+/// an involuntary end, also counted where such an end always is (a lock's
+/// `delays_started`, a holder's `*_expired`).
+pub static REVOKES: Counter = Counter::new();
+pub static REVOKED_ENDS: Counter = Counter::new();
+
 /// Semaphores (SEM.*): permits granted (also to waiters), replies of
 /// 0 or nil, renewals and releases that took effect, and holders removed at
 /// the end of their lease (pruned by a command or the queue's timer).

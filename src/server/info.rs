@@ -11,7 +11,7 @@ use crate::server::{counters, eviction, timings};
 
 /// The `INFO lock` section (fields appear as `lock_<name>`).
 pub unsafe extern "C" fn render(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c_int) {
-    let fields: [(&CStr, u64); 39] = [
+    let fields: [(&CStr, u64); 41] = [
         (c"grants", counters::GRANTS.get()),
         (c"refusals", counters::REFUSALS.get()),
         (c"renewals", counters::RENEWALS.get()),
@@ -28,6 +28,8 @@ pub unsafe extern "C" fn render(ctx: *mut RedisModuleInfoCtx, _for_crash_report:
         (c"delayed_acquires", counters::DELAYED_ACQUIRES.get()),
         (c"capped_renewals", counters::CAPPED_RENEWALS.get()),
         (c"delays_started", counters::DELAYS_STARTED.get()),
+        (c"revokes", counters::REVOKES.get()),
+        (c"revoked_ends", counters::REVOKED_ENDS.get()),
         (c"sem_grants", counters::SEM_GRANTS.get()),
         (c"sem_refusals", counters::SEM_REFUSALS.get()),
         (c"sem_renewals", counters::SEM_RENEWALS.get()),

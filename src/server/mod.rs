@@ -14,4 +14,5 @@ pub mod eviction;
 pub mod holder_commit;
 pub mod info;
 pub mod migration;
+pub mod revoked;
 pub mod timings;

@@ -8,13 +8,14 @@ use std::ffi::c_int;
 
 use redis_lock_rules::encode::decimal;
 use redis_lock_rules::holders::{hold_member, hold_score, last_after, Last, Summary};
+use redis_lock_rules::revoke::{is_revoked_score, revoked_hold_score};
 use redis_module::raw::{self, RedisModuleString};
 
 use crate::boundary::api::rm;
 use crate::boundary::ctx::bytes;
-use crate::server::counters::Counter;
-use crate::server::eviction;
+use crate::server::counters::{self as stats, Counter};
 use crate::server::timings::{self, Commit};
+use crate::server::{eviction, revoked};
 use crate::store::holders_key::{tag_member, Edit, Hold, HoldersKey};
 
 impl HoldersKey {
@@ -32,6 +33,12 @@ impl HoldersKey {
         eviction::holders_commit(&commit);
         let last = match last_after(summary, edit.change()) {
             Last::Gone => {
+                if self.holds > 0 {
+                    // The last places leave with the key: any revoked among them ended.
+                    let revoked =
+                        self.ended.iter().filter(|&&m| self.hold_score(bytes(m)).is_some_and(is_revoked_score));
+                    stats::REVOKED_ENDS.add_n(revoked.count() as u64);
+                }
                 if summary.is_some() {
                     expired.add_n(self.ended.len() as u64 + self.left);
                     self.forget_ended();
@@ -59,8 +66,14 @@ impl HoldersKey {
             });
         }
         if self.holds > 0 {
-            // A pruned place's hold limit goes with it.
+            // A pruned place's hold limit goes with it (a revoked one's end
+            // is counted: the server ended it at its deadline).
             let holds: Vec<_> = removed.iter().filter_map(|&m| self.hold_member_of(bytes(m))).collect();
+            let ended = holds.iter().filter(|&&m| self.score(m).is_some_and(is_revoked_score)).count();
+            if ended > 0 {
+                stats::REVOKED_ENDS.add_n(ended as u64);
+                revoked::forget(ctx, self.name);
+            }
             removed.extend(holds);
         }
         let own_hold = summary.and_then(|s| s.hold);
@@ -95,6 +108,7 @@ impl HoldersKey {
             let own = summary.and_then(|s| s.own);
             let hold = match hold {
                 Hold::Set(h) if own_hold != Some(h) => Some((hold_score(h), ctx.string(&hold_member(bytes(token))))),
+                Hold::Revoked(d) => Some((revoked_hold_score(d), ctx.string(&hold_member(bytes(token))))),
                 _ => None,
             };
             let hold_string = hold.map(|(_, m)| m);

@@ -33,6 +33,7 @@ use redis_lock_rules::encode::decimal;
 use redis_lock_rules::holders::{
     hold_from_score, hold_member, Change, NotOurs, Summary, Tag, HOLD_FLOOR, PRUNE_BOUND, TAG,
 };
+use redis_lock_rules::revoke::is_revoked_score;
 use redis_module::raw::{self, RedisModuleKey, RedisModuleString};
 
 use crate::boundary::api::rm;
@@ -61,6 +62,8 @@ pub enum Hold {
     Set(i64),
     /// A grant without: none, and none left over from an earlier grant.
     Clear,
+    /// A revocation (`LOCK.REVOKE`): the limit becomes its deadline, marked.
+    Revoked(i64),
 }
 
 impl Hold {
@@ -180,9 +183,10 @@ impl HoldersKey {
         // A score is live while `now` has not passed it (integer part, as
         // the rules read a hand-edited fraction: the same test for now >= 0).
         let own = token.and_then(|t| self.score(t)).filter(|&s| s >= now as f64).map(|s| s as i64);
-        let hold = token.filter(|_| self.holds > 0).and_then(|t| self.hold_of(bytes(t)));
+        let hold = token.filter(|_| self.holds > 0).and_then(|t| self.hold_score(bytes(t)));
+        let (hold, revoked) = (hold.and_then(hold_from_score), hold.is_some_and(is_revoked_score));
         let last = if live > 0 { self.edge_live(now, true) } else { None };
-        Ok(Some(Summary { kind: tag.kind, delay: tag.delay, live, own, last, hold }))
+        Ok(Some(Summary { kind: tag.kind, delay: tag.delay, live, own, last, hold, revoked }))
     }
 
     /// Whether any member scores below [`HOLD_FLOOR`] (a hold limit): the
@@ -201,10 +205,28 @@ impl HoldersKey {
 
     /// `token`'s hold limit, if its member is there (O(1)).
     pub(super) fn hold_of(&self, token: &[u8]) -> Option<i64> {
+        self.hold_score(token).and_then(hold_from_score)
+    }
+
+    /// The score of `token`'s hold member, if it is there (O(1)).
+    pub(super) fn hold_score(&self, token: &[u8]) -> Option<f64> {
         let member = self.ctx.string(&hold_member(token));
-        let hold = self.score(member).and_then(hold_from_score);
+        let score = self.score(member);
         self.ctx.free(member);
-        hold
+        score
+    }
+
+    /// The listed holders whose hold was revoked, with their deadline
+    /// (O(1) each; nothing looked up on a key without hold members).
+    pub fn revoked_of(&self, holders: &[(Vec<u8>, i64)]) -> Vec<(Vec<u8>, i64)> {
+        if !self.any_hold() {
+            return Vec::new();
+        }
+        let revoked = |token: &Vec<u8>| {
+            let score = self.hold_score(token).filter(|&s| is_revoked_score(s))?;
+            hold_from_score(score)
+        };
+        holders.iter().filter_map(|(token, _)| Some((token.clone(), revoked(token)?))).collect()
     }
 
     /// `token`'s hold member, owned, if it is in the set.

@@ -21,7 +21,7 @@ use crate::boundary::ctx::Ctx;
 use crate::boundary::reply::Failure;
 use crate::server::counters as stats;
 use crate::server::eviction;
-use crate::server::timings;
+use crate::server::{revoked, timings};
 use crate::store::fence;
 use crate::store::lock_key::{LockKey, NewValue};
 
@@ -69,6 +69,18 @@ fn settle_lease(k: &mut LockKey, now: i64) {
     };
     if matches!(verdict, Settle::Keep) {
         return;
+    }
+    if let Entry::Str(v) = k.entry() {
+        // A revoked hold that reached its deadline (not a lease its holder
+        // let run out before it) is the revocation's end; either way its
+        // note is done with (the tombstone's expiry is no revoked end).
+        if let Some(s) = value::parse(v).filter(|s| s.revoked.is_some()) {
+            if lease::lease_end(&s) == s.hold_until {
+                stats::REVOKED_ENDS.add();
+            }
+            let (ctx, name) = k.ctx_and_name();
+            revoked::forget(ctx, name);
+        }
     }
     // The lease ran out while held (its key lives on as the tombstone).
     // Recorded before the write, whose `del` would end it as deleted.

@@ -14,11 +14,15 @@ pub(crate) enum Grant {
     /// A renewal that took effect, but shorter than asked: the key's hold
     /// limit (`MAXHOLD`) cut it (`LOCK.RENEW` answered 2).
     Capped,
+    /// A renewal that took effect up to a revocation's deadline
+    /// (`LOCK.REVOKE`): the server ends the hold `left_ms` from now (the
+    /// module replied `-left_ms`).
+    Revoked { left_ms: u64 },
 }
 
 impl Grant {
     pub(crate) fn took_effect(self) -> bool {
-        matches!(self, Grant::Granted(_) | Grant::Capped)
+        matches!(self, Grant::Granted(_) | Grant::Capped | Grant::Revoked { .. })
     }
 
     /// The fence of a grant that took effect.
@@ -45,13 +49,14 @@ pub(crate) fn is_unknown_command(e: &redis::RedisError) -> bool {
 }
 
 /// A module reply: with `FENCE` (acquire, takeover, elect) a positive
-/// fence or nil; otherwise (renew, release) 1/0, and 2 for a renewal cut
-/// short by the key's hold limit.
+/// fence or nil; otherwise (renew, release) 1/0, 2 for a renewal cut
+/// short by the key's hold limit, `-ms` for a renewal of a revoked hold.
 pub(crate) fn module_reply(v: Value, fenced: bool) -> RedisResult<Grant> {
     match (fenced, v) {
         (true, Value::Int(n)) if n > 0 => Ok(Grant::Granted(Some(n.unsigned_abs()))),
         (true, Value::Nil) => Ok(Grant::Refused),
         (false, Value::Int(2)) => Ok(Grant::Capped),
+        (false, Value::Int(n)) if n < 0 => Ok(Grant::Revoked { left_ms: n.unsigned_abs() }),
         (false, v) => fallback_reply(v),
         (true, other) => Err(unexpected(other)),
     }
@@ -101,6 +106,9 @@ mod tests {
         assert_eq!(Grant::Capped.fence(), None);
         assert!(module_reply(Value::Int(2), true).is_ok_and(|g| g == Grant::Granted(Some(2))), "a fence of 2");
         assert!(module_reply(Value::Int(3), false).is_err());
+        // A revoked hold's renewal: took effect, with the ms left.
+        assert_eq!(module_reply(Value::Int(-1500), false).unwrap(), Grant::Revoked { left_ms: 1500 });
+        assert!(Grant::Revoked { left_ms: 1 }.took_effect());
     }
 
     #[test]

@@ -93,7 +93,7 @@ impl Node {
         };
         match self.run(&renew.clone().with_floor(f)).await {
             // A quorum lock has no hold limit: never Capped.
-            Ok(Grant::Granted(_) | Grant::Capped) => {
+            Ok(Grant::Granted(_) | Grant::Capped | Grant::Revoked { .. }) => {
                 // The scripts fallback renews without a floor.
                 let floored = self.core.transport.backend().get() == Backend::Module;
                 if floored {
@@ -141,7 +141,7 @@ impl Node {
         for ((renew, floor, acquire), (_, r)) in items.iter().zip(ran) {
             let floored = floor.is_some() && use_floor && module;
             out.push(match r {
-                Ok(Grant::Granted(_) | Grant::Capped) => {
+                Ok(Grant::Granted(_) | Grant::Capped | Grant::Revoked { .. }) => {
                     if floored {
                         self.floor.store(FLOOR_YES, Ordering::Relaxed);
                     }

@@ -55,3 +55,21 @@ pub fn table(o: &Output) -> Vec<Vec<String>> {
 pub fn addr(port: u16) -> String {
     format!("127.0.0.1:{port}")
 }
+
+/// Spawns `cmd` with the signals `run` forwards at their defaults (a test
+/// runner started in the background of a shell has SIGINT ignored, which
+/// redis-lock and CMD would keep).
+#[cfg(unix)]
+pub fn spawn_with_default_signals(cmd: &mut Command) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only signal(2), async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().expect("spawn")
+}

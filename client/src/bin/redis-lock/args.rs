@@ -25,6 +25,8 @@ Exit status:
                 stopped; 69 on a redis error that retrying cannot mend)
   info:         0 if KEY exists (even as another type), 1 if not, 69 on a redis error
   release:      0 if released, 1 if TOKEN does not own KEY, 69 on a redis error
+  revoke:       0 if a hold was revoked (or ended at once), 1 if KEY has no
+                holder or TOKEN does not hold it, 69 on a redis error
   list:         0 once every server was listed, 69 if one could not be
   top:          0 on q, Esc, Ctrl-C or a signal; with --once, 69 if a server
                 could not be read
@@ -107,6 +109,19 @@ pub enum Cmd {
         /// The token that holds it (`run` gives it to CMD as REDIS_LOCK_TOKEN).
         token: String,
     },
+    /// Revoke the hold of KEY: its holder hears it, the server ends it after --grace.
+    ///
+    /// LOCK.REVOKE (module only; one server or a cluster): a lock, an
+    /// election's leader, or one holder of a semaphore or read-write lock
+    /// (--token, needed when the key has several). The holder's next
+    /// renewal tells it (a `redis-lock run` or `elect` holding KEY sends
+    /// its CMD the --on-revoke signal); the server ends the hold --grace
+    /// milliseconds from now as an involuntary end (lock-delay applies, the
+    /// next waiter gets it). Prints `revoked KEY token T deadline UNIX_MS`
+    /// (or `ended`); a key with no holder, or a --token that does not hold
+    /// it, changes nothing.
+    #[command(after_help = EXIT_STATUS)]
+    Revoke(RevokeArgs),
     /// List the locks matching PATTERN on a server, a cluster or several servers.
     ///
     /// Every key matching PATTERN (SCAN's glob) on one server, on every
@@ -259,11 +274,48 @@ pub struct HoldArgs {
     /// The holder's token (default: 128 random bits, hex).
     #[arg(long)]
     pub token: Option<String>,
+    /// The signal CMD's process group gets when the lock is revoked
+    /// (`redis-lock revoke`; heard on the next renewal), so CMD can finish
+    /// before the revocation's deadline: a name (TERM, SIGTERM, INT, HUP,
+    /// QUIT, USR1, USR2, KILL), a number, or `none`. Still running at the
+    /// deadline, the group gets SIGKILL.
+    #[arg(long, value_name = "SIGNAL", default_value = "SIGTERM", value_parser = signal)]
+    pub on_revoke: Sig,
+}
+
+/// A signal number; 0: none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sig(pub i32);
+
+/// `--on-revoke`'s SIGNAL.
+fn signal(s: &str) -> Result<Sig, String> {
+    let name = s.trim().to_ascii_uppercase();
+    let name = name.strip_prefix("SIG").unwrap_or(&name);
+    let n = match name {
+        "NONE" => 0,
+        "HUP" => libc::SIGHUP,
+        "INT" => libc::SIGINT,
+        "QUIT" => libc::SIGQUIT,
+        "KILL" => libc::SIGKILL,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "TERM" => libc::SIGTERM,
+        n => match n.parse::<i32>() {
+            Ok(n) if (1..=64).contains(&n) => n,
+            _ => return Err(format!("{s:?} is not a signal (TERM, INT, HUP, QUIT, USR1, USR2, KILL, a number, none)")),
+        },
+    };
+    Ok(Sig(n))
 }
 
 impl HoldArgs {
     pub fn grace(&self) -> Duration {
         Duration::from_millis(self.grace)
+    }
+
+    /// The signal a revocation sends CMD's group (`None`: none).
+    pub fn on_revoke(&self) -> Option<i32> {
+        (self.on_revoke.0 != 0).then_some(self.on_revoke.0)
     }
 
     /// The lock options: the watchdog (with `--max-lifetime`), `--token`,
@@ -330,6 +382,25 @@ impl ElectArgs {
             (None, None, false) => None,
         }
     }
+}
+
+#[derive(Args, Debug)]
+pub struct RevokeArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// The holder to revoke (required on a semaphore or read-write lock
+    /// with several holders).
+    #[arg(long)]
+    pub token: Option<String>,
+    /// How long the holder has before the server ends its hold, in
+    /// milliseconds (0: at once).
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub grace: u64,
+    /// Why, told to the holder of a lock or leadership (at most 200 bytes).
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// The key whose hold to revoke.
+    pub key: String,
 }
 
 #[derive(Args, Debug)]

@@ -42,6 +42,9 @@ pub fn cmd_info(target: &Target, key: &str) -> Result<ExitCode, Fail> {
         None => println!("fence: (unknown)"),
     }
     println!("waiters: {}", info.waiters);
+    if let Some(reason) = &info.revoked {
+        println!("revoked: {reason} (the holder is asked to give it up; the server ends it at its hold limit)");
+    }
     if client.backend() == Backend::Scripts {
         println!("backend: scripts (no lock module: no fences, no server-side waiters)");
     }

@@ -9,6 +9,7 @@
 //! redis-lock leader [--url URL]... [--cluster] [--watch] [--json] KEY
 //! redis-lock info [--url URL] [--cluster] KEY
 //! redis-lock release [--url URL]... [--cluster] KEY TOKEN
+//! redis-lock revoke [--url URL] [--cluster] [--token T] [--grace MS] [--reason R] KEY
 //! redis-lock list [--url URL]... [--cluster] [--json] [--count N] [PATTERN]
 //! redis-lock top [--url URL]... [--cluster] [--once] [--json] [--count N] [--interval SECONDS] [--sort S]
 //! redis-lock completions bash|zsh|fish|elvish|powershell
@@ -29,6 +30,7 @@ mod list;
 mod masters;
 mod release;
 mod render;
+mod revoke;
 mod run;
 mod scan;
 mod stats;
@@ -64,6 +66,7 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode, Fail> {
         Cmd::Leader(a) => leader::cmd_leader(a),
         Cmd::Info { target, key } => info::cmd_info(&target, &key),
         Cmd::Release { target, key, token } => release::cmd_release(&target, &key, &token),
+        Cmd::Revoke(a) => revoke::cmd_revoke(a),
         Cmd::List(a) => list::cmd_list(a),
         Cmd::Top(a) => top::cmd_top(a),
         Cmd::Completions { shell } => {

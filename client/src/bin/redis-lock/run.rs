@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis_lock_client::{ClientOptions, Error, HeldLock, LossReason};
 
-use crate::args::{Mode, RunArgs};
+use crate::args::{HoldArgs, Mode, RunArgs};
 use crate::fail::{redis_fail, usage, Fail, EXIT_EVICTED, EXIT_LOST};
 use crate::supervise;
 use crate::target::{open_quorum, Servers};
@@ -55,7 +55,7 @@ pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
         }
         Err(e) => return Err(acquire_fail(e)),
     };
-    run_under(lock.as_ref(), &a.command, a.hold.grace(), None)
+    run_under(lock.as_ref(), &a.command, &a.hold, None)
 }
 
 /// An acquire's failure other than "held": a bad argument is a usage
@@ -74,9 +74,10 @@ pub fn acquire_fail(e: Error) -> Fail {
 pub fn run_under(
     lock: &dyn HeldLock,
     command: &[String],
-    grace: Duration,
+    hold: &HoldArgs,
     term: Option<u64>,
 ) -> Result<ExitCode, Fail> {
+    let grace = hold.grace();
     let key = lock.key();
     let Some((program, cmd_args)) = command.split_first() else {
         return Err(usage("a command is needed after --"));
@@ -104,7 +105,7 @@ pub fn run_under(
     let pid = child.pid();
     // The lock is released only once CMD's whole process group is gone, so
     // nothing `run` started outlives it (see supervise.rs).
-    let outcome = child.wait(&lock.lost_signal(), grace, |reason| {
+    let outcome = child.wait(&lock.lost_signal(), grace, hold.on_revoke(), |reason| {
         eprintln!(
             "redis-lock: lost lock {key:?} ({reason}); terminating {program:?} (pid {pid}) and its process group"
         );
@@ -129,6 +130,7 @@ pub fn run_under(
 pub fn lost_exit(reason: LossReason) -> (u8, &'static str) {
     match reason {
         LossReason::Evicted => (EXIT_EVICTED, "evicted by the server (maxmemory-policy)"),
+        LossReason::Revoked => (EXIT_LOST, "revoked and its deadline passed"),
         _ => (EXIT_LOST, "lost"),
     }
 }

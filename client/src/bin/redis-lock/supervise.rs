@@ -311,10 +311,22 @@ impl Supervised {
     /// `on_loss`) or once CMD has exited with others of its group left,
     /// SIGKILLs it `grace` after the first of these. The lock stays renewed
     /// (by the caller's watchdog) all along.
-    pub fn wait(mut self, lost: &LostSignal, grace: Duration, mut on_loss: impl FnMut(LossReason)) -> Outcome {
+    ///
+    /// A revocation the watchdog hears (`LOCK.REVOKE`) sends `on_revoke`
+    /// (if any) to the group at once, so CMD can finish, and SIGKILLs the
+    /// group at the revocation's deadline if it is still there: nothing
+    /// outlives the lock.
+    pub fn wait(
+        mut self,
+        lost: &LostSignal,
+        grace: Duration,
+        on_revoke: Option<c_int>,
+        mut on_loss: impl FnMut(LossReason),
+    ) -> Outcome {
         let mut deadline: Option<Instant> = None;
         let mut killed = false;
         let mut loss = None;
+        let mut revoked = false;
         loop {
             self.reap();
             if self.status.is_some() && self.group_gone() {
@@ -333,6 +345,17 @@ impl Supervised {
                     loss = Some(r);
                     self.signal(libc::SIGTERM);
                     deadline.get_or_insert(Instant::now() + grace);
+                }
+            }
+            if !revoked && loss.is_none() {
+                if let Some(r) = lost.revocation() {
+                    revoked = true;
+                    let why = r.reason.as_deref().map(|w| format!(" ({w})")).unwrap_or_default();
+                    eprintln!("redis-lock: the lock was revoked{why}; it ends in {} ms", r.remaining().as_millis());
+                    if let Some(sig) = on_revoke {
+                        self.signal(sig);
+                    }
+                    deadline = Some(deadline.map_or(r.deadline, |d| d.min(r.deadline)));
                 }
             }
             // CMD is done; what it left behind in its group is not.

@@ -1,0 +1,161 @@
+//! A revocation of a hold (`LOCK.REVOKE`, docs/revocation.md) as its
+//! holder hears it: the module answers a renewal of a revoked hold with
+//! the milliseconds left (`-ms`), and the server ends the hold then.
+
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+/// A revocation of a hold: the server ends it at [`Revocation::deadline`]
+/// (lock-delay applies, the next waiter is served), so the holder should
+/// finish and release before then.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Revocation {
+    /// When the server ends the hold, on this process's clock: when the
+    /// renewal that heard it was sent, plus the time left the server
+    /// replied (so never later than the server's deadline).
+    pub deadline: Instant,
+    /// The revoke's `REASON`, read once with `LOCK.INFO` for a lock or a
+    /// leadership; `None` for a semaphore permit or a read-write guard
+    /// (the server keeps no reason for them), or when it could not be read.
+    pub reason: Option<String>,
+}
+
+impl Revocation {
+    /// What is left before the deadline (zero once it passed).
+    pub fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+}
+
+/// What [`LockClient::revoke`](crate::LockClient::revoke) asks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RevokeOptions {
+    /// The holder to revoke; required on a semaphore or read-write lock
+    /// with several holders.
+    pub token: Option<String>,
+    /// How long the holder has before the server ends its hold (zero: at once).
+    pub grace: Duration,
+    /// Why, told to the holder of a lock or leadership (at most 200 bytes).
+    pub reason: Option<String>,
+}
+
+/// What a revoke did (`LOCK.REVOKE`'s `result`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RevokeOutcome {
+    /// The holder has until the deadline.
+    Revoked,
+    /// The hold ended at once (no grace): lock-delay applies, the next waiter was served.
+    Ended,
+    /// The token given does not hold the key: nothing changed.
+    NotHolder,
+    /// Nobody holds the key: nothing changed.
+    NoHolder,
+}
+
+/// `LOCK.REVOKE`'s reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RevokeReply {
+    pub outcome: RevokeOutcome,
+    /// The holder revoked (or the token given).
+    pub token: Option<String>,
+    /// When the server ends (or ended) the hold: Unix ms, the server's clock.
+    pub deadline_unix_ms: Option<i64>,
+}
+
+/// `LOCK.REVOKE key [TOKEN t] [GRACE ms] [REASON text]`.
+pub(crate) fn revoke_cmd(key: &str, opts: &RevokeOptions) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.REVOKE");
+    cmd.arg(key);
+    if let Some(t) = &opts.token {
+        cmd.arg("TOKEN").arg(t);
+    }
+    cmd.arg("GRACE").arg(opts.grace.as_millis() as u64);
+    if let Some(r) = &opts.reason {
+        cmd.arg("REASON").arg(r);
+    }
+    cmd
+}
+
+/// Reads `LOCK.REVOKE`'s reply (flat or a map).
+pub(crate) fn parse_revoke(v: redis::Value) -> Result<RevokeReply> {
+    let bad = || Error::InvalidArgument("unexpected reply to LOCK.REVOKE".into());
+    let mut reply = RevokeReply { outcome: RevokeOutcome::NoHolder, token: None, deadline_unix_ms: None };
+    let mut outcome = None;
+    for (k, v) in pairs(v).ok_or_else(bad)? {
+        match redis::from_redis_value::<String>(k).map_err(|_| bad())?.as_str() {
+            "result" => {
+                outcome = Some(match redis::from_redis_value::<String>(v).map_err(|_| bad())?.as_str() {
+                    "revoked" => RevokeOutcome::Revoked,
+                    "ended" => RevokeOutcome::Ended,
+                    "not-holder" => RevokeOutcome::NotHolder,
+                    "no-holder" => RevokeOutcome::NoHolder,
+                    _ => return Err(bad()),
+                })
+            }
+            "token" => reply.token = redis::from_redis_value(v).map_err(|_| bad())?,
+            "deadline" => reply.deadline_unix_ms = redis::from_redis_value(v).map_err(|_| bad())?,
+            _ => {}
+        }
+    }
+    reply.outcome = outcome.ok_or_else(bad)?;
+    Ok(reply)
+}
+
+fn pairs(v: redis::Value) -> Option<Vec<(redis::Value, redis::Value)>> {
+    match v {
+        redis::Value::Array(items) => {
+            let mut it = items.into_iter();
+            Some(std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect())
+        }
+        redis::Value::Map(pairs) => Some(pairs),
+        _ => None,
+    }
+}
+
+/// The `revoked` field (the reason) of a `LOCK.INFO` reply, flat or a map.
+pub(crate) fn reason_of(v: redis::Value) -> Option<String> {
+    let pairs = pairs(v)?;
+    let text = |v: redis::Value| redis::from_redis_value::<String>(v).ok();
+    pairs.into_iter().find_map(|(k, v)| (text(k).as_deref() == Some("revoked")).then(|| text(v)).flatten())
+}
+
+/// The deadline a renewal sent at `sent` and answered `-left_ms` tells.
+pub(crate) fn deadline_of(sent: Instant, left_ms: u64) -> Instant {
+    sent + Duration::from_millis(left_ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deadline_counts_from_the_send() {
+        let t0 = Instant::now();
+        assert_eq!(deadline_of(t0, 1_500), t0 + Duration::from_millis(1_500));
+        let r = Revocation { deadline: t0, reason: None };
+        assert_eq!(r.remaining(), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_reason_is_read_from_lock_info() {
+        use redis::Value::{Array, BulkString, Int, Map, Nil};
+        let b = |s: &str| BulkString(s.as_bytes().to_vec());
+        let flat = Array(vec![b("owner"), b("t"), b("ttl-ms"), Int(5), b("revoked"), b("drain")]);
+        assert_eq!(reason_of(flat), Some("drain".into()));
+        assert_eq!(reason_of(Map(vec![(b("revoked"), b(""))])), Some(String::new()));
+        assert_eq!(reason_of(Array(vec![b("revoked"), Nil])), None);
+        assert_eq!(reason_of(Nil), None);
+        let r =
+            parse_revoke(Array(vec![b("result"), b("revoked"), b("token"), b("t"), b("deadline"), Int(9)])).unwrap();
+        assert_eq!(
+            r,
+            RevokeReply { outcome: RevokeOutcome::Revoked, token: Some("t".into()), deadline_unix_ms: Some(9) }
+        );
+        let r = parse_revoke(Array(vec![b("result"), b("no-holder"), b("token"), Nil, b("deadline"), Nil])).unwrap();
+        assert_eq!((r.outcome, r.token, r.deadline_unix_ms), (RevokeOutcome::NoHolder, None, None));
+        assert!(parse_revoke(Array(vec![b("result"), b("maybe")])).is_err());
+        assert!(parse_revoke(Int(1)).is_err());
+    }
+}

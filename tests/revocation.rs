@@ -1,0 +1,358 @@
+//! LOCK.REVOKE against real servers (docs/revocation.md): a revoke of a
+//! lock, an election's leader, a semaphore holder, a reader and a writer,
+//! with and without GRACE, by TOKEN and without; the holder hears it on
+//! its next renewal (a negative reply: the ms left) and in the INFO
+//! commands; the server ends the hold at the deadline (lock-delay applied,
+//! the next waiter granted, counted in `INFO lock`); a replica and an AOF
+//! restart carry it with absolute times; a revoke of a free key, or of a
+//! token that does not hold, changes nothing.
+//!
+//! Timing: graces of a few seconds; what is asserted about time is an
+//! order of events read on the server's clock, never a duration.
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use redis::{Connection, Value};
+use redis_lock_harness::Server;
+use redis_lock_rules::{scripts, value};
+
+mod support;
+use support::lease::{cmd, err, field, fields_of, int, pexpiretime, score, server_now, until_server_time};
+use support::{info_field, until_waiting, wait_for_link};
+
+/// LOCK.REVOKE's reply: (result, token, deadline).
+fn revoke(c: &mut Connection, args: &[&str]) -> (String, Option<String>, Option<i64>) {
+    let f = fields_of(c, &[&["LOCK.REVOKE"][..], args].concat()).expect("LOCK.REVOKE replies fields");
+    let text = |v: Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8(b).unwrap()),
+        Value::Nil => None,
+        other => panic!("{other:?}"),
+    };
+    let deadline = match field(&f, "deadline") {
+        Value::Int(n) => Some(n),
+        Value::Nil => None,
+        other => panic!("deadline: {other:?}"),
+    };
+    (text(field(&f, "result")).expect("result"), text(field(&f, "token")), deadline)
+}
+
+fn get(c: &mut Connection, key: &str) -> Option<Vec<u8>> {
+    redis::cmd("GET").arg(key).query(c).expect("GET")
+}
+
+/// A command run on its own connection, its reply on the channel.
+fn spawn(server: &Server, args: &[&str]) -> mpsc::Receiver<Value> {
+    let (tx, rx) = mpsc::channel();
+    let mut c = server.conn();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    thread::spawn(move || {
+        let reply = cmd(&mut c, &args).unwrap_or_else(|e| Value::SimpleString(e.to_string()));
+        let _ = tx.send(reply);
+    });
+    rx
+}
+
+fn recv(rx: &mpsc::Receiver<Value>) -> Value {
+    rx.recv_timeout(Duration::from_secs(60)).expect("the blocked call was answered")
+}
+
+#[test]
+fn a_revoked_lock_is_heard_capped_and_ended_at_its_deadline_for_the_next_waiter() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(int(&mut c, &["LOCK.ACQUIRE", "k", "t", "60000"]), 1);
+    let before = server_now(&mut c);
+    let (result, token, deadline) = revoke(&mut c, &["k", "GRACE", "3000", "REASON", "drain node-7"]);
+    let deadline = deadline.expect("a deadline");
+    assert_eq!((result.as_str(), token.as_deref()), ("revoked", Some("t")));
+    assert!(deadline >= before + 3_000 && deadline <= server_now(&mut c) + 3_000, "{deadline}");
+    assert_eq!(pexpiretime(&mut c, "k"), deadline, "the key ends at the deadline");
+    // The holder hears it on its next renewal, which cannot pass the deadline.
+    let renewed = int(&mut c, &["LOCK.RENEW", "k", "t", "60000"]);
+    assert!((-3_000..=-1).contains(&renewed), "a revoked renewal replies -ms left: {renewed}");
+    assert_eq!(pexpiretime(&mut c, "k"), deadline, "a renewal never extends a revoked hold");
+    let f = fields_of(&mut c, &["LOCK.INFO", "k"]).unwrap();
+    assert_eq!(field(&f, "revoked"), Value::BulkString(b"drain node-7".to_vec()));
+    assert_eq!(field(&f, "hold-until"), Value::Int(deadline));
+    assert_eq!(field(&f, "owner"), Value::BulkString(b"t".to_vec()));
+    // A second revoke never extends the deadline.
+    let (_, _, again) = revoke(&mut c, &["k", "GRACE", "60000"]);
+    assert_eq!(again, Some(deadline));
+    // Another token waits; it is granted once the deadline has passed.
+    let waiter = spawn(&server, &["LOCK.ACQUIRE", "k", "w", "60000", "WAIT", "30000"]);
+    until_waiting(&mut c, 1);
+    assert_eq!(recv(&waiter), Value::Int(1));
+    assert!(server_now(&mut c) >= deadline, "granted before the deadline");
+    assert_eq!(get(&mut c, "k"), Some(b"w".to_vec()));
+    assert_eq!(info_field(&mut c, "revokes"), 2);
+    assert_eq!(info_field(&mut c, "revoked_ends"), 1, "the end at the deadline is counted");
+    // Other holders' renewals reply as before.
+    assert_eq!(int(&mut c, &["LOCK.RENEW", "k", "w", "60000"]), 1);
+}
+
+#[test]
+fn a_revoke_without_grace_ends_the_hold_at_once_and_serves_the_line() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(int(&mut c, &["LOCK.ACQUIRE", "k", "t", "60000"]), 1);
+    let waiter = spawn(&server, &["LOCK.ACQUIRE", "k", "w", "60000", "WAIT", "0"]);
+    until_waiting(&mut c, 1);
+    let (result, token, _) = revoke(&mut c, &["k", "TOKEN", "t"]);
+    assert_eq!((result.as_str(), token.as_deref()), ("ended", Some("t")));
+    assert_eq!(recv(&waiter), Value::Int(1));
+    assert_eq!(get(&mut c, "k"), Some(b"w".to_vec()));
+    assert_eq!(int(&mut c, &["LOCK.RENEW", "k", "t", "60000"]), 0, "the revoked holder holds nothing");
+    assert_eq!(info_field(&mut c, "revoked_ends"), 1);
+}
+
+#[test]
+fn lock_delay_applies_to_a_revoked_hold() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(int(&mut c, &["LOCK.ACQUIRE", "k", "t", "60000", "LOCKDELAY", "5000"]), 1);
+    let (result, _, deadline) = revoke(&mut c, &["k", "GRACE", "0"]);
+    assert_eq!(result, "ended");
+    let until = deadline.unwrap() + 5_000;
+    assert_eq!(get(&mut c, "k"), Some(value::tombstone(until)), "the involuntary end's tombstone");
+    assert_eq!(pexpiretime(&mut c, "k"), until);
+    let refused = int(&mut c, &["LOCK.ACQUIRE", "k", "other", "60000"]);
+    if server_now(&mut c) < until {
+        assert_eq!(refused, 0, "acquired during the lock-delay");
+    }
+    assert_eq!(info_field(&mut c, "delays_started"), 1);
+    // With grace, the delay follows the deadline.
+    assert_eq!(int(&mut c, &["LOCK.ACQUIRE", "g", "t", "60000", "LOCKDELAY", "4000"]), 1);
+    let (_, _, deadline) = revoke(&mut c, &["g", "GRACE", "1000"]);
+    let deadline = deadline.unwrap();
+    assert_eq!(pexpiretime(&mut c, "g"), deadline + 4_000);
+    until_server_time(&mut c, deadline);
+    let refused = int(&mut c, &["LOCK.ACQUIRE", "g", "other", "60000"]);
+    if server_now(&mut c) < deadline + 4_000 {
+        assert_eq!(refused, 0, "acquired in the delay after a revoked hold's deadline");
+        assert_eq!(get(&mut c, "g"), Some(value::tombstone(deadline + 4_000)));
+        assert_eq!(info_field(&mut c, "revoked_ends"), 2);
+    }
+}
+
+#[test]
+fn a_revoke_that_finds_no_holder_changes_nothing() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(revoke(&mut c, &["free"]), ("no-holder".into(), None, None));
+    assert_eq!(get(&mut c, "free"), None);
+    assert_eq!(int(&mut c, &["LOCK.ACQUIRE", "k", "t", "60000"]), 1);
+    let expiry = pexpiretime(&mut c, "k");
+    assert_eq!(
+        revoke(&mut c, &["k", "TOKEN", "gone", "GRACE", "10"]),
+        ("not-holder".into(), Some("gone".into()), None)
+    );
+    assert_eq!((get(&mut c, "k"), pexpiretime(&mut c, "k")), (Some(b"t".to_vec()), expiry));
+    for (args, e) in [
+        (&["k", "GRACE", "-1"][..], "GRACE must be 0 or a positive integer"),
+        (&["k", "GRACE", "9223372036854775807"], "GRACE is too large"),
+        (&["k", "FOO", "1"], "syntax error"),
+        (&["k", "GRACE"], "syntax error"),
+        (&["k", "TOKEN", ""], "key and token are required"),
+    ] {
+        let text = err(&mut c, &[&["LOCK.REVOKE"][..], args].concat());
+        assert!(text.contains(e), "{args:?}: {text}");
+    }
+    assert_eq!(info_field(&mut c, "revokes"), 0);
+    assert_eq!((get(&mut c, "k"), pexpiretime(&mut c, "k")), (Some(b"t".to_vec()), expiry));
+    // A value the module did not write cannot carry the mark: refused.
+    let _: () = redis::cmd("SET").arg("j").arg(r#"{"owner":"t","x":1}"#).query(&mut c).unwrap();
+    assert!(err(&mut c, &["LOCK.REVOKE", "j"]).contains("cannot carry a revocation"));
+    let _: () = redis::cmd("LPUSH").arg("l").arg("x").query(&mut c).unwrap();
+    let text = err(&mut c, &["LOCK.REVOKE", "l"]);
+    assert!(text.contains("WRONGTYPE") || text.contains("WrongType"), "{text}");
+}
+
+#[test]
+fn the_scripts_still_see_a_revoked_holder_and_cannot_move_its_deadline() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(int(&mut c, &["LOCK.ACQUIRE", "k", "t", "60000"]), 1);
+    let (_, _, deadline) = revoke(&mut c, &["k", "GRACE", "2000", "REASON", "r"]);
+    let deadline = deadline.unwrap();
+    let stored = value::parse(&get(&mut c, "k").unwrap()).expect("canonical");
+    assert_eq!((stored.owner.as_str(), stored.revoked.as_deref(), stored.hold_until), ("t", Some("r"), Some(deadline)));
+    // The reference renew script owns it as before (and PEXPIREs it) ...
+    let renewed: i64 =
+        redis::cmd("EVAL").arg(scripts::RENEW).arg(1).arg("k").arg("t").arg(60_000).query(&mut c).unwrap();
+    assert_eq!(renewed, 1);
+    // ... but the module ends the hold at the deadline all the same.
+    until_server_time(&mut c, deadline);
+    assert_eq!(int(&mut c, &["LOCK.RENEW", "k", "t", "60000"]), 0);
+    assert_eq!(get(&mut c, "k"), None);
+    // A takeover by the same run cannot take a revoked hold anew.
+    assert_eq!(int(&mut c, &["LOCK.TAKEOVER", "r", "t", "run", "60000"]), 1);
+    revoke(&mut c, &["r", "GRACE", "30000"]);
+    assert_eq!(int(&mut c, &["LOCK.TAKEOVER", "r", "t2", "run", "60000"]), 0);
+}
+
+#[test]
+fn a_revoked_leader_hears_it_and_its_observers_are_woken() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let term = int(&mut c, &["LOCK.ELECT", "e", "c1", "60000", "10.0.0.1"]);
+    let leader = fields_of(&mut c, &["LOCK.LEADER", "e"]).unwrap();
+    let Value::Int(rev) = field(&leader, "rev") else { panic!() };
+    assert_eq!(field(&leader, "revoked"), Value::Nil);
+    let observer = spawn(&server, &["LOCK.OBSERVE", "e", "AFTER", &rev.to_string(), "WAIT", "30000"]);
+    until_waiting_observers(&mut c);
+    let (result, token, deadline) = revoke(&mut c, &["e", "GRACE", "30000", "REASON", "better candidate"]);
+    assert_eq!((result.as_str(), token.as_deref()), ("revoked", Some("c1")));
+    let Value::Array(woken) = recv(&observer) else { panic!("the observer's reply") };
+    let woken: Vec<String> = woken.iter().map(|v| format!("{v:?}")).collect();
+    assert!(woken.iter().any(|v| v.contains("better candidate")), "{woken:?}");
+    let leader = fields_of(&mut c, &["LOCK.LEADER", "e"]).unwrap();
+    assert_eq!(field(&leader, "term"), Value::Int(term), "the same term leads");
+    assert_eq!(field(&leader, "revoked"), Value::BulkString(b"better candidate".to_vec()));
+    assert_eq!(field(&leader, "revoked-until"), Value::Int(deadline.unwrap()));
+    assert!(int(&mut c, &["LOCK.RENEW", "e", "c1", "60000"]) < 0);
+    // Its proclaims keep the revocation; a revoke of the leader without grace ends it.
+    assert_eq!(int(&mut c, &["LOCK.PROCLAIM", "e", "c1", "10.0.0.2"]), 1);
+    assert!(int(&mut c, &["LOCK.RENEW", "e", "c1", "60000"]) < 0);
+    assert_eq!(revoke(&mut c, &["e"]).0, "ended");
+    assert_eq!(cmd(&mut c, &["LOCK.LEADER", "e"]).unwrap(), Value::Nil);
+}
+
+fn until_waiting_observers(c: &mut Connection) {
+    for _ in 0..3_000 {
+        if info_field(c, "observing") == 1 {
+            return;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the observer did not block");
+}
+
+/// A holder member's score as stored: `-deadline - 0.5` once revoked.
+fn hold_score(c: &mut Connection, key: &str, token: &str) -> Option<f64> {
+    score(c, key, [&b"\0"[..], token.as_bytes()].concat())
+}
+
+#[test]
+fn a_semaphore_holder_is_revoked_by_token_and_its_permit_goes_to_the_next_waiter() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(int(&mut c, &["SEM.ACQUIRE", "s", "a", "2", "60000"]), 1);
+    assert_eq!(int(&mut c, &["SEM.ACQUIRE", "s", "b", "2", "60000"]), 1);
+    assert!(err(&mut c, &["LOCK.REVOKE", "s"]).contains("TOKEN is required"));
+    assert_eq!(revoke(&mut c, &["s", "TOKEN", "gone"]).0, "not-holder");
+    assert!(
+        err(&mut c, &["LOCK.REVOKE", "s", "TOKEN", "a", "GRACE", "9000000000000000"]).contains("GRACE is too large")
+    );
+    assert_eq!(hold_score(&mut c, "s", "a"), None, "the refused revoke wrote nothing");
+    let (result, token, deadline) = revoke(&mut c, &["s", "TOKEN", "a", "GRACE", "2000"]);
+    let deadline = deadline.unwrap();
+    assert_eq!((result.as_str(), token.as_deref()), ("revoked", Some("a")));
+    assert_eq!(score(&mut c, "s", "a"), Some(deadline as f64), "its place ends at the deadline");
+    assert_eq!(hold_score(&mut c, "s", "a"), Some(-(deadline as f64) - 0.5));
+    let renewed = int(&mut c, &["SEM.RENEW", "s", "a", "60000"]);
+    assert!((-2_000..=-1).contains(&renewed), "{renewed}");
+    assert_eq!(int(&mut c, &["SEM.RENEW", "s", "b", "60000"]), 1, "the other holder renews as before");
+    let f = fields_of(&mut c, &["SEM.INFO", "s"]).unwrap();
+    assert_eq!(
+        field(&f, "revoked"),
+        Value::Array(vec![Value::BulkString(b"a".to_vec()), Value::Int(deadline)]),
+        "SEM.INFO lists the revoked holder"
+    );
+    let waiter = spawn(&server, &["SEM.ACQUIRE", "s", "c", "2", "60000", "WAIT", "30000"]);
+    until_waiting(&mut c, 1);
+    assert_eq!(recv(&waiter), Value::Int(1));
+    assert!(server_now(&mut c) >= deadline, "the permit was handed over before the deadline");
+    assert_eq!(int(&mut c, &["SEM.RENEW", "s", "a", "60000"]), 0);
+    assert_eq!(hold_score(&mut c, "s", "a"), None, "the revoked hold went with its place");
+    assert_eq!(info_field(&mut c, "revoked_ends"), 1);
+}
+
+#[test]
+fn readers_and_a_writer_are_revoked() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(int(&mut c, &["RWLOCK.ACQUIRE", "rw", "r1", "READ", "60000", "MAXHOLD", "90000"]), 1);
+    assert_eq!(int(&mut c, &["RWLOCK.ACQUIRE", "rw", "r2", "READ", "60000"]), 1);
+    let (result, _, deadline) = revoke(&mut c, &["rw", "TOKEN", "r1", "GRACE", "20000"]);
+    assert_eq!(result, "revoked");
+    assert!(int(&mut c, &["RWLOCK.RENEW", "rw", "r1", "60000"]) < 0);
+    let f = fields_of(&mut c, &["RWLOCK.INFO", "rw"]).unwrap();
+    assert_eq!(
+        field(&f, "revoked"),
+        Value::Array(vec![Value::BulkString(b"r1".to_vec()), Value::Int(deadline.unwrap())])
+    );
+    // A release before the deadline is an ordinary release.
+    assert_eq!(int(&mut c, &["RWLOCK.RELEASE", "rw", "r1"]), 1);
+    assert_eq!(hold_score(&mut c, "rw", "r1"), None);
+    assert_eq!(revoke(&mut c, &["rw", "TOKEN", "r2"]).0, "ended");
+    assert_eq!(redis::cmd("EXISTS").arg("rw").query::<i64>(&mut c).unwrap(), 0, "the last reader left");
+    // The one writer, without TOKEN.
+    assert_eq!(int(&mut c, &["RWLOCK.ACQUIRE", "rw", "w", "WRITE", "60000"]), 1);
+    let reader = spawn(&server, &["RWLOCK.ACQUIRE", "rw", "r3", "READ", "60000", "WAIT", "30000"]);
+    until_waiting(&mut c, 1);
+    let (result, token, _) = revoke(&mut c, &["rw", "GRACE", "0", "REASON", "maintenance"]);
+    assert_eq!((result.as_str(), token.as_deref()), ("ended", Some("w")));
+    assert_eq!(recv(&reader), Value::Int(1));
+    assert_eq!(info_field(&mut c, "revoked_ends"), 2);
+    assert_eq!(info_field(&mut c, "revokes"), 3);
+}
+
+#[test]
+fn a_replica_and_an_aof_restart_carry_the_revocation() {
+    let dir = std::env::temp_dir().join(format!("redis-lock-revoke-aof-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let builder = || Server::builder().dir(&dir).arg("appendonly", "yes").arg("appendfsync", "always");
+    let master = builder().start();
+    let mut m = master.conn();
+    let replica = Server::builder().arg("replicaof", &format!("127.0.0.1 {}", master.port())).start();
+    let mut r = replica.conn();
+    wait_for_link(&mut r);
+    assert_eq!(int(&mut m, &["LOCK.ACQUIRE", "k", "t", "600000"]), 1);
+    assert_eq!(int(&mut m, &["SEM.ACQUIRE", "s", "a", "2", "600000"]), 1);
+    let (_, _, deadline) = revoke(&mut m, &["k", "GRACE", "300000", "REASON", "move"]);
+    let (_, _, sem_deadline) = revoke(&mut m, &["s", "TOKEN", "a", "GRACE", "300000"]);
+    let (deadline, sem_deadline) = (deadline.unwrap(), sem_deadline.unwrap());
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    let value = get(&mut m, "k");
+    assert_eq!(get(&mut r, "k"), value, "the replica holds the revoked value");
+    assert_eq!(pexpiretime(&mut r, "k"), deadline, "with the master's absolute expiry");
+    assert_eq!(hold_score(&mut r, "s", "a"), Some(-(sem_deadline as f64) - 0.5));
+    let f = fields_of(&mut r, &["LOCK.INFO", "k"]).unwrap();
+    assert_eq!(field(&f, "revoked"), Value::BulkString(b"move".to_vec()));
+    // Promoted, the replica keeps the revocation and its deadline.
+    let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut r).unwrap();
+    assert!(int(&mut r, &["LOCK.RENEW", "k", "t", "600000"]) < 0, "the promoted replica tells the holder");
+    assert_eq!(pexpiretime(&mut r, "k"), deadline, "and keeps the deadline");
+    assert!(int(&mut r, &["SEM.RENEW", "s", "a", "600000"]) < 0);
+    drop(replica);
+    // Killed (no shutdown save) and started again on the same directory.
+    drop(master);
+    let server = builder().start();
+    let mut c = server.conn();
+    assert_eq!(get(&mut c, "k"), value, "the revoked value came back from the AOF");
+    assert_eq!(pexpiretime(&mut c, "k"), deadline);
+    assert!(int(&mut c, &["LOCK.RENEW", "k", "t", "600000"]) < 0);
+    assert!(int(&mut c, &["SEM.RENEW", "s", "a", "600000"]) < 0);
+    assert_eq!(pexpiretime(&mut c, "k"), deadline);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_revoke_needs_write_permission_on_the_key() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(int(&mut c, &["LOCK.ACQUIRE", "k", "t", "60000"]), 1);
+    let _: () = redis::cmd("ACL").arg(&["SETUSER", "reader", "on", "nopass", "%R~*", "+@all"]).query(&mut c).unwrap();
+    let _: () = redis::cmd("ACL").arg(&["SETUSER", "writer", "on", "nopass", "~*", "+@all"]).query(&mut c).unwrap();
+    let mut r = server.conn();
+    let _: () = redis::cmd("AUTH").arg("reader").arg("any").query(&mut r).unwrap();
+    let text = err(&mut r, &["LOCK.REVOKE", "k"]);
+    assert!(text.contains("NOPERM") || text.contains("NoPerm") || text.contains("permission"), "{text}");
+    assert_eq!(get(&mut c, "k"), Some(b"t".to_vec()), "the refused revoke changed nothing");
+    let mut w = server.conn();
+    let _: () = redis::cmd("AUTH").arg("writer").arg("any").query(&mut w).unwrap();
+    assert_eq!(revoke(&mut w, &["k", "GRACE", "5000"]).0, "revoked");
+}
