@@ -131,12 +131,20 @@ pub fn reserved(ctx: Ctx, key: *mut RedisModuleString) -> bool {
 /// key that others wait on goes to the head of their queue first, so
 /// nobody jumps the line; a free key that someone still waits on is kept
 /// for them ([`reserved`]).
+#[inline]
 pub fn open_behind_waiters(ctx: Ctx, key: *mut RedisModuleString, now: i64) -> LockKey {
     let k = lease::open(ctx, key, now);
     if waiting() == 0 || !matches!(k.entry(), Entry::Absent) {
         return k;
     }
     drop(k);
+    serve_first(ctx, key)
+}
+
+/// The rare half of [`open_behind_waiters`]: the free key goes to its
+/// queue's head before the newcomer looks again.
+#[inline(never)]
+fn serve_first(ctx: Ctx, key: *mut RedisModuleString) -> LockKey {
     grant_next(ctx, key);
     LockKey::open(ctx, key)
 }

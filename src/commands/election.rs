@@ -81,7 +81,7 @@ pub fn proclaim(ctx: Ctx, argv: Argv) -> Outcome {
     check_key_and_token(bytes(key), bytes(token))?;
     let value = check_value(bytes(value))?;
     // A lease that ended leads no more: settled first, as by every write.
-    let mut k = lease::open(ctx, key, ctx.now_ms());
+    let mut k = lease::open_now(ctx, key);
     let stored = match k.entry() {
         Entry::Absent => None,
         Entry::OtherType => return Err(Failure::WrongType),

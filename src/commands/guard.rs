@@ -66,7 +66,7 @@ pub fn guard(ctx: Ctx, argv: Argv) -> Result<Reply, Failure> {
     // The key is closed before the inner command runs: it may change it.
     // A lease that ended (LOCKDELAY, MAXHOLD) is settled first, as by every
     // write: a tombstone is held by no token.
-    let is_held = held(lease::open(ctx, key, ctx.now_ms()).entry(), bytes(token))?;
+    let is_held = held(lease::open_now(ctx, key).entry(), bytes(token))?;
     if !is_held {
         stats::GUARD_REFUSALS.add();
         return Err(Failure::Error(guard::NOT_HELD));

@@ -158,11 +158,11 @@ pub fn release(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
     // A lease that ended is settled first: its owner no longer holds it.
-    let mut k = lease::open(ctx, key, ctx.now_ms());
+    let mut k = lease::open_now(ctx, key);
     let granted = lock::may_release(k.entry(), bytes(token))?;
     if granted {
         // Before the delete: its `del` event would end the hold as deleted.
-        timings::hold_ended(ctx, key, timings::End::Released, ctx.now_ms());
+        timings::hold_ended(ctx, key, timings::End::Released, || ctx.now_ms());
         let _quiet = queue::serving();
         k.delete();
         drop(k);
@@ -208,7 +208,7 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
         Takeover::Free => {}
     }
     if !matches!(takeover, Takeover::Free) {
-        timings::hold_ended(ctx, key, timings::End::TakenOver, now);
+        timings::hold_ended(ctx, key, timings::End::TakenOver, || now);
     }
     k.set(NewValue::Composed(&lease::takeover_value(token_str, run_str, &grant)), grant.pxat);
     timings::hold_started(ctx, key, timings::Family::Exclusive, now);

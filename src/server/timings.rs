@@ -219,14 +219,15 @@ pub fn hold_started(ctx: Ctx, name: *mut RedisModuleString, family: Family, now:
 /// The hold of `name` ended at `now` as `end`, if the module granted it
 /// with `lock.hold-timing` on (with it off the table is empty: one load).
 /// Called before the module's own write that ends it: that write's `del`
-/// event would otherwise end it as deleted.
-pub fn hold_ended(ctx: Ctx, name: *mut RedisModuleString, end: End, now: i64) {
+/// event would otherwise end it as deleted. `now` is read only when some
+/// hold is timed (it may be a call into Redis).
+pub fn hold_ended(ctx: Ctx, name: *mut RedisModuleString, end: End, now: impl FnOnce() -> i64) {
     if TRACKED.load(Ordering::Relaxed) == 0 {
         return;
     }
     let h = held_key(ctx.db(), bytes(name));
     let mut s = state();
-    if let Some(e) = s.table.lock_ended(h, end, now) {
+    if let Some(e) = s.table.lock_ended(h, end, now()) {
         record(&mut s, e, false);
         publish(&s);
     }

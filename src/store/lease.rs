@@ -26,18 +26,45 @@ use crate::store::fence;
 use crate::store::lock_key::{LockKey, NewValue};
 
 /// Opens `name` for a write command at `now`, settling an ended lease first.
+#[inline]
 pub fn open(ctx: Ctx, name: *mut RedisModuleString, now: i64) -> LockKey {
     let mut k = LockKey::open(ctx, name);
-    settle(&mut k, now);
+    settle_at(&mut k, || now);
+    k
+}
+
+/// [`open`] for a command that needs the time only to settle a lease: the
+/// clock (a call into Redis) is read only when the value may carry one,
+/// so a key without a lease field pays nothing for the lease rules.
+#[inline]
+pub fn open_now(ctx: Ctx, name: *mut RedisModuleString) -> LockKey {
+    let mut k = LockKey::open(ctx, name);
+    settle_at(&mut k, || ctx.now_ms());
     k
 }
 
 /// Settles the open key's lease if it ended by `now`.
 pub fn settle(k: &mut LockKey, now: i64) {
-    // The value's last bytes first: most keys hold no lease field, and
-    // for them the expiry is not even read.
+    settle_at(k, || now);
+}
+
+/// [`settle`], reading `now` only for a value that may carry a lease.
+/// Inlined into every command that opens a lock key: the check is a look
+/// at the value's last bytes (most keys hold no lease field, and for them
+/// neither the expiry nor the clock is even read); the rest is out of line.
+#[inline]
+fn settle_at(k: &mut LockKey, now: impl FnOnce() -> i64) {
+    if matches!(k.entry(), Entry::Str(v) if lease::may_have_lease(v)) {
+        settle_lease(k, now());
+    }
+}
+
+/// [`settle`] of a value that may carry a lease field.
+#[cold]
+#[inline(never)]
+fn settle_lease(k: &mut LockKey, now: i64) {
     let verdict = match k.entry() {
-        Entry::Str(v) if lease::may_have_lease(v) => lease::settle(v, k.expires_at(), now),
+        Entry::Str(v) => lease::settle(v, k.expires_at(), now),
         _ => return,
     };
     if matches!(verdict, Settle::Keep) {
@@ -46,7 +73,7 @@ pub fn settle(k: &mut LockKey, now: i64) {
     // The lease ran out while held (its key lives on as the tombstone).
     // Recorded before the write, whose `del` would end it as deleted.
     let (ctx, name) = k.ctx_and_name();
-    timings::hold_ended(ctx, name, timings::End::Expired, now);
+    timings::hold_ended(ctx, name, timings::End::Expired, || now);
     match verdict {
         Settle::Keep => {}
         Settle::Tombstone { until } => {
