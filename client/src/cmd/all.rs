@@ -10,7 +10,7 @@ use redis::Cmd;
 use redis_lock_rules::cluster::key_slot;
 use redis_lock_rules::multi::MAX_KEYS;
 
-use super::Lease;
+use crate::cmd::lease::Lease;
 use crate::error::{Error, Result};
 
 /// The groups of `keys` (distinct, none empty), in the order to take them:
