@@ -57,6 +57,11 @@ pub enum ArgError {
     /// byte: that prefix names the holders' hold-limit members
     /// ([`HOLD_PREFIX`](crate::args::HOLD_PREFIX)), so such a token could forge one.
     TokenReserved,
+    /// `SESSION id` that names no live session of this node (never
+    /// granted here, ended, or not a session id).
+    SessionUnknown,
+    /// `LOCKDELAY` beside `SESSION`: a session-held lock gets its session's.
+    SessionLockDelay,
 }
 
 impl ArgError {
@@ -88,6 +93,8 @@ impl ArgError {
             ArgError::TokenReserved => {
                 c"ERR token must not start with a NUL byte (reserved for the holders' hold limits)"
             }
+            ArgError::SessionUnknown => c"ERR no such session (never granted on this node, or ended)",
+            ArgError::SessionLockDelay => c"ERR LOCKDELAY is the session's: a lock taken with SESSION cannot name its own",
         }
     }
 

@@ -24,10 +24,10 @@ const RULES: Layers = &[
     // Each command's arguments.
     ("arguments", &["args"]),
     // What a command does to a key.
-    ("decisions", &["lock", "holders", "lease", "election", "guard", "cluster_fence", "migration", "eviction"]),
+    ("decisions", &["lock", "holders", "lease", "election", "guard", "cluster_fence", "migration", "eviction", "held"]),
     // State kept across commands: the wait queues, the observers, hold
     // timing, LOCK.TOP's view of the queues.
-    ("bookkeeping", &["blocked", "queue", "observers", "hold_table", "top"]),
+    ("bookkeeping", &["blocked", "queue", "observers", "hold_table", "top", "session"]),
     ("root", &["crate"]),
 ];
 
