@@ -2,15 +2,14 @@
 //! spec, ACL categories and documentation (`COMMAND INFO`, `COMMAND DOCS`,
 //! redis-cli's argument hints).
 
-use std::ffi::{c_char, c_int, CStr};
-use std::mem::size_of;
-use std::ptr::null;
+use std::ffi::{c_char, c_int};
 
-use redis_module::raw::{self, RedisModuleCommandArg, RedisModuleCommandKeySpec, RedisModuleCtx};
+use redis_module::raw::{self, RedisModuleCtx};
 
 use crate::boundary::api::rm;
 use crate::boundary::entry::command_fn;
-use crate::commands::{election, guard, holders, lock, top};
+use crate::command_info::{set_info, Arg, Command};
+use crate::commands::{election, guard, holders, lock, session, top};
 
 command_fn!(acquire_cmd => lock::acquire);
 command_fn!(renew_cmd => lock::renew);
@@ -32,37 +31,12 @@ command_fn!(rw_release_cmd => holders::rw_release);
 command_fn!(rw_info_cmd => holders::rw_info);
 command_fn!(top_cmd => top::top);
 command_fn!(evicted_cmd => lock::evicted);
-
-type CommandFn = unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
-
-/// One argument as `COMMAND DOCS` shows it.
-#[derive(Clone, Copy)]
-enum Arg {
-    Key(&'static CStr),
-    Str(&'static CStr),
-    Int(&'static CStr),
-    /// An optional keyword alone (`FENCE`).
-    Flag(&'static CStr, &'static CStr),
-    /// An optional keyword and its integer (`WAIT timeout-ms`).
-    Option(&'static CStr, &'static CStr),
-    /// Any number of strings, none included (`[arg ...]`).
-    Rest(&'static CStr),
-}
-
-struct Command {
-    name: &'static CStr,
-    handler: CommandFn,
-    /// Redis's command flags, passed verbatim.
-    flags: &'static CStr,
-    /// How argument 1, the key, is used (None: no key).
-    key: Option<u32>,
-    /// The categories of the command's native twin (Redis 7.2+; 7.0 has no
-    /// API for them, see docs/commands.md, the notes under the command table).
-    acl: &'static CStr,
-    summary: &'static CStr,
-    complexity: &'static CStr,
-    args: &'static [Arg],
-}
+command_fn!(session_grant_cmd => session::grant);
+command_fn!(session_keepalive_cmd => session::keepalive);
+command_fn!(session_revoke_cmd => session::revoke);
+command_fn!(session_info_cmd => session::info);
+command_fn!(session_list_cmd => session::list);
+command_fn!(session_apply_cmd => session::apply);
 
 /// Only the commands that can grow memory are `deny-oom`, as with the
 /// native commands the scripts run (SET is, PEXPIRE and DEL are not): a
@@ -93,8 +67,8 @@ const COMMANDS: &[Command] = &[
         flags: c"write deny-oom blocking",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT),
         acl: c"write string slow blocking",
-        summary: c"Takes a lock when its key is free (SET key token NX PX ttl-ms), optionally with a fencing token, or waits in line for it",
-        complexity: c"O(1)",
+        summary: c"Takes a lock when its key is free (SET key token NX PX ttl-ms), optionally with a fencing token, or waits in line for it; with SESSION id, held by that session",
+        complexity: c"O(1) (with SESSION: O(log N) where N is the number of locks the session holds)",
         args: &[
             Arg::Key(c"key"),
             Arg::Str(c"token"),
@@ -103,6 +77,7 @@ const COMMANDS: &[Command] = &[
             Arg::Option(c"timeout-ms", c"WAIT"),
             Arg::Option(c"lock-delay-ms", c"LOCKDELAY"),
             Arg::Option(c"max-hold-ms", c"MAXHOLD"),
+            Arg::Named(c"id", c"SESSION"),
         ],
     },
     Command {
@@ -358,6 +333,70 @@ const COMMANDS: &[Command] = &[
         complexity: c"O(1)",
         args: &[Arg::Key(c"key"), Arg::Str(c"token")],
     },
+    // Sessions (docs/sessions.md): node state, no key. GRANT can add to
+    // memory (`deny-oom`, as SET); KEEPALIVE and REVOKE are not, as
+    // PEXPIRE and DEL are not: at the memory limit sessions still live
+    // and end. APPLY is replication plumbing, as LOCK.FENCEFLOOR.
+    Command {
+        name: c"session.grant",
+        handler: session_grant_cmd,
+        flags: c"write deny-oom fast",
+        key: None,
+        acl: c"write fast",
+        summary: c"Grants a session: one lease, kept alive by SESSION.KEEPALIVE, that keeps the locks taken with SESSION id; replies its id",
+        complexity: c"O(1)",
+        args: &[Arg::Int(c"ttl-ms"), Arg::Option(c"lock-delay-ms", c"LOCKDELAY")],
+    },
+    Command {
+        name: c"session.keepalive",
+        handler: session_keepalive_cmd,
+        flags: c"write fast",
+        key: None,
+        acl: c"write fast",
+        summary: c"Keeps sessions alive for their TTL, whatever they hold; replies each one's TTL, or 0 when unknown or ended",
+        complexity: c"O(N) where N is the number of ids, whatever the sessions hold",
+        args: &[Arg::Str(c"id"), Arg::Rest(c"id")],
+    },
+    Command {
+        name: c"session.revoke",
+        handler: session_revoke_cmd,
+        flags: c"write fast",
+        key: None,
+        acl: c"write fast",
+        summary: c"Ends a session now: its locks are released (without lock-delay), in bounded slices",
+        complexity: c"O(1); its locks are released afterwards, at most 256 per millisecond",
+        args: &[Arg::Str(c"id")],
+    },
+    Command {
+        name: c"session.info",
+        handler: session_info_cmd,
+        flags: c"readonly fast",
+        key: None,
+        acl: c"read fast",
+        summary: c"Describes a session: state, TTL, time left, lock-delay, how many locks it holds and the first COUNT of them",
+        complexity: c"O(log(N) + n) where N is the number of locks it holds and n the number listed",
+        args: &[Arg::Str(c"id"), Arg::Option(c"count", c"COUNT")],
+    },
+    Command {
+        name: c"session.list",
+        handler: session_list_cmd,
+        flags: c"readonly",
+        key: None,
+        acl: c"read slow",
+        summary: c"Lists the ids of this node's sessions, in order (the first COUNT)",
+        complexity: c"O(S log(S)) where S is the number of sessions",
+        args: &[Arg::Option(c"count", c"COUNT")],
+    },
+    Command {
+        name: c"session.apply",
+        handler: session_apply_cmd,
+        flags: c"write fast",
+        key: None,
+        acl: c"write fast admin dangerous",
+        summary: c"Applies a master's session change (replication and AOF plumbing; refused from clients)",
+        complexity: c"O(log(N)) where N is the number of locks the session holds",
+        args: &[Arg::Str(c"operation"), Arg::Str(c"id"), Arg::Rest(c"arg")],
+    },
 ];
 
 /// Registers every command. The `@lock` ACL category is added where the
@@ -386,110 +425,4 @@ pub fn register(ctx: *mut RedisModuleCtx) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// Declares the command's key spec and documentation. Redis copies what it
-/// keeps, so the stack data may go after the call.
-fn set_info(handle: *mut raw::RedisModuleCommand, cmd: &Command) -> bool {
-    let version = raw::RedisModuleCommandInfoVersion {
-        version: 1,
-        sizeof_historyentry: size_of::<raw::RedisModuleCommandHistoryEntry>(),
-        sizeof_keyspec: size_of::<RedisModuleCommandKeySpec>(),
-        sizeof_arg: size_of::<RedisModuleCommandArg>(),
-    };
-    // Each list ends with an all-zero entry.
-    // SAFETY: both structs are plain data; all zeroes is their terminator.
-    let mut specs =
-        [unsafe { std::mem::zeroed::<RedisModuleCommandKeySpec>() }, unsafe { std::mem::zeroed() }, unsafe {
-            std::mem::zeroed()
-        }];
-    if let Some(flags) = cmd.key {
-        specs[0] = RedisModuleCommandKeySpec {
-            notes: null(),
-            flags: u64::from(flags),
-            begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
-            bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
-                index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 },
-            },
-            find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
-            fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
-                range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 { lastkey: 0, keystep: 1, limit: 0 },
-            },
-        };
-        if has_flag(cmd, b"getkeys-api") {
-            specs[1] = inner_keys_spec();
-        }
-    }
-    let mut args: Vec<RedisModuleCommandArg> = cmd.args.iter().map(|&a| arg(a)).collect();
-    args.push(unsafe { std::mem::zeroed() });
-    let info = raw::RedisModuleCommandInfo {
-        version: &version,
-        summary: cmd.summary.as_ptr(),
-        complexity: cmd.complexity.as_ptr(),
-        since: c"1.0.0".as_ptr(),
-        history: std::ptr::null_mut(),
-        tips: null(),
-        // 0: arity -1; the handlers check their arguments themselves.
-        arity: 0,
-        key_specs: if cmd.key.is_some() { specs.as_mut_ptr() } else { std::ptr::null_mut() },
-        args: args.as_mut_ptr(),
-    };
-    unsafe { rm!(RedisModule_SetCommandInfo)(handle, &info) == raw::REDISMODULE_OK as c_int }
-}
-
-/// Whether `flag` is one of the command's flags.
-fn has_flag(cmd: &Command, flag: &[u8]) -> bool {
-    cmd.flags.to_bytes().split(|&b| b == b' ').any(|f| f == flag)
-}
-
-/// The key spec of keys only the getkeys API can report (LOCK.GUARD's inner
-/// command): where they are and how they are used are unknown to the spec.
-/// `VARIABLE_FLAGS` makes Redis ask the module for every call's keys
-/// instead of trusting the specs.
-fn inner_keys_spec() -> RedisModuleCommandKeySpec {
-    RedisModuleCommandKeySpec {
-        notes: c"the keys of the inner command, reported through the getkeys API".as_ptr(),
-        flags: u64::from(
-            raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_INCOMPLETE | raw::REDISMODULE_CMD_KEY_VARIABLE_FLAGS,
-        ),
-        begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_UNKNOWN,
-        // SAFETY: plain data; with an unknown search type Redis reads neither union.
-        bs: unsafe { std::mem::zeroed() },
-        find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_UNKNOWN,
-        fk: unsafe { std::mem::zeroed() },
-    }
-}
-
-fn arg(a: Arg) -> RedisModuleCommandArg {
-    use raw::{
-        RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER as INTEGER,
-        RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY as KEY,
-    };
-    use raw::{
-        RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN as PURE_TOKEN,
-        RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING as STRING,
-    };
-    let optional = raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int;
-    let multiple = raw::REDISMODULE_CMD_ARG_MULTIPLE as c_int;
-    let (name, type_, token, flags) = match a {
-        Arg::Key(n) => (n, KEY, None, 0),
-        Arg::Str(n) => (n, STRING, None, 0),
-        Arg::Int(n) => (n, INTEGER, None, 0),
-        Arg::Flag(n, t) => (n, PURE_TOKEN, Some(t), optional),
-        Arg::Option(n, t) => (n, INTEGER, Some(t), optional),
-        Arg::Rest(n) => (n, STRING, None, optional | multiple),
-    };
-    RedisModuleCommandArg {
-        name: name.as_ptr(),
-        type_,
-        // The one key spec is index 0; -1 for arguments that are no key.
-        key_spec_index: if matches!(a, Arg::Key(_)) { 0 } else { -1 },
-        token: token.map_or(null(), CStr::as_ptr),
-        summary: null(),
-        since: null(),
-        flags,
-        deprecated_since: null(),
-        subargs: std::ptr::null_mut(),
-        display_text: null(),
-    }
 }

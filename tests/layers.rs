@@ -21,11 +21,11 @@ const MODULE: Layers = &[
     // The handlers, one file per family.
     ("commands", &["commands"]),
     // The wiring: the command table, the listeners, the hooks.
-    ("top", &["registration", "crate"]),
+    ("top", &["registration", "command_info", "crate"]),
 ];
 
 /// The families, each a module of `commands`: none may name another.
-const FAMILIES: &[&str] = &["lock", "election", "holders", "guard", "top"];
+const FAMILIES: &[&str] = &["lock", "election", "holders", "guard", "top", "session"];
 
 fn src() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")

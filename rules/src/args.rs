@@ -212,11 +212,20 @@ mod tests {
         assert_eq!(parse_session_id(id.as_bytes()), Ok(0x0123456789abcdef0123456789abcdef));
         assert_eq!(session_id_text(0x0123456789abcdef0123456789abcdef), id);
         assert_eq!(session_id_text(1).len(), 32);
-        for bad in [&b"0123456789ABCDEF0123456789abcdef"[..], b"", b"1", b"+123456789abcdef0123456789abcdef", b"0123456789abcdef0123456789abcdef0"] {
+        for bad in [
+            &b"0123456789ABCDEF0123456789abcdef"[..],
+            b"",
+            b"1",
+            b"+123456789abcdef0123456789abcdef",
+            b"0123456789abcdef0123456789abcdef0",
+        ] {
             assert_eq!(parse_session_id(bad), Err(ArgError::SessionUnknown));
         }
         let acquire = |args: &[&[u8]]| parse_grant_options(Grammar::Acquire, args.iter().copied());
-        assert_eq!(acquire(&[b"session", id.as_bytes()]).map(|o| o.session), Ok(Some(0x0123456789abcdef0123456789abcdef)));
+        assert_eq!(
+            acquire(&[b"session", id.as_bytes()]).map(|o| o.session),
+            Ok(Some(0x0123456789abcdef0123456789abcdef))
+        );
         assert_eq!(acquire(&[b"SESSION"]), Err(ArgError::Syntax));
         assert_eq!(acquire(&[b"SESSION", b"x"]), Err(ArgError::SessionUnknown));
         assert_eq!(parse_grant_options(Grammar::Holders, [&b"SESSION"[..], id.as_bytes()]), Err(ArgError::Syntax));
@@ -261,9 +270,15 @@ mod tests {
             }
         }
         let full = parse(Grammar::Acquire, &[b"fence", b"maxhold", b"10", b"wait", b"5", b"lockdelay", b"7"]);
-        assert_eq!(full, Ok(GrantOptions { fence: true, wait: Some(5), lock_delay: Some(7), max_hold: Some(10), session: None }));
+        assert_eq!(
+            full,
+            Ok(GrantOptions { fence: true, wait: Some(5), lock_delay: Some(7), max_hold: Some(10), session: None })
+        );
         let holders = parse(Grammar::Holders, &[b"lockdelay", b"5", b"WAIT", b"10", b"fence"]);
-        assert_eq!(holders, Ok(GrantOptions { fence: true, wait: Some(10), lock_delay: Some(5), max_hold: None, session: None }));
+        assert_eq!(
+            holders,
+            Ok(GrantOptions { fence: true, wait: Some(10), lock_delay: Some(5), max_hold: None, session: None })
+        );
         assert_eq!(parse(Grammar::Holders, &[b"LOCKDELAY", b"60001"]), Err(ArgError::LockDelayInvalid));
         assert_eq!(parse(Grammar::Holders, &[b"MAXHOLD", b"5"]), Ok(terms(None, Some(5))));
     }

@@ -94,7 +94,9 @@ impl ArgError {
                 c"ERR token must not start with a NUL byte (reserved for the holders' hold limits)"
             }
             ArgError::SessionUnknown => c"ERR no such session (never granted on this node, or ended)",
-            ArgError::SessionLockDelay => c"ERR LOCKDELAY is the session's: a lock taken with SESSION cannot name its own",
+            ArgError::SessionLockDelay => {
+                c"ERR LOCKDELAY is the session's: a lock taken with SESSION cannot name its own"
+            }
         }
     }
 

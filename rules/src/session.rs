@@ -214,21 +214,26 @@ impl<K: Ord> Sessions<K> {
     }
 
     /// Up to `max` holds of ended sessions (oldest end first), taken out of
-    /// their sessions, and the sessions now done (forgotten here: the
-    /// caller replicates that). `weight` bounds the slice by another
-    /// measure (a key's bytes): it stops once `budget` is spent.
+    /// their sessions, and the sessions whose holds are all handed out now
+    /// (the caller releases the holds, then forgets them). `weight` bounds
+    /// the slice by another measure (a key's bytes): it stops once
+    /// `budget` is spent.
     pub fn next_holds(&mut self, max: usize, budget: usize, weight: impl Fn(&K) -> usize) -> (Vec<(Id, K)>, Vec<Id>) {
         let (mut out, mut done, mut spent) = (Vec::new(), Vec::new(), 0);
         while out.len() < max && spent < budget {
             let Some(&id) = self.ending.front() else { break };
-            match self.map.get_mut(&id).and_then(|s| s.holds.pop_first()) {
+            let Some(s) = self.map.get_mut(&id) else {
+                // Forgotten meanwhile (the master said so).
+                self.ending.pop_front();
+                continue;
+            };
+            match s.holds.pop_first() {
                 Some(key) => {
                     spent += weight(&key);
                     out.push((id, key));
                 }
                 None => {
                     self.ending.pop_front();
-                    self.map.remove(&id);
                     done.push(id);
                 }
             }
@@ -317,7 +322,8 @@ mod tests {
         assert_eq!(t.next_holds(3, usize::MAX, |_| 1), (vec![(1, 0), (1, 1), (1, 2)], vec![]));
         assert_eq!(t.next_holds(3, 1, |_| 1), (vec![(1, 3)], vec![]));
         assert_eq!(t.next_holds(3, usize::MAX, |_| 1), (vec![], vec![1]));
-        assert!(!t.contains(1) && !t.ending());
+        assert!(t.contains(1) && !t.ending(), "forgotten by the caller, once its holds are released");
+        t.forget(1);
         assert_eq!(t.state(1, NOW), SessionState::Unknown);
         assert!(t.contains(2));
     }

@@ -225,7 +225,7 @@ pub fn on_db_event<K: Kind>(ctx: Ctx, ev: &DbEvent) {
                 }
             }
         }
-        DbEvent::ConfigChanged | DbEvent::ExportEnded => {}
+        DbEvent::ConfigChanged | DbEvent::ExportEnded | DbEvent::Promoted => {}
     }
 }
 

@@ -39,6 +39,9 @@ pub struct Request {
     /// Its LOCKDELAY and MAXHOLD, stored with its grant (a holder's
     /// MAXHOLD counts from that grant, not from its call).
     pub terms: Terms,
+    /// `SESSION id`: the grant attaches to this session (if it is still
+    /// alive then).
+    pub session: Option<u128>,
 }
 
 /// How many clients wait on `key` in the context's database.
@@ -63,7 +66,7 @@ pub fn block(
     ctx: Ctx,
     name: *mut RedisModuleString,
     token: *mut RedisModuleString,
-    Request { claim, ttl, fence, deadline, terms }: Request,
+    Request { claim, ttl, fence, deadline, terms, session }: Request,
     expires_at: Option<i64>,
 ) {
     // ZSET: a holder removed by hand (`ZREM`) frees a permit too.
@@ -77,7 +80,7 @@ pub fn block(
     let key = (ctx.db(), bytes(name).to_vec());
     // Read before the book is locked: opening a key can raise an event.
     let expiry = LockKey::open(ctx, name).expires_at();
-    let waiter = Waiter { token, ttl, fence, claim, terms, since: ctx.now_ms() };
+    let waiter = Waiter { token, ttl, fence, claim, terms, since: ctx.now_ms(), session };
     let k = key.clone();
     machine::block::<Waiters>(ctx, deadline, waiter, |book, client, seq, b| {
         book.enqueue(k, || key_slot(bytes(name)), client, seq, b, expiry);

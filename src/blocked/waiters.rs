@@ -23,10 +23,12 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
+use redis_lock_rules::held::SessionState;
 use redis_lock_rules::holders::{admit, grant as grant_place, tag_after_grant, Admit, Want};
 use redis_lock_rules::lease::{self as rules_lease, Terms};
 use redis_lock_rules::lock;
 use redis_lock_rules::queue::Line;
+use redis_lock_rules::ArgError;
 use redis_module::raw::RedisModuleString;
 
 use crate::blocked::machine::{self, Blocked, Book, KeyId, Kind, Shared};
@@ -39,7 +41,8 @@ use crate::server::{cluster, eviction};
 use crate::store::fence;
 use crate::store::holders_key::{Edit, Hold, HoldersKey};
 use crate::store::lease::{self, Granted};
-use crate::store::lock_key::LockKey;
+use crate::store::lock_key::{LockKey, NewValue};
+use crate::store::session;
 
 /// How often a grant held back by paused writes is retried.
 pub const PAUSE_RETRY_MS: i64 = 10;
@@ -82,6 +85,8 @@ pub struct Waiter {
     pub terms: Terms,
     /// When the wait began (Unix ms), for `INFO lock`'s wait times.
     pub since: i64,
+    /// The session its grant attaches to (`LOCK.ACQUIRE … SESSION id`).
+    pub session: Option<u128>,
 }
 
 impl Waiter {
@@ -231,29 +236,55 @@ fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &KeyId) -> Step {
     if freed_too_early(ctx, key, now) {
         return Step::Done;
     }
+    if let Some(step) = session_ended(ctx, key, now) {
+        return step;
+    }
     let end = |now, w: &Waiter| rules_lease::grant(now, w.ttl, w.terms).ok();
     let (b, g, fence) = match take_head(ctx, key, now, end) {
         Ok(head) => head,
         Err(step) => return step,
     };
     let w = &b.data;
-    let value = match (w.claim, fence) {
-        (Claim::Elect { value }, Some(term)) => {
-            Granted::Bytes(lease::elect_value(bytes(w.token), term, bytes(value), &g))
+    let at = match w.session.map(|id| (id, session::held_grant(id, bytes(w.token), now, w.terms.max_hold))) {
+        Some((id, Ok((value, pxat)))) => {
+            k.set_maybe_expiring(NewValue::Composed(&value), pxat);
+            session::attach(ctx, id, name);
+            pxat
         }
-        _ => lease::lock_value(bytes(w.token), &g),
+        // Checked by `session_ended` just before.
+        Some((_, Err(_))) => None,
+        None => {
+            let value = match (w.claim, fence) {
+                (Claim::Elect { value }, Some(term)) => {
+                    Granted::Bytes(lease::elect_value(bytes(w.token), term, bytes(value), &g))
+                }
+                _ => lease::lock_value(bytes(w.token), &g),
+            };
+            k.set(value.new_value(w.token), g.pxat);
+            Some(g.pxat)
+        }
     };
-    let at = g.pxat;
-    k.set(value.new_value(w.token), at);
     drop(k);
     timings::hold_started(ctx, name, w.claim.family(), now);
     // The key's expiry, delay included: the Redis 8 last-millisecond rule
     // (`freed_too_early`) is about the key, not the lease inside it.
-    saw_expiry(key, Some(at));
+    saw_expiry(key, at);
     let grants = if matches!(w.claim, Claim::Elect { .. }) { &stats::ELECTIONS } else { &stats::GRANTS };
     answer_grant(ctx, b, fence, grants);
-    machine::check_by::<Waiters>(ctx, key, at.saturating_add(1));
+    if let Some(at) = at {
+        machine::check_by::<Waiters>(ctx, key, at.saturating_add(1));
+    }
     Step::Done
+}
+
+/// A head whose session ended (or is unknown here) while it waited: it is
+/// answered `ERR no such session …`, and the next one is tried.
+fn session_ended(ctx: Ctx, key: &KeyId, now: i64) -> Option<Step> {
+    let id = book().0.head(key).and_then(|b| b.data.session)?;
+    if matches!(session::state(id, now), SessionState::Alive { .. }) {
+        return None;
+    }
+    Some(answer_head(ctx, key, Some(Err(Failure::Arg(ArgError::SessionUnknown)))))
 }
 
 /// Takes the head for a grant at `now`: with what `grant(now, waiter)`

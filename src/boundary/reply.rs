@@ -69,6 +69,12 @@ pub enum Reply {
     List(Vec<Vec<(&'static CStr, Value)>>),
     /// What an inner command replied, forwarded as it is (LOCK.GUARD).
     Call(CallReply),
+    /// A bulk string (SESSION.GRANT's id).
+    Bytes(Vec<u8>),
+    /// An array of integers (SESSION.KEEPALIVE).
+    Ints(Vec<i64>),
+    /// An array of bulk strings (SESSION.LIST).
+    Strings(Vec<Vec<u8>>),
 }
 
 #[derive(Debug)]

@@ -65,7 +65,13 @@ pub fn elect(ctx: Ctx, argv: Argv) -> Outcome {
         let holder = k.expires_at();
         drop(k);
         let claim = queue::Claim::Elect { value };
-        queue::block(ctx, key, token, queue::Request { claim, ttl, fence: true, deadline, terms }, holder);
+        queue::block(
+            ctx,
+            key,
+            token,
+            queue::Request { claim, ttl, fence: true, deadline, terms, session: None },
+            holder,
+        );
         return Ok(Reply::Blocked);
     }
     if lease::delayed(&k) {

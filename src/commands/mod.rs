@@ -9,4 +9,5 @@ pub mod election;
 pub mod guard;
 pub mod holders;
 pub mod lock;
+pub mod session;
 pub mod top;

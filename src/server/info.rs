@@ -11,7 +11,7 @@ use crate::server::{counters, eviction, timings};
 
 /// The `INFO lock` section (fields appear as `lock_<name>`).
 pub unsafe extern "C" fn render(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c_int) {
-    let fields: [(&CStr, u64); 39] = [
+    let fields: [(&CStr, u64); 45] = [
         (c"grants", counters::GRANTS.get()),
         (c"refusals", counters::REFUSALS.get()),
         (c"renewals", counters::RENEWALS.get()),
@@ -51,6 +51,12 @@ pub unsafe extern "C" fn render(ctx: *mut RedisModuleInfoCtx, _for_crash_report:
         (c"observers_cancelled", counters::OBSERVERS_CANCELLED.get()),
         (c"observer_slot_checks", counters::OBSERVER_SLOT_CHECKS.get()),
         (c"observing", counters::observing()),
+        (c"sessions", counters::SESSIONS.load(std::sync::atomic::Ordering::Relaxed)),
+        (c"sessions_granted", counters::SESSIONS_GRANTED.get()),
+        (c"session_keepalives", counters::SESSION_KEEPALIVES.get()),
+        (c"sessions_expired", counters::SESSIONS_EXPIRED.get()),
+        (c"sessions_revoked", counters::SESSIONS_REVOKED.get()),
+        (c"session_holds_ended", counters::SESSION_HOLDS_ENDED.get()),
     ];
     rm!(RedisModule_InfoAddSection)(ctx, std::ptr::null());
     for (name, value) in fields {

@@ -12,7 +12,8 @@
 
 use redis_lock_rules::args::{check_utf8, ArgError};
 use redis_lock_rules::encode::structured_value;
-use redis_lock_rules::lease::{self, Grant, Settle, Terms};
+use redis_lock_rules::held;
+use redis_lock_rules::lease::{self, Grant, Settle, Shown, Terms, View};
 use redis_lock_rules::value::{self, Election, Stored};
 use redis_lock_rules::Entry;
 use redis_module::raw::RedisModuleString;
@@ -21,6 +22,7 @@ use crate::boundary::ctx::Ctx;
 use crate::server::counters as stats;
 use crate::server::timings;
 use crate::store::lock_key::{LockKey, NewValue};
+use crate::store::session;
 
 /// Opens `name` for a write command at `now`, settling an ended lease first.
 pub fn open(ctx: Ctx, name: *mut RedisModuleString, now: i64) -> LockKey {
@@ -47,15 +49,25 @@ pub fn settle(k: &mut LockKey, now: i64) {
 fn settle_at(k: &mut LockKey, now: impl FnOnce() -> i64) {
     // The value's last bytes first: most keys hold no lease field, and
     // for them neither the expiry nor the clock is even read.
-    let (verdict, now) = match k.entry() {
+    let (verdict, held, now) = match k.entry() {
+        Entry::Str(v) if v.starts_with(value::HELD_PREFIX) => match value::parse_held(v) {
+            Some(h) => {
+                let now = now();
+                (held::settle(&h, session::state_of(&h.session, now), k.expires_at(), now), true, now)
+            }
+            None => return,
+        },
         Entry::Str(v) if lease::may_have_lease(v) => {
             let now = now();
-            (lease::settle(v, k.expires_at(), now), now)
+            (lease::settle(v, k.expires_at(), now), false, now)
         }
         _ => return,
     };
     if matches!(verdict, Settle::Keep) {
         return;
+    }
+    if held {
+        stats::SESSION_HOLDS_ENDED.add();
     }
     // The lease ran out while held (its key lives on as the tombstone).
     // Recorded before the write, whose `del` would end it as deleted.
@@ -132,4 +144,24 @@ pub fn elect_value(token: &[u8], term: u64, value: &[u8], g: &Grant) -> Vec<u8> 
     let (owner, value) = (String::from_utf8_lossy(token), String::from_utf8_lossy(value));
     let election = Election { term, rev: term, value: value.into_owned() };
     lease::encode_with(Stored { election: Some(election), ..Stored::owned_by(&owner) }, g)
+}
+
+/// What LOCK.INFO shows of `value` (expiring at `pxat`) at `now`, read-only
+/// (also on a replica): a lease or a session-held lock that ended is shown
+/// as it will be once settled.
+pub fn shown(value: &[u8], pxat: Option<i64>, now: i64) -> Shown {
+    let Some(h) = value::parse_held(value) else { return lease::show(value, pxat, now) };
+    match held::settle(&h, session::state_of(&h.session, now), pxat, now) {
+        Settle::Keep => Shown::Value { bytes: None, view: View { hold_until: h.hold_until, ..View::default() } },
+        Settle::Tombstone { until } => Shown::Value {
+            bytes: Some(value::tombstone(until)),
+            view: View { delayed_until: Some(until), ..View::default() },
+        },
+        Settle::Delete => Shown::Absent,
+    }
+}
+
+/// The session of a session-held value, if it is one.
+pub fn held_by_session(value: &[u8]) -> Option<String> {
+    value::parse_held(value).map(|h| h.session)
 }
