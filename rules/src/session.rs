@@ -149,9 +149,18 @@ impl<K: Ord> Sessions<K> {
         true
     }
 
-    /// Drops `id` and whatever it still lists.
+    /// Drops `id` and whatever it still lists. The queues' entries of
+    /// sessions no longer here are dropped from their fronts (a replica,
+    /// which never expires or slices, would otherwise keep one of each per
+    /// session ever granted or ended; ends and forgets come in order).
     pub fn forget(&mut self, id: Id) {
         self.map.remove(&id);
+        while self.ending.front().is_some_and(|id| !self.map.contains_key(id)) {
+            self.ending.pop_front();
+        }
+        while self.due.peek().is_some_and(|Reverse((_, id))| !self.map.contains_key(id)) {
+            self.due.pop();
+        }
     }
 
     /// Forgets every session (FLUSHALL).
@@ -326,6 +335,19 @@ mod tests {
         t.forget(1);
         assert_eq!(t.state(1, NOW), SessionState::Unknown);
         assert!(t.contains(2));
+    }
+
+    #[test]
+    fn a_replica_that_only_applies_keeps_no_stale_entry() {
+        // Granted, ended and forgotten by the master's entries, in order.
+        let mut t: Sessions<u32> = Sessions::default();
+        for id in 0..100 {
+            t.grant(id, 1_000, 0, NOW + id as i64);
+            t.attach(id, 7);
+            t.end(id, NOW + id as i64, Reason::Expired);
+            t.forget(id);
+        }
+        assert!(t.is_empty() && !t.ending() && t.next_due().is_none());
     }
 
     #[test]

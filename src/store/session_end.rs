@@ -1,7 +1,8 @@
 //! The timer that ends sessions and releases their holds in bounded
 //! slices (docs/sessions.md): each tick ends at most [`MAX_ENDS`] sessions
 //! whose deadline passed, then settles at most [`MAX_HOLDS`] holds of
-//! ended sessions (at most [`MAX_KEY_BYTES`] of key names), each as a
+//! ended sessions (at most [`MAX_KEY_BYTES`] of key names, and for at most
+//! [`MAX_SLICE`]), each as a
 //! command opening the key would (`crate::store::lease::settle`): a
 //! tombstone for the lock-delay after an expiry, a `DEL` after a revoke;
 //! the key's event then wakes its waiters and observers. It re-arms at
@@ -14,9 +15,11 @@
 
 use std::ffi::c_void;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use redis_module::raw::{RedisModuleCtx, RedisModuleTimerID};
 
+use crate::boundary::api::rm;
 use crate::boundary::ctx::Ctx;
 use crate::boundary::timer;
 use crate::server::counters as stats;
@@ -29,8 +32,14 @@ pub const MAX_ENDS: usize = 1_000;
 pub const MAX_HOLDS: usize = 256;
 /// Key-name bytes released per tick, at most (a replicated entry stays small).
 pub const MAX_KEY_BYTES: usize = 16 * 1024;
+/// Time spent releasing holds per tick, at most (checked every [`CHUNK`]).
+pub const MAX_SLICE: Duration = Duration::from_micros(300);
+/// Holds taken from the table at a time.
+const CHUNK: usize = 16;
 /// The longest the timer sleeps.
 const IDLE_MS: i64 = 1_000;
+/// How often it looks again while writes are paused.
+const PAUSE_RETRY_MS: i64 = 10;
 
 /// The armed timer and when it fires (Unix ms).
 static ARMED: Mutex<Option<(RedisModuleTimerID, i64)>> = Mutex::new(None);
@@ -57,7 +66,14 @@ unsafe extern "C" fn on_tick(ctx: *mut RedisModuleCtx, data: *mut c_void) {
     *ARMED.lock().unwrap_or_else(|e| e.into_inner()) = None;
     let ctx = Ctx(ctx);
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let next = if ctx.is_master() { tick(ctx) } else { None };
+        // While writes are paused (CLIENT PAUSE, FAILOVER, a shutdown
+        // waiting for a replica) nothing may be written or propagated.
+        let paused = rm!(RedisModule_AvoidReplicaTraffic)() != 0;
+        let next = match (ctx.is_master(), paused) {
+            (true, false) => tick(ctx),
+            (true, true) => Some(ctx.now_ms() + PAUSE_RETRY_MS),
+            (false, _) => None,
+        };
         arm(ctx, next.unwrap_or(ctx.now_ms() + IDLE_MS));
     }));
 }
@@ -70,12 +86,26 @@ fn tick(ctx: Ctx) -> Option<i64> {
         session::replicate_end(ctx, id, at, redis_lock_rules::session::Reason::Expired);
         stats::SESSIONS_EXPIRED.add();
     }
-    let (holds, done) = table().next_holds(MAX_HOLDS, MAX_KEY_BYTES, |k| k.1.len());
-    for (_, (db, name)) in holds {
-        ctx.select(db);
-        let name = ctx.string(&name);
-        drop(lease::open(ctx, name, ctx.now_ms()));
-        ctx.free(name);
+    // Holds in chunks, until a bound is reached: their count, their key
+    // names' bytes, or the time spent (however costly each one's release:
+    // its waiters' events, hold timing, a big value).
+    let started = Instant::now();
+    let (mut released, mut bytes) = (0, 0);
+    let mut done = Vec::new();
+    while released < MAX_HOLDS && bytes < MAX_KEY_BYTES && started.elapsed() < MAX_SLICE {
+        let (holds, finished) = table().next_holds(CHUNK, MAX_KEY_BYTES - bytes, |k| k.1.len());
+        if holds.is_empty() && finished.is_empty() {
+            break;
+        }
+        done.extend(finished);
+        for (_, (db, name)) in holds {
+            released += 1;
+            bytes += name.len();
+            ctx.select(db);
+            let name = ctx.string(&name);
+            drop(lease::open(ctx, name, ctx.now_ms()));
+            ctx.free(name);
+        }
     }
     if !done.is_empty() {
         let mut t = table();
