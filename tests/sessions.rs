@@ -480,3 +480,147 @@ fn a_large_session_ends_in_slices() {
     assert!(pings > 1, "the end took one step: {pings} pings");
     assert_eq!(info_field(&mut c, "session_holds_ended"), HOLDS as u64);
 }
+
+/// A randomized model test: sessions granted, kept alive, revoked and let
+/// expire, locks taken with and without a session, released and renewed,
+/// against a model of who holds what, checked after every step; a replica
+/// ends with the master's keys and sessions.
+#[test]
+fn a_random_run_matches_the_model_and_the_replica_matches_the_master() {
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+    use std::collections::BTreeMap;
+
+    #[derive(Clone, Debug, PartialEq)]
+    enum Holder {
+        Plain(String),
+        Session(String, String),
+    }
+    let seed: u64 = std::env::var("SESSIONS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let master = Server::builder().arg("repl-diskless-sync", "no").start();
+    let replica = Server::builder().arg("replicaof", &format!("127.0.0.1 {}", master.port())).start();
+    let mut r = replica.conn();
+    wait_for_link(&mut r);
+    let mut c = master.conn();
+    let keys = ["a", "b", "c", "d", "e", "f"];
+    let tokens = ["t1", "t2", "t3"];
+    let mut live: Vec<String> = Vec::new();
+    let mut gone: Vec<String> = Vec::new();
+    let mut held: BTreeMap<&str, Holder> = BTreeMap::new();
+    let free_when_gone = |c: &mut Connection, held: &mut BTreeMap<&str, Holder>, id: &str| {
+        let ks: Vec<&str> =
+            held.iter().filter(|(_, h)| matches!(h, Holder::Session(s, _) if s == id)).map(|(k, _)| *k).collect();
+        for k in ks {
+            eventually("an ended session's lock is released", || get(c, k).is_none());
+            held.remove(k);
+        }
+    };
+    for step in 0..400 {
+        let what = format!("seed {seed}, step {step}");
+        match rng.gen_range(0..10) {
+            0 if live.len() < 3 => live.push(grant(&mut c, &["60000"])),
+            1 if !live.is_empty() => {
+                let i = rng.gen_range(0..live.len());
+                let id = live.remove(i);
+                assert_eq!(int(&mut c, &["SESSION.REVOKE", &id]), 1, "{what}");
+                // Refused to its holders at once, released soon after.
+                for (k, h) in &held {
+                    if let Holder::Session(s, t) = h {
+                        if *s == id {
+                            assert_eq!(int(&mut c, &["LOCK.RENEW", k, t, "1000"]), 0, "{what}");
+                        }
+                    }
+                }
+                free_when_gone(&mut c, &mut held, &id);
+                gone.push(id);
+            }
+            2 => {
+                // A short session, attached to a free key, left to expire.
+                let id = grant(&mut c, &["200"]);
+                if let Some(k) = keys.iter().find(|k| !held.contains_key(**k)) {
+                    assert_eq!(attach(&mut c, k, "short", &id), 1, "{what}");
+                    held.insert(k, Holder::Session(id.clone(), "short".into()));
+                }
+                let deadline = session_int(&mut c, &id, "deadline");
+                until_server_time(&mut c, deadline);
+                assert_eq!(keepalive(&mut c, &[&id]), vec![0], "{what}");
+                free_when_gone(&mut c, &mut held, &id);
+                gone.push(id);
+            }
+            3 => {
+                let ids: Vec<&str> = live.iter().chain(gone.iter()).map(String::as_str).collect();
+                if !ids.is_empty() {
+                    let id = ids[rng.gen_range(0..ids.len())];
+                    let want = if live.iter().any(|l| l == id) { 60_000 } else { 0 };
+                    assert_eq!(keepalive(&mut c, &[id]), vec![want], "{what}");
+                }
+            }
+            4..=6 => {
+                let (k, t) = (keys[rng.gen_range(0..keys.len())], tokens[rng.gen_range(0..tokens.len())]);
+                let session = match rng.gen_range(0..4) {
+                    0 => None,
+                    1 if !gone.is_empty() => Some((gone[rng.gen_range(0..gone.len())].clone(), false)),
+                    _ if !live.is_empty() => Some((live[rng.gen_range(0..live.len())].clone(), true)),
+                    _ => None,
+                };
+                match session {
+                    None => {
+                        let got = int(&mut c, &["LOCK.ACQUIRE", k, t, "60000"]);
+                        let want = i64::from(!held.contains_key(k));
+                        assert_eq!(got, want, "{what}");
+                        if want == 1 {
+                            held.insert(k, Holder::Plain(t.into()));
+                        }
+                    }
+                    Some((id, true)) => {
+                        let want = i64::from(!held.contains_key(k));
+                        assert_eq!(attach(&mut c, k, t, &id), want, "{what}");
+                        if want == 1 {
+                            held.insert(k, Holder::Session(id, t.into()));
+                        }
+                    }
+                    Some((id, false)) => {
+                        let e = err(&mut c, &["LOCK.ACQUIRE", k, t, "60000", "SESSION", &id]);
+                        assert!(e.contains("no such session"), "{what}: {e}");
+                    }
+                }
+            }
+            7 | 8 => {
+                let (k, t) = (keys[rng.gen_range(0..keys.len())], tokens[rng.gen_range(0..tokens.len())]);
+                let owns = match held.get(k) {
+                    Some(Holder::Plain(o)) | Some(Holder::Session(_, o)) => o == t,
+                    None => false,
+                };
+                let op = if rng.gen_bool(0.5) { "LOCK.RELEASE" } else { "LOCK.RENEW" };
+                let args: Vec<&str> = if op == "LOCK.RELEASE" { vec![op, k, t] } else { vec![op, k, t, "60000"] };
+                assert_eq!(int(&mut c, &args), i64::from(owns), "{what}: {args:?}");
+                if owns && op == "LOCK.RELEASE" {
+                    held.remove(k);
+                }
+            }
+            _ => {}
+        }
+        for k in keys {
+            let want = held.get(k).map(|h| match h {
+                Holder::Plain(t) => t.clone(),
+                Holder::Session(id, t) => held_value(id, t),
+            });
+            assert_eq!(get(&mut c, k), want, "{what}: {k}");
+        }
+        for id in &live {
+            let n = held.values().filter(|h| matches!(h, Holder::Session(s, _) if s == id)).count();
+            assert_eq!(session_int(&mut c, id, "holds"), n as i64, "{what}: holds of {id}");
+        }
+    }
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(20_000).query(&mut c).unwrap();
+    assert_eq!(acked, 1);
+    eventually("the replica has the master's sessions", || list(&mut r) == list(&mut c));
+    for k in keys {
+        assert_eq!(get(&mut r, k), get(&mut c, k), "{k} on the replica");
+    }
+    for id in &live {
+        for name in ["deadline", "holds"] {
+            assert_eq!(session_int(&mut r, id, name), session_int(&mut c, id, name), "{name} of {id} on the replica");
+        }
+    }
+}

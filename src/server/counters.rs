@@ -108,6 +108,9 @@ pub static SESSIONS_REVOKED: Counter = Counter::new();
 pub static SESSION_HOLDS_ENDED: Counter = Counter::new();
 /// Sessions on this node right now (ended ones still releasing included).
 pub static SESSIONS: AtomicU64 = AtomicU64::new(0);
+/// The longest run of the sessions' timer (ending sessions, releasing a
+/// slice of their holds), in microseconds, since the server started.
+pub static SESSION_TICK_MAX_US: AtomicU64 = AtomicU64::new(0);
 
 /// Clients blocked in LOCK.OBSERVE right now (kept by `crate::blocked::observers`).
 pub static OBSERVING: AtomicU64 = AtomicU64::new(0);

@@ -70,7 +70,13 @@ unsafe extern "C" fn on_tick(ctx: *mut RedisModuleCtx, data: *mut c_void) {
         // waiting for a replica) nothing may be written or propagated.
         let paused = rm!(RedisModule_AvoidReplicaTraffic)() != 0;
         let next = match (ctx.is_master(), paused) {
-            (true, false) => tick(ctx),
+            (true, false) => {
+                let started = Instant::now();
+                let next = tick(ctx);
+                let us = started.elapsed().as_micros() as u64;
+                stats::SESSION_TICK_MAX_US.fetch_max(us, std::sync::atomic::Ordering::Relaxed);
+                next
+            }
             (true, true) => Some(ctx.now_ms() + PAUSE_RETRY_MS),
             (false, _) => None,
         };
