@@ -176,7 +176,7 @@ def main() -> int:
     print("Ending a session of N locks (SESSION.REVOKE, no callgrind): the longest PING round trip of a probe")
     print("client while the locks are released, and the whole end.")
     print()
-    print("| N locks | longest timer run (`lock_session_tick_max_us`) | longest PING round trip | the same PINGs, idle | end took | PINGs answered meanwhile |")
+    print("| N locks | longest timer run (`lock_session_tick_max_us`, CPU) | longest PING round trip | the same PINGs, idle | end took | PINGs answered meanwhile |")
     print("|---|--:|--:|--:|--:|--:|")
     for n in end_sizes:
         longest, took, pings, tick, idle = ends[n]

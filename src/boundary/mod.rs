@@ -2,9 +2,11 @@
 //! (`api`), the command context (`ctx`), the panic guard and the one reply
 //! sender every command and blocked client goes through (`entry`), the
 //! reply vocabulary (`reply`, `errors`) and timers that own their data
-//! (`timer`). It imports nothing of the module above it.
+//! (`timer`), and the thread's CPU clock (`cpu`). It imports nothing of
+//! the module above it.
 
 pub mod api;
+pub mod cpu;
 pub mod ctx;
 pub mod entry;
 pub mod errors;

@@ -109,7 +109,8 @@ pub static SESSION_HOLDS_ENDED: Counter = Counter::new();
 /// Sessions on this node right now (ended ones still releasing included).
 pub static SESSIONS: AtomicU64 = AtomicU64::new(0);
 /// The longest run of the sessions' timer (ending sessions, releasing a
-/// slice of their holds), in microseconds, since the server started.
+/// slice of their holds), in microseconds of the server thread's CPU time,
+/// since the server started.
 pub static SESSION_TICK_MAX_US: AtomicU64 = AtomicU64::new(0);
 
 /// Clients blocked in LOCK.OBSERVE right now (kept by `crate::blocked::observers`).
