@@ -624,3 +624,22 @@ fn a_random_run_matches_the_model_and_the_replica_matches_the_master() {
         }
     }
 }
+
+/// While writes are paused nothing is released (nothing may be written or
+/// propagated), yet the ended session's lock is refused all the same; once
+/// the pause ends, the lock is released.
+#[test]
+fn paused_writes_hold_back_the_release_but_not_the_refusal() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let id = grant(&mut c, &["300"]);
+    assert_eq!(attach(&mut c, "job", "tok", &id), 1);
+    let deadline = session_int(&mut c, &id, "deadline");
+    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(3_000).arg("WRITE").query(&mut c).unwrap();
+    until_server_time(&mut c, deadline + 300);
+    assert_eq!(get(&mut c, "job"), Some(held_value(&id, "tok")), "released while writes were paused");
+    assert_eq!(cmd(&mut c, &["LOCK.INFO", "job"]).unwrap(), Value::Nil, "shown as released");
+    let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(&mut c).unwrap();
+    eventually("released once the pause ended", || get(&mut c, "job").is_none());
+    assert_eq!(int(&mut c, &["LOCK.RELEASE", "job", "tok"]), 0);
+}
