@@ -34,9 +34,9 @@ pub const MAX_HOLDS: usize = 256;
 /// Key-name bytes released per tick, at most (a replicated entry stays small).
 pub const MAX_KEY_BYTES: usize = 16 * 1024;
 /// Time spent releasing holds per tick, at most (checked every [`CHUNK`]).
-pub const MAX_SLICE: Duration = Duration::from_micros(300);
+pub const MAX_SLICE: Duration = Duration::from_micros(200);
 /// Holds taken from the table at a time.
-const CHUNK: usize = 16;
+const CHUNK: usize = 8;
 /// The longest the timer sleeps.
 const IDLE_MS: i64 = 1_000;
 /// How often it looks again while writes are paused.
