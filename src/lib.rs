@@ -58,7 +58,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // (once a second while there is nothing to do).
     let c = boundary::ctx::Ctx(ctx.ctx);
     events::need_db(c);
-    store::session_end::arm(c, c.now_ms() + 1_000);
+    blocked::session_end::arm(c, c.now_ms() + 1_000);
     config::on_hold_timing_off(timings::stop_holds);
     config::on_eviction_mode(eviction::mode_changed);
     unsafe {

@@ -313,20 +313,41 @@ fn a_waiter_with_a_session_attaches_when_granted() {
 }
 
 #[test]
-fn a_waiter_whose_session_ended_is_answered_not_granted() {
+fn a_waiter_whose_session_ends_is_answered_at_once() {
     let server = Server::start();
     let mut c = server.conn();
-    let id = grant(&mut c, &["60000"]);
+    let revoked = grant(&mut c, &["60000"]);
+    let expiring = grant(&mut c, &["400"]);
     assert_eq!(int(&mut c, &["LOCK.ACQUIRE", "job", "holder", "60000"]), 1);
     let (tx, rx) = mpsc::channel();
-    let w = waiter_on(server.conn(), "job", "tok", &["WAIT", "20000", "SESSION", &id], tx);
+    let w1 = waiter_on(server.conn(), "job", "by-revoke", &["WAIT", "30000", "SESSION", &revoked], tx.clone());
     until_waiting(&mut c, 1);
-    assert_eq!(int(&mut c, &["SESSION.REVOKE", &id]), 1);
-    assert_eq!(int(&mut c, &["LOCK.RELEASE", "job", "holder"]), 1);
-    let (_, reply, _) = rx.recv_timeout(Duration::from_secs(10)).expect("answered");
+    let w2 = waiter_on(server.conn(), "job", "by-expiry", &["WAIT", "30000", "FENCE", "SESSION", &expiring], tx);
+    until_waiting(&mut c, 2);
+    // The key stays held throughout: each request is answered by its
+    // session's end, not by a grant.
+    assert_eq!(int(&mut c, &["SESSION.REVOKE", &revoked]), 1);
+    let (who, reply, _) = rx.recv_timeout(Duration::from_secs(10)).expect("answered at the revoke");
+    assert_eq!(who, "by-revoke");
     assert!(matches!(&reply, Value::SimpleString(e) if e.contains("no such session")), "{reply:?}");
-    w.join().unwrap();
-    assert_eq!(get(&mut c, "job"), None, "nothing was written for it");
+    let (who, reply, _) = rx.recv_timeout(Duration::from_secs(20)).expect("answered at the expiry");
+    assert_eq!(who, "by-expiry");
+    assert!(matches!(&reply, Value::SimpleString(e) if e.contains("no such session")), "{reply:?}");
+    w1.join().unwrap();
+    w2.join().unwrap();
+    assert_eq!(info_field(&mut c, "waiting"), 0);
+    assert_eq!(get(&mut c, "job").as_deref(), Some("holder"), "nothing was written for them");
+    // A waiter whose session lives is granted when its turn comes, and
+    // the grant attaches to the session.
+    let late = grant(&mut c, &["60000"]);
+    let (tx, rx) = mpsc::channel();
+    let w3 = waiter_on(server.conn(), "job", "late", &["WAIT", "30000", "SESSION", &late], tx);
+    until_waiting(&mut c, 1);
+    assert_eq!(int(&mut c, &["LOCK.RELEASE", "job", "holder"]), 1);
+    let (_, reply, _) = rx.recv_timeout(Duration::from_secs(10)).expect("granted");
+    assert_eq!(reply, Value::Int(1));
+    w3.join().unwrap();
+    assert_eq!(get(&mut c, "job"), Some(held_value(&late, "late")));
 }
 
 #[test]

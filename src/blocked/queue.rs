@@ -17,8 +17,8 @@ use redis_lock_rules::Entry;
 use redis_module::raw::RedisModuleString;
 
 use crate::blocked::machine::{self, Kind};
+use crate::blocked::waiters::{self, Waiter, Waiters};
 pub use crate::blocked::waiters::{grant_next, Claim};
-use crate::blocked::waiters::{Waiter, Waiters};
 use crate::boundary::api::rm;
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::server::counters::{self as stats, waiting};
@@ -80,9 +80,13 @@ pub fn block(
     let key = (ctx.db(), bytes(name).to_vec());
     // Read before the book is locked: opening a key can raise an event.
     let expiry = LockKey::open(ctx, name).expires_at();
-    let waiter = Waiter { token, ttl, fence, claim, terms, since: ctx.now_ms(), session };
+    let waiter = Waiter { token, ttl, fence, claim, terms, since: ctx.now_ms(), session, wait: (0, 0) };
     let k = key.clone();
-    machine::block::<Waiters>(ctx, deadline, waiter, |book, client, seq, b| {
+    machine::block::<Waiters>(ctx, deadline, waiter, |book, client, seq, mut b| {
+        b.data.wait = (client, seq);
+        if let Some(id) = session {
+            waiters::waits_for_session(id, (client, seq));
+        }
         book.enqueue(k, || key_slot(bytes(name)), client, seq, b, expiry);
     });
     stats::WAITS_STARTED.add();

@@ -20,6 +20,7 @@
 //! In a cluster they happen only where the key's slot is served (see
 //! `crate::server::cluster`); elsewhere the queue's waiters are sent on.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
@@ -87,6 +88,32 @@ pub struct Waiter {
     pub since: i64,
     /// The session its grant attaches to (`LOCK.ACQUIRE … SESSION id`).
     pub session: Option<u128>,
+    /// Its client and wait number, as the machine knows them (set as it
+    /// blocks): what a session's end answers it by.
+    pub wait: (u64, u64),
+}
+
+/// The waits of each session's requests (`LOCK.ACQUIRE … SESSION id
+/// WAIT`): a session that ends answers them at once.
+static SESSION_WAITS: LazyLock<Mutex<HashMap<u128, HashSet<(u64, u64)>>>> = LazyLock::new(Default::default);
+
+fn session_waits() -> MutexGuard<'static, HashMap<u128, HashSet<(u64, u64)>>> {
+    SESSION_WAITS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Notes that `w`, just blocked, waits for session `id`.
+pub fn waits_for_session(id: u128, wait: (u64, u64)) {
+    session_waits().entry(id).or_default().insert(wait);
+}
+
+/// Session `id` ended: each of its waiting requests is answered
+/// `ERR no such session …` (it would never attach) and leaves its line.
+pub fn session_ended_answer(ctx: Ctx, id: u128) {
+    let Some(waits) = session_waits().remove(&id) else { return };
+    for (client, seq) in waits {
+        let refused = Err(Failure::Arg(ArgError::SessionUnknown));
+        machine::answer_one::<Waiters>(ctx, client, seq, refused, &stats::WAITS_CANCELLED);
+    }
 }
 
 impl Waiter {
@@ -139,6 +166,15 @@ impl Kind for Waiters {
     }
 
     fn let_go(ctx: Ctx, w: Waiter) {
+        if let Some(id) = w.session {
+            let mut waits = session_waits();
+            if let Some(set) = waits.get_mut(&id) {
+                set.remove(&w.wait);
+                if set.is_empty() {
+                    waits.remove(&id);
+                }
+            }
+        }
         timings::waited(w.claim.family(), w.since, ctx.now_ms());
         unsafe { rm!(RedisModule_FreeString)(std::ptr::null_mut(), w.token) };
         if let Claim::Elect { value } = w.claim {

@@ -1,17 +1,17 @@
 //! The SESSION.* command handlers (docs/sessions.md): a session is one
 //! lease that keeps any number of locks (`LOCK.ACQUIRE … SESSION id`).
 //! The table and its replication are `crate::store::session`; the timer
-//! ending sessions in slices, `crate::store::session_end`.
+//! ending sessions in slices, `crate::blocked::session_end`.
 
 use redis_lock_rules::args::{parse_session_id, parse_ttl, session_id_text, ArgError, MAX_LOCK_DELAY_MS};
 use redis_lock_rules::number::{parse_count, parse_positive};
 use redis_lock_rules::session::Reason;
 
+use crate::blocked::{session_end, waiters};
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::boundary::errors::SESSION_APPLY_INTERNAL;
 use crate::boundary::reply::{Argv, Failure, Outcome, Reply, Value};
 use crate::store::session::{self, table, Apply};
-use crate::store::session_end;
 
 /// How many holds SESSION.INFO lists without COUNT, and at most.
 const INFO_COUNT: usize = 10;
@@ -65,8 +65,10 @@ pub fn keepalive(ctx: Ctx, argv: Argv) -> Outcome {
 /// lock-delay), else 0.
 pub fn revoke(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, id] = argv else { return Err(Failure::Arity) };
-    let revoked = parse_session_id(bytes(id)).is_ok_and(|id| session::revoke(ctx, id));
+    let Ok(id) = parse_session_id(bytes(id)) else { return Ok(Reply::Int(0)) };
+    let revoked = session::revoke(ctx, id);
     if revoked {
+        waiters::session_ended_answer(ctx, id);
         session_end::arm(ctx, ctx.now_ms());
     }
     Ok(Reply::Int(i64::from(revoked)))

@@ -3,8 +3,7 @@
 //! (`lease`), a semaphore's or read-write lock's sorted set
 //! (`holders_key`), the fence mark (`fence`), and who leads an election's
 //! key (`leadership`); the node's sessions (`session`: the table and its
-//! replication, `session_end`: the timer ending them in slices,
-//! `session_rdb`: their RDB aux data). It imports the server layer and the boundary.
+//! replication, `session_rdb`: their RDB aux data). It imports the server layer and the boundary.
 
 pub mod fence;
 pub mod holders_commit;
@@ -13,5 +12,4 @@ pub mod leadership;
 pub mod lease;
 pub mod lock_key;
 pub mod session;
-pub mod session_end;
 pub mod session_rdb;

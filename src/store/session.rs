@@ -3,7 +3,7 @@
 //! keys each holds, and how every change reaches replicas and the AOF —
 //! as `SESSION.APPLY` entries with absolute times, applied there by
 //! [`apply`]. Their RDB home is `crate::store::session_rdb`; the timer that
-//! ends them and releases their holds, `crate::store::session_end`.
+//! ends them and releases their holds, `crate::blocked::session_end`.
 
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use redis_module::raw::{RedisModuleCtx, RedisModuleTimerID};
 
+use crate::blocked::waiters;
 use crate::boundary::api::rm;
 use crate::boundary::cpu;
 use crate::boundary::ctx::Ctx;
@@ -94,6 +95,7 @@ fn tick(ctx: Ctx) -> Option<i64> {
     for &(id, at) in &ended {
         session::replicate_end(ctx, id, at, redis_lock_rules::session::Reason::Expired);
         stats::SESSIONS_EXPIRED.add();
+        waiters::session_ended_answer(ctx, id);
     }
     // Holds in chunks, until a bound is reached: their count, their key
     // names' bytes, or the time spent (however costly each one's release:
