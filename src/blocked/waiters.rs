@@ -95,9 +95,12 @@ pub struct Waiter {
 
 /// The waits of each session's requests (`LOCK.ACQUIRE … SESSION id
 /// WAIT`): a session that ends answers them at once.
-static SESSION_WAITS: LazyLock<Mutex<HashMap<u128, HashSet<(u64, u64)>>>> = LazyLock::new(Default::default);
+static SESSION_WAITS: LazyLock<Mutex<SessionWaits>> = LazyLock::new(Default::default);
 
-fn session_waits() -> MutexGuard<'static, HashMap<u128, HashSet<(u64, u64)>>> {
+/// Per session, its requests' waits: (client, wait number).
+type SessionWaits = HashMap<u128, HashSet<(u64, u64)>>;
+
+fn session_waits() -> MutexGuard<'static, SessionWaits> {
     SESSION_WAITS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
