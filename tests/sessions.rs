@@ -664,3 +664,31 @@ fn paused_writes_hold_back_the_release_but_not_the_refusal() {
     eventually("released once the pause ended", || get(&mut c, "job").is_none());
     assert_eq!(int(&mut c, &["LOCK.RELEASE", "job", "tok"]), 0);
 }
+
+/// What a key moved here from another node (MIGRATE, a resharding, an
+/// atomic slot migration) meets: a session this node does not know. The
+/// lock is held as it is: refused to everyone else, released by its token,
+/// and a later session end here does not touch it.
+#[test]
+fn a_lock_of_a_session_this_node_does_not_know_stays_held_by_its_token() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let elsewhere = "00112233445566778899aabbccddeeff";
+    let value = held_value(elsewhere, "tok");
+    // As MIGRATE or RESTORE would bring it: the bytes, no expiry.
+    let _: () = redis::cmd("SET").arg("moved").arg(&value).query(&mut c).unwrap();
+    assert_eq!(int(&mut c, &["LOCK.ACQUIRE", "moved", "other", "1000"]), 0);
+    assert_eq!(int(&mut c, &["LOCK.RELEASE", "moved", "other"]), 0);
+    assert_eq!(int(&mut c, &["LOCK.RENEW", "moved", "tok", "1000"]), 1);
+    let info = fields_of(&mut c, &["LOCK.INFO", "moved"]).expect("held");
+    assert_eq!(field(&info, "owner"), Value::BulkString(b"tok".to_vec()));
+    assert!(err(&mut c, &["LOCK.ACQUIRE", "k", "t", "1000", "SESSION", elsewhere]).contains("no such session"));
+    // Sessions of this node come and go without touching it.
+    let id = grant(&mut c, &["60000"]);
+    assert_eq!(attach(&mut c, "mine", "tok", &id), 1);
+    assert_eq!(int(&mut c, &["SESSION.REVOKE", &id]), 1);
+    eventually("this node's session ended", || list(&mut c).is_empty());
+    assert_eq!(get(&mut c, "moved"), Some(value));
+    assert_eq!(int(&mut c, &["LOCK.RELEASE", "moved", "tok"]), 1);
+    assert_eq!(get(&mut c, "moved"), None);
+}
