@@ -692,3 +692,29 @@ fn a_lock_of_a_session_this_node_does_not_know_stays_held_by_its_token() {
     assert_eq!(int(&mut c, &["LOCK.RELEASE", "moved", "tok"]), 1);
     assert_eq!(get(&mut c, "moved"), None);
 }
+
+/// Many sessions ending at once (more than one tick ends) all end, and
+/// each of their locks is released with its lock-delay.
+#[test]
+fn many_sessions_expiring_together_all_end() {
+    const SESSIONS: usize = 1_000;
+    let server = Server::start();
+    let mut c = server.conn();
+    let mut pipe = redis::pipe();
+    for _ in 0..SESSIONS {
+        pipe.cmd("SESSION.GRANT").arg(500).arg("LOCKDELAY").arg(200);
+    }
+    let ids: Vec<String> = pipe.query(&mut c).unwrap();
+    let mut pipe = redis::pipe();
+    for (i, id) in ids.iter().enumerate().filter(|(i, _)| i % 2 == 0) {
+        pipe.cmd("LOCK.ACQUIRE").arg(format!("k{i}")).arg("tok").arg(LEASE_MS).arg("SESSION").arg(id);
+    }
+    let granted: Vec<i64> = pipe.query(&mut c).unwrap();
+    assert!(granted.iter().all(|&g| g == 1));
+    let last = ids.iter().map(|id| session_int(&mut c, id, "deadline")).max().unwrap();
+    until_server_time(&mut c, last);
+    eventually("every session ended", || list(&mut c).is_empty());
+    assert_eq!(info_field(&mut c, "sessions_expired"), SESSIONS as u64);
+    assert_eq!(info_field(&mut c, "session_holds_ended"), (SESSIONS / 2) as u64);
+    eventually("every lock's delay ended", || redis::cmd("DBSIZE").query::<i64>(&mut c).unwrap() == 0);
+}

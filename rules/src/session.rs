@@ -224,12 +224,14 @@ impl<K: Ord> Sessions<K> {
 
     /// Up to `max` holds of ended sessions (oldest end first), taken out of
     /// their sessions, and the sessions whose holds are all handed out now
-    /// (the caller releases the holds, then forgets them). `weight` bounds
+    /// (the caller releases the holds, then forgets them): `max` of both
+    /// together, so that many sessions ending with nothing left to release
+    /// are forgotten a bounded number at a time too. `weight` bounds
     /// the slice by another measure (a key's bytes): it stops once
     /// `budget` is spent.
     pub fn next_holds(&mut self, max: usize, budget: usize, weight: impl Fn(&K) -> usize) -> (Vec<(Id, K)>, Vec<Id>) {
         let (mut out, mut done, mut spent) = (Vec::new(), Vec::new(), 0);
-        while out.len() < max && spent < budget {
+        while out.len() + done.len() < max && spent < budget {
             let Some(&id) = self.ending.front() else { break };
             let Some(s) = self.map.get_mut(&id) else {
                 // Forgotten meanwhile (the master said so).
@@ -348,6 +350,17 @@ mod tests {
             t.forget(id);
         }
         assert!(t.is_empty() && !t.ending() && t.next_due().is_none());
+    }
+
+    #[test]
+    fn sessions_done_with_nothing_to_release_count_against_a_slice() {
+        let mut t: Sessions<u32> = Sessions::default();
+        for id in 0..10 {
+            t.grant(id, 1_000, 0, NOW);
+            t.end(id, NOW, Reason::Revoked);
+        }
+        assert_eq!(t.next_holds(4, usize::MAX, |_| 1), (vec![], vec![0, 1, 2, 3]));
+        assert!(t.ending());
     }
 
     #[test]

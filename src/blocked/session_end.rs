@@ -29,7 +29,7 @@ use crate::store::lease;
 use crate::store::session::{self, table};
 
 /// Sessions ended per tick, at most.
-pub const MAX_ENDS: usize = 1_000;
+pub const MAX_ENDS: usize = 128;
 /// Holds released per tick, at most.
 pub const MAX_HOLDS: usize = 256;
 /// Key-name bytes released per tick, at most (a replicated entry stays small).
@@ -103,7 +103,7 @@ fn tick(ctx: Ctx) -> Option<i64> {
     let started = Instant::now();
     let (mut released, mut bytes) = (0, 0);
     let mut done = Vec::new();
-    while released < MAX_HOLDS && bytes < MAX_KEY_BYTES && started.elapsed() < MAX_SLICE {
+    while released + done.len() < MAX_HOLDS && bytes < MAX_KEY_BYTES && started.elapsed() < MAX_SLICE {
         let (holds, finished) = table().next_holds(CHUNK, MAX_KEY_BYTES - bytes, |k| k.1.len());
         if holds.is_empty() && finished.is_empty() {
             break;
