@@ -24,7 +24,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
-use redis_lock_rules::held::SessionState;
 use redis_lock_rules::holders::{admit, grant as grant_place, tag_after_grant, Admit, Want};
 use redis_lock_rules::lease::{self as rules_lease, Terms};
 use redis_lock_rules::lock;
@@ -275,23 +274,22 @@ fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &KeyId) -> Step {
     if freed_too_early(ctx, key, now) {
         return Step::Done;
     }
-    if let Some(step) = session_ended(ctx, key, now) {
-        return step;
-    }
+    let held = match held_by_session(key, now) {
+        Ok(held) => held,
+        Err(e) => return answer_head(ctx, key, Some(Err(Failure::Arg(e)))),
+    };
     let end = |now, w: &Waiter| rules_lease::grant(now, w.ttl, w.terms).ok();
     let (b, g, fence) = match take_head(ctx, key, now, end) {
         Ok(head) => head,
         Err(step) => return step,
     };
     let w = &b.data;
-    let at = match w.session.map(|id| (id, session::held_grant(id, bytes(w.token), now, w.terms.max_hold))) {
-        Some((id, Ok((value, pxat)))) => {
+    let at = match held {
+        Some((id, (value, pxat))) => {
             k.set_maybe_expiring(NewValue::Composed(&value), pxat);
             session::attach(ctx, id, name);
             pxat
         }
-        // Checked by `session_ended` just before.
-        Some((_, Err(_))) => None,
         None => {
             let value = match (w.claim, fence) {
                 (Claim::Elect { value }, Some(term)) => {
@@ -316,14 +314,19 @@ fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &KeyId) -> Step {
     Step::Done
 }
 
-/// A head whose session ended (or is unknown here) while it waited: it is
-/// answered `ERR no such session …`, and the next one is tried.
-fn session_ended(ctx: Ctx, key: &KeyId, now: i64) -> Option<Step> {
-    let id = book().0.head(key).and_then(|b| b.data.session)?;
-    if matches!(session::state(id, now), SessionState::Alive { .. }) {
-        return None;
-    }
-    Some(answer_head(ctx, key, Some(Err(Failure::Arg(ArgError::SessionUnknown)))))
+/// What the head's grant at `now` stores when it waits with `SESSION id`
+/// (none without): refused, before anything is written, when its session
+/// ended (or is unknown here) while it waited; it is then answered `ERR no
+/// such session …`, and the next one is tried.
+type HeldGrant = Option<(u128, (Vec<u8>, Option<i64>))>;
+
+fn held_by_session(key: &KeyId, now: i64) -> Result<HeldGrant, ArgError> {
+    let Some((id, token, max_hold)) =
+        book().0.head(key).and_then(|b| b.data.session.map(|id| (id, b.data.token, b.data.terms.max_hold)))
+    else {
+        return Ok(None);
+    };
+    Ok(Some((id, session::held_grant(id, bytes(token), now, max_hold)?)))
 }
 
 /// Takes the head for a grant at `now`: with what `grant(now, waiter)`
