@@ -32,6 +32,7 @@ use boundary::api::{self, rm};
 use server::events::{self, Also, Listener};
 use server::{cluster_fence, config, eviction, info, migration, revoked, timings};
 use store::fence::FENCE_TYPE;
+use store::session_rdb::SESSION_TYPE;
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     if let Some(name) = api::missing() {
@@ -51,7 +52,14 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         Listener { also: Also::EvictedOnly, on_key: Some(eviction::on_key_event), on_db: eviction::on_db_event },
         Listener { also: Also::Nothing, on_key: None, on_db: store::fence::on_db_event },
         Listener { also: Also::Nothing, on_key: Some(revoked::on_key_event), on_db: revoked::on_db_event },
+        Listener { also: Also::Nothing, on_key: None, on_db: store::session::on_db_event },
     ]);
+    // Sessions: a FLUSHALL forgets them, a promotion restarts their
+    // deadlines (rare events, taken at load); their timer runs from now on
+    // (once a second while there is nothing to do).
+    let c = boundary::ctx::Ctx(ctx.ctx);
+    events::need_db(c);
+    blocked::session_end::arm(c, c.now_ms() + 1_000);
     config::on_hold_timing_off(timings::stop_holds);
     config::on_eviction_mode(eviction::mode_changed);
     unsafe {
@@ -91,7 +99,7 @@ redis_module! {
     name: "lock",
     version: 1,
     allocator: (Allocator, Allocator {}),
-    data_types: [FENCE_TYPE],
+    data_types: [FENCE_TYPE, SESSION_TYPE],
     init: init,
     commands: [],
 }

@@ -2,17 +2,14 @@
 //! spec, ACL categories and documentation (`COMMAND INFO`, `COMMAND DOCS`,
 //! redis-cli's argument hints).
 
-use std::ffi::{c_char, c_int, CStr};
-use std::mem::size_of;
-use std::ptr::null;
+use std::ffi::{c_char, c_int};
 
-use redis_module::raw::{self, RedisModuleCommandArg, RedisModuleCommandKeySpec, RedisModuleCtx};
+use redis_module::raw::{self, RedisModuleCtx};
 
 use crate::boundary::api::rm;
 use crate::boundary::entry::command_fn;
-use crate::boundary::keyspec;
-use crate::command_info::{arg, Arg};
-use crate::commands::{election, guard, holders, lock, multi, revoke, top};
+use crate::command_info::{set_info, Arg, Command};
+use crate::commands::{election, guard, holders, lock, multi, revoke, session, top};
 
 command_fn!(acquire_cmd => lock::acquire);
 command_fn!(renew_cmd => lock::renew);
@@ -35,24 +32,12 @@ command_fn!(rw_info_cmd => holders::rw_info);
 command_fn!(top_cmd => top::top);
 command_fn!(evicted_cmd => lock::evicted);
 command_fn!(revoke_cmd => revoke::revoke);
-
-type CommandFn = unsafe extern "C" fn(*mut RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
-
-struct Command {
-    name: &'static CStr,
-    handler: CommandFn,
-    /// Redis's command flags, passed verbatim.
-    flags: &'static CStr,
-    /// How argument 1, the key, is used (None: no key); with an
-    /// `Arg::NumKeys` first, how every key it counts is.
-    key: Option<u32>,
-    /// The categories of the command's native twin (Redis 7.2+; 7.0 has no
-    /// API for them, see docs/commands.md, the notes under the command table).
-    acl: &'static CStr,
-    summary: &'static CStr,
-    complexity: &'static CStr,
-    args: &'static [Arg],
-}
+command_fn!(session_grant_cmd => session::grant);
+command_fn!(session_keepalive_cmd => session::keepalive);
+command_fn!(session_revoke_cmd => session::revoke);
+command_fn!(session_info_cmd => session::info);
+command_fn!(session_list_cmd => session::list);
+command_fn!(session_apply_cmd => session::apply);
 
 /// Only the commands that can grow memory are `deny-oom`, as with the
 /// native commands the scripts run (SET is, PEXPIRE and DEL are not): a
@@ -83,8 +68,8 @@ const COMMANDS: &[Command] = &[
         flags: c"write deny-oom blocking",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT),
         acl: c"write string slow blocking",
-        summary: c"Takes a lock when its key is free (SET key token NX PX ttl-ms), optionally with a fencing token, or waits in line for it",
-        complexity: c"O(1)",
+        summary: c"Takes a lock when its key is free (SET key token NX PX ttl-ms), optionally with a fencing token, or waits in line for it; with SESSION id, held by that session",
+        complexity: c"O(1) (with SESSION: O(log N) where N is the number of locks the session holds)",
         args: &[
             Arg::Key(c"key"),
             Arg::Str(c"token"),
@@ -93,6 +78,7 @@ const COMMANDS: &[Command] = &[
             Arg::Option(c"timeout-ms", c"WAIT"),
             Arg::Option(c"lock-delay-ms", c"LOCKDELAY"),
             Arg::Option(c"max-hold-ms", c"MAXHOLD"),
+            Arg::Text(c"id", c"SESSION"),
         ],
     },
     Command {
@@ -385,6 +371,70 @@ const COMMANDS: &[Command] = &[
             Arg::Text(c"reason", c"REASON"),
         ],
     },
+    // Sessions (docs/sessions.md): node state, no key. GRANT can add to
+    // memory (`deny-oom`, as SET); KEEPALIVE and REVOKE are not, as
+    // PEXPIRE and DEL are not: at the memory limit sessions still live
+    // and end. APPLY is replication plumbing, as LOCK.FENCEFLOOR.
+    Command {
+        name: c"session.grant",
+        handler: session_grant_cmd,
+        flags: c"write deny-oom fast",
+        key: None,
+        acl: c"write fast",
+        summary: c"Grants a session: one lease, kept alive by SESSION.KEEPALIVE, that keeps the locks taken with SESSION id; replies its id",
+        complexity: c"O(1)",
+        args: &[Arg::Int(c"ttl-ms"), Arg::Option(c"lock-delay-ms", c"LOCKDELAY")],
+    },
+    Command {
+        name: c"session.keepalive",
+        handler: session_keepalive_cmd,
+        flags: c"write fast",
+        key: None,
+        acl: c"write fast",
+        summary: c"Keeps sessions alive for their TTL, whatever they hold; replies each one's TTL, or 0 when unknown or ended",
+        complexity: c"O(N) where N is the number of ids, whatever the sessions hold",
+        args: &[Arg::Str(c"id"), Arg::Rest(c"id")],
+    },
+    Command {
+        name: c"session.revoke",
+        handler: session_revoke_cmd,
+        flags: c"write fast",
+        key: None,
+        acl: c"write fast",
+        summary: c"Ends a session now: its locks are released (without lock-delay), in bounded slices",
+        complexity: c"O(1); its locks are released afterwards, at most 256 per millisecond",
+        args: &[Arg::Str(c"id")],
+    },
+    Command {
+        name: c"session.info",
+        handler: session_info_cmd,
+        flags: c"readonly fast",
+        key: None,
+        acl: c"read fast",
+        summary: c"Describes a session: state, TTL, time left, lock-delay, how many locks it holds and the first COUNT of them",
+        complexity: c"O(log(N) + n) where N is the number of locks it holds and n the number listed",
+        args: &[Arg::Str(c"id"), Arg::Option(c"count", c"COUNT")],
+    },
+    Command {
+        name: c"session.list",
+        handler: session_list_cmd,
+        flags: c"readonly",
+        key: None,
+        acl: c"read slow",
+        summary: c"Lists the ids of this node's sessions, in order (the first COUNT)",
+        complexity: c"O(S log(S)) where S is the number of sessions",
+        args: &[Arg::Option(c"count", c"COUNT")],
+    },
+    Command {
+        name: c"session.apply",
+        handler: session_apply_cmd,
+        flags: c"write fast",
+        key: None,
+        acl: c"write fast admin dangerous",
+        summary: c"Applies a master's session change (replication and AOF plumbing; refused from clients)",
+        complexity: c"O(log(N)) where N is the number of locks the session holds",
+        args: &[Arg::Str(c"operation"), Arg::Str(c"id"), Arg::Rest(c"arg")],
+    },
 ];
 
 /// Registers every command. The `@lock` ACL category is added where the
@@ -413,48 +463,4 @@ pub fn register(ctx: *mut RedisModuleCtx) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// Declares the command's key spec and documentation. Redis copies what it
-/// keeps, so the stack data may go after the call.
-fn set_info(handle: *mut raw::RedisModuleCommand, cmd: &Command) -> bool {
-    let version = raw::RedisModuleCommandInfoVersion {
-        version: 1,
-        sizeof_historyentry: size_of::<raw::RedisModuleCommandHistoryEntry>(),
-        sizeof_keyspec: size_of::<RedisModuleCommandKeySpec>(),
-        sizeof_arg: size_of::<RedisModuleCommandArg>(),
-    };
-    // Each list ends with an all-zero entry.
-    // SAFETY: both structs are plain data; all zeroes is their terminator.
-    let mut specs =
-        [unsafe { std::mem::zeroed::<RedisModuleCommandKeySpec>() }, unsafe { std::mem::zeroed() }, unsafe {
-            std::mem::zeroed()
-        }];
-    if let Some(flags) = cmd.key {
-        let counted = matches!(cmd.args.first(), Some(Arg::NumKeys(_)));
-        specs[0] = if counted { keyspec::counted(flags) } else { keyspec::at_one(flags) };
-        if has_flag(cmd, b"getkeys-api") && !counted {
-            specs[1] = keyspec::reported_only();
-        }
-    }
-    let mut args: Vec<RedisModuleCommandArg> = cmd.args.iter().map(|&a| arg(a)).collect();
-    args.push(unsafe { std::mem::zeroed() });
-    let info = raw::RedisModuleCommandInfo {
-        version: &version,
-        summary: cmd.summary.as_ptr(),
-        complexity: cmd.complexity.as_ptr(),
-        since: c"1.0.0".as_ptr(),
-        history: std::ptr::null_mut(),
-        tips: null(),
-        // 0: arity -1; the handlers check their arguments themselves.
-        arity: 0,
-        key_specs: if cmd.key.is_some() { specs.as_mut_ptr() } else { std::ptr::null_mut() },
-        args: args.as_mut_ptr(),
-    };
-    unsafe { rm!(RedisModule_SetCommandInfo)(handle, &info) == raw::REDISMODULE_OK as c_int }
-}
-
-/// Whether `flag` is one of the command's flags.
-fn has_flag(cmd: &Command, flag: &[u8]) -> bool {
-    cmd.flags.to_bytes().split(|&b| b == b' ').any(|f| f == flag)
 }

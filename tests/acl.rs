@@ -149,10 +149,21 @@ fn commands_carry_their_native_twins_acl_categories() {
             "sem.info",
             "sem.release",
             "sem.renew",
+            "session.apply",
+            "session.grant",
+            "session.info",
+            "session.keepalive",
+            "session.list",
+            "session.revoke",
         ]);
         all.sort();
         assert_eq!(listed, all);
     }
+    // SESSION.APPLY is replication plumbing, as LOCK.FENCEFLOOR:
+    // `-@dangerous` keeps applications from it, not from the sessions.
+    let dangerous = in_category(&mut admin, "dangerous");
+    assert!(dangerous.iter().any(|c| c == "session.apply"), "{dangerous:?}");
+    assert!(!dangerous.iter().any(|c| c == "session.grant"), "{dangerous:?}");
     let mut no_writes = user(&server, &["+@all", "-@write", "~*"]);
     assert!(run(&mut no_writes, &["LOCK.ACQUIRE", "k", "t", "1000"]).unwrap_err().to_lowercase().contains("noperm"));
     assert!(run(&mut no_writes, &["LOCK.INFO", "k"]).is_ok());

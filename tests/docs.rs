@@ -55,7 +55,7 @@ fn code_spans(cell: &str) -> Vec<String> {
 fn command_names(text: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     let bytes = text.as_bytes();
-    for family in ["LOCK.", "SEM.", "RWLOCK."] {
+    for family in ["LOCK.", "SEM.", "RWLOCK.", "SESSION."] {
         let mut from = 0;
         while let Some(at) = text[from..].find(family) {
             let start = from + at;

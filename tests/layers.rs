@@ -25,7 +25,7 @@ const MODULE: Layers = &[
 ];
 
 /// The families, each a module of `commands`: none may name another.
-const FAMILIES: &[&str] = &["lock", "election", "holders", "guard", "top", "multi", "revoke"];
+const FAMILIES: &[&str] = &["lock", "election", "holders", "guard", "top", "multi", "revoke", "session"];
 
 fn src() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")

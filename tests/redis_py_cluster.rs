@@ -25,9 +25,18 @@ fn every_module_command_goes_through_redis_py_cluster() {
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{script:?} failed ({}):\n{stdout}\n{stderr}", out.status);
     assert!(stdout.contains("all module commands answered through RedisCluster"), "{stdout}");
-    for command in
-        ["LOCK.ACQUIRE", "LOCK.GUARD", "LOCK.TAKEOVER", "SEM.ACQUIRE", "SEM.INFO", "RWLOCK.ACQUIRE", "RWLOCK.INFO"]
-    {
+    for command in [
+        "LOCK.ACQUIRE",
+        "LOCK.GUARD",
+        "LOCK.TAKEOVER",
+        "SEM.ACQUIRE",
+        "SEM.INFO",
+        "RWLOCK.ACQUIRE",
+        "RWLOCK.INFO",
+        "SESSION.GRANT",
+        "SESSION.KEEPALIVE",
+        "SESSION.REVOKE",
+    ] {
         assert!(stdout.contains(&format!("ok {command}")), "{command} not checked:\n{stdout}");
     }
 }

@@ -52,6 +52,8 @@ pub struct GrantOptions {
     pub lock_delay: Option<i64>,
     /// `MAXHOLD ms`: renewals never end the lease past grant time + this.
     pub max_hold: Option<i64>,
+    /// `SESSION id`: the lock is held by this session (docs/sessions.md).
+    pub session: Option<u128>,
 }
 
 /// Which options a command takes.
@@ -79,6 +81,25 @@ impl Grammar {
     fn takes_max_hold(self) -> bool {
         matches!(self, Grammar::Acquire | Grammar::Takeover | Grammar::Holders)
     }
+
+    fn takes_session(self) -> bool {
+        matches!(self, Grammar::Acquire)
+    }
+}
+
+/// A session id as the server issues it: 32 lowercase hex digits (128
+/// random bits). Anything else names no session.
+pub fn parse_session_id(arg: &[u8]) -> Result<u128, ArgError> {
+    if arg.len() != 32 || !arg.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)) {
+        return Err(ArgError::SessionUnknown);
+    }
+    let text = std::str::from_utf8(arg).map_err(|_| ArgError::SessionUnknown)?;
+    u128::from_str_radix(text, 16).map_err(|_| ArgError::SessionUnknown)
+}
+
+/// A session id's text: what [`parse_session_id`] reads.
+pub fn session_id_text(id: u128) -> String {
+    format!("{id:032x}")
 }
 
 /// Parses the options (case-insensitive, any order; repeating one keeps the last).
@@ -96,6 +117,8 @@ pub fn parse_grant_options<'a>(
             opts.wait = Some(parse_timeout(timeout)?);
         } else if arg.eq_ignore_ascii_case(b"LOCKDELAY") && grammar.takes_lock_delay() {
             opts.lock_delay = Some(parse_lock_delay(args.next().ok_or(ArgError::Syntax)?)?);
+        } else if arg.eq_ignore_ascii_case(b"SESSION") && grammar.takes_session() {
+            opts.session = Some(parse_session_id(args.next().ok_or(ArgError::Syntax)?)?);
         } else if arg.eq_ignore_ascii_case(b"MAXHOLD") && grammar.takes_max_hold() {
             opts.max_hold =
                 Some(parse_positive(args.next().ok_or(ArgError::Syntax)?).map_err(|_| ArgError::MaxHoldInvalid)?);
@@ -184,6 +207,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn session_ids_are_32_lowercase_hex_digits() {
+        let id = "0123456789abcdef0123456789abcdef";
+        assert_eq!(parse_session_id(id.as_bytes()), Ok(0x0123456789abcdef0123456789abcdef));
+        assert_eq!(session_id_text(0x0123456789abcdef0123456789abcdef), id);
+        assert_eq!(session_id_text(1).len(), 32);
+        for bad in [
+            &b"0123456789ABCDEF0123456789abcdef"[..],
+            b"",
+            b"1",
+            b"+123456789abcdef0123456789abcdef",
+            b"0123456789abcdef0123456789abcdef0",
+        ] {
+            assert_eq!(parse_session_id(bad), Err(ArgError::SessionUnknown));
+        }
+        let acquire = |args: &[&[u8]]| parse_grant_options(Grammar::Acquire, args.iter().copied());
+        assert_eq!(
+            acquire(&[b"session", id.as_bytes()]).map(|o| o.session),
+            Ok(Some(0x0123456789abcdef0123456789abcdef))
+        );
+        assert_eq!(acquire(&[b"SESSION"]), Err(ArgError::Syntax));
+        assert_eq!(acquire(&[b"SESSION", b"x"]), Err(ArgError::SessionUnknown));
+        assert_eq!(parse_grant_options(Grammar::Holders, [&b"SESSION"[..], id.as_bytes()]), Err(ArgError::Syntax));
+        assert_eq!(parse_grant_options(Grammar::Takeover, [&b"SESSION"[..], id.as_bytes()]), Err(ArgError::Syntax));
+    }
+
+    #[test]
     fn grant_options_are_case_insensitive_and_closed() {
         let acquire = |args: &[&[u8]]| parse_grant_options(Grammar::Acquire, args.iter().copied());
         let opts = |fence, wait| GrantOptions { fence, wait, ..GrantOptions::default() };
@@ -221,9 +270,15 @@ mod tests {
             }
         }
         let full = parse(Grammar::Acquire, &[b"fence", b"maxhold", b"10", b"wait", b"5", b"lockdelay", b"7"]);
-        assert_eq!(full, Ok(GrantOptions { fence: true, wait: Some(5), lock_delay: Some(7), max_hold: Some(10) }));
+        assert_eq!(
+            full,
+            Ok(GrantOptions { fence: true, wait: Some(5), lock_delay: Some(7), max_hold: Some(10), session: None })
+        );
         let holders = parse(Grammar::Holders, &[b"lockdelay", b"5", b"WAIT", b"10", b"fence"]);
-        assert_eq!(holders, Ok(GrantOptions { fence: true, wait: Some(10), lock_delay: Some(5), max_hold: None }));
+        assert_eq!(
+            holders,
+            Ok(GrantOptions { fence: true, wait: Some(10), lock_delay: Some(5), max_hold: None, session: None })
+        );
         assert_eq!(parse(Grammar::Holders, &[b"LOCKDELAY", b"60001"]), Err(ArgError::LockDelayInvalid));
         assert_eq!(parse(Grammar::Holders, &[b"MAXHOLD", b"5"]), Ok(terms(None, Some(5))));
     }

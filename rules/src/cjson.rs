@@ -59,6 +59,12 @@ pub enum Decoded<'a> {
 pub struct JsonStr<'a>(&'a [u8]);
 
 impl<'a> JsonStr<'a> {
+    /// The raw content of a JSON string cjson accepts (escapes in place),
+    /// found by another reader of the same bytes (`crate::value::held_token`).
+    pub fn from_raw(raw: &'a [u8]) -> Self {
+        JsonStr(raw)
+    }
+
     /// The decoded bytes, as the Lua string cjson would build.
     pub fn bytes(self) -> DecodedBytes<'a> {
         DecodedBytes { raw: self.0, pos: 0, pending: [0; 4], pending_len: 0, pending_pos: 0 }

@@ -76,6 +76,11 @@ pub enum ArgError {
     /// rewrite with a revocation (a bare token that is not UTF-8, or JSON
     /// it did not write): the holder could not hear it.
     NotRevocable,
+    /// `SESSION id` that names no live session of this node (never
+    /// granted here, ended, or not a session id).
+    SessionUnknown,
+    /// `LOCKDELAY` beside `SESSION`: a session-held lock gets its session's.
+    SessionLockDelay,
 }
 
 impl ArgError {
@@ -116,6 +121,10 @@ impl ArgError {
             ArgError::TokenRequired => c"ERR TOKEN is required: the key has several holders",
             ArgError::NotRevocable => {
                 c"ERR the lock's value cannot carry a revocation (not UTF-8, or JSON the module did not write)"
+            }
+            ArgError::SessionUnknown => c"ERR no such session (never granted on this node, or ended)",
+            ArgError::SessionLockDelay => {
+                c"ERR LOCKDELAY is the session's: a lock taken with SESSION cannot name its own"
             }
         }
     }

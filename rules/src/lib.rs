@@ -18,6 +18,8 @@
 //! - [`histogram`]: fixed-size duration histograms (`INFO lock` percentiles).
 //! - [`holders`]: semaphores and read-write locks (several holders per key).
 //! - [`hold_table`]: the holds `lock.hold-timing` times, and what their ends record.
+//! - [`held`]: a lock held by a session: its grant, settling it when the session ended.
+//! - [`session`]: a node's sessions: deadlines, holds, ending in bounded slices.
 //! - [`lease`]: LOCKDELAY and MAXHOLD: a grant's lease fields, renewals,
 //!   settling an ended lease to its tombstone, what LOCK.INFO shows.
 //! - [`blocked`]: the bookkeeping every kind of blocked client shares (per key, per client, check timers).
@@ -40,6 +42,7 @@ pub mod error;
 pub mod eviction;
 pub mod fence;
 pub mod guard;
+pub mod held;
 pub mod histogram;
 pub mod hold_table;
 pub mod holders;
@@ -52,6 +55,7 @@ pub mod observers;
 pub mod queue;
 pub mod revoke;
 pub mod scripts;
+pub mod session;
 pub mod top;
 pub mod value;
 

@@ -6,6 +6,7 @@
 //! and fuzzable without a server.
 
 use crate::cjson::{self, Decoded, Field};
+use crate::value;
 
 /// What a key holds when a command looks at it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,7 +42,14 @@ pub enum Owner<'a> {
 }
 
 /// `owner = current; if ok and type(decoded) == 'table' and decoded['owner'] then owner = decoded['owner'] end`
+///
+/// One form more, that only the module writes: a session-held lock
+/// (`crate::value::Held`, docs/sessions.md) is owned by its `token`, which
+/// the scripts never see (its `owner` is `null`).
 pub fn owner_of(value: &[u8]) -> Owner<'_> {
+    if let Some(raw) = value::held_token(value) {
+        return Owner::Str(cjson::JsonStr::from_raw(raw));
+    }
     match cjson::decode(value) {
         Decoded::Table { owner: Field::Str(s), .. } => Owner::Str(s),
         Decoded::Table { owner: Field::Other, .. } => Owner::Unmatchable,

@@ -162,6 +162,72 @@ pub fn parse(value: &[u8]) -> Option<Stored> {
     Some(Stored { owner, run_id, election, revoked, hold_until, delay })
 }
 
+/// A lock held by a session (docs/sessions.md): its session's id (32
+/// lowercase hex digits), its holder's token and its hold limit.
+///
+/// ```text
+/// {"owner":null,"session":"<id>","token":"<token>"[,"holdUntil":MS]}
+/// ```
+///
+/// `owner` is `null`, so the reference scripts see no token own it (as
+/// the tombstone): they never renew, release or take it over. The module
+/// reads the token from `token` ([`held_token`]), in exactly this form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    pub session: String,
+    pub token: String,
+    pub hold_until: Option<i64>,
+}
+
+/// The first bytes of every [`Held`] value: a cheap test before the parse.
+pub const HELD_PREFIX: &[u8] = br#"{"owner":null,"session":""#;
+
+impl Held {
+    /// The canonical bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.token.len() + self.session.len() + 64);
+        out.extend_from_slice(HELD_PREFIX);
+        push_go_string(&mut out, &self.session);
+        out.extend_from_slice(br#"","token":""#);
+        push_go_string(&mut out, &self.token);
+        out.push(b'"');
+        if let Some(at) = self.hold_until {
+            push_number(&mut out, br#","holdUntil":"#, at);
+        }
+        out.push(b'}');
+        out
+    }
+}
+
+/// The value's fields, when it is a [`Held`] value in exactly its form.
+pub fn parse_held(value: &[u8]) -> Option<Held> {
+    held_parts(value).map(|(held, _)| held)
+}
+
+/// The token of a [`Held`] value as it is stored (escapes in place, quotes
+/// excluded): what cjson would decode, for the owner rule.
+pub fn held_token(value: &[u8]) -> Option<&[u8]> {
+    held_parts(value).map(|(_, raw)| raw)
+}
+
+fn held_parts(value: &[u8]) -> Option<(Held, &[u8])> {
+    if !value.starts_with(HELD_PREFIX) {
+        return None;
+    }
+    let mut c = Cursor(value);
+    c.literal(br#"{"owner":null,"session":"#)?;
+    let session = c.string()?;
+    c.literal(br#","token":"#)?;
+    let before = c.0;
+    let token = c.string()?;
+    // The raw token: between the opening quote and the closing one.
+    let raw = before.get(1..before.len() - c.0.len() - 1)?;
+    let hold_until = if c.optional(br#","holdUntil":"#) { Some(c.number()? as i64) } else { None };
+    c.literal(b"}")?;
+    c.end()?;
+    Some((Held { session, token, hold_until }, raw))
+}
+
 /// A strict reader of the grammar above. Every read either consumes
 /// exactly the canonical form or fails; nothing here can panic.
 struct Cursor<'a>(&'a [u8]);
@@ -364,6 +430,29 @@ mod tests {
 
     fn i64_max() -> Vec<u8> {
         format!(r#"{{"owner":"t","holdUntil":{}}}"#, i64::MAX).into_bytes()
+    }
+
+    #[test]
+    fn a_held_value_round_trips_and_no_script_token_owns_it() {
+        for hold_until in [None, Some(1_700_000_000_000)] {
+            let h = Held { session: "0123456789abcdef0123456789abcdef".into(), token: "t<\"é".into(), hold_until };
+            let bytes = h.encode();
+            assert_eq!(parse_held(&bytes), Some(h.clone()), "{}", String::from_utf8_lossy(&bytes));
+            assert_eq!(held_token(&bytes), Some(r#"t\u003c\"é"#.as_bytes()));
+            assert_eq!(parse(&bytes), None);
+            assert!(matches!(decode(&bytes), Decoded::Table { owner: Field::Other, run_id: Field::Absent }));
+        }
+        for bad in [
+            &br#"{"owner":null,"session":"s","token":"t" }"#[..],
+            br#"{"owner":null,"session":"s","token":"t","holdUntil":01}"#,
+            br#"{"owner":null,"session":"s","token":"\u0074"}"#,
+            br#"{"owner":null,"session":"s"}"#,
+            br#"{"owner":null,"session":"s","token":"t""#,
+            br#"{"owner":null,"session":"s","token":"t","runId":"r"}"#,
+        ] {
+            assert_eq!(parse_held(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+        assert!(parse_held(br#"{"owner":null,"session":"s","token":"t"}"#).is_some());
     }
 
     #[test]

@@ -26,11 +26,11 @@ const RULES: Layers = &[
     // What a command does to a key.
     (
         "decisions",
-        &["lock", "holders", "lease", "election", "guard", "cluster_fence", "migration", "eviction", "revoke"],
+        &["lock", "holders", "lease", "election", "guard", "cluster_fence", "migration", "eviction", "revoke", "held"],
     ),
     // State kept across commands: the wait queues, the observers, hold
     // timing, LOCK.TOP's view of the queues.
-    ("bookkeeping", &["blocked", "queue", "observers", "hold_table", "top"]),
+    ("bookkeeping", &["blocked", "queue", "observers", "hold_table", "top", "session"]),
     ("root", &["crate"]),
 ];
 

@@ -195,6 +195,14 @@ fn remove<K: Kind>(ctx: Ctx, client: u64, seq: Option<u64>) -> Option<(KeyId, Bl
     Some((key, b))
 }
 
+/// Answers `client`'s wait `seq` with `outcome`, if it still waits:
+/// wherever it is in its key's line (a session that ended while it waited).
+pub fn answer_one<K: Kind>(ctx: Ctx, client: u64, seq: u64, outcome: Outcome, counter: &Counter) {
+    if let Some((_, b)) = remove::<K>(ctx, client, Some(seq)) {
+        finish::<K>(ctx, b, outcome, counter);
+    }
+}
+
 /// Answers every client of `key` with `error` (a redirection: its slot is
 /// served elsewhere; `UNBLOCKED`): they re-send where it belongs.
 pub fn answer_all<K: Kind>(ctx: Ctx, key: &KeyId, error: &CString) -> u64 {
@@ -243,7 +251,7 @@ pub fn on_db_event<K: Kind>(ctx: Ctx, ev: &DbEvent) {
                 }
             }
         }
-        DbEvent::ConfigChanged | DbEvent::ExportEnded => {}
+        DbEvent::ConfigChanged | DbEvent::ExportEnded | DbEvent::Promoted => {}
     }
 }
 

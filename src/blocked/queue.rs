@@ -17,6 +17,7 @@ use redis_lock_rules::Entry;
 use redis_module::raw::RedisModuleString;
 
 use crate::blocked::machine::{self, Kind};
+use crate::blocked::session_waits;
 pub use crate::blocked::waiters::{grant_next, Claim};
 use crate::blocked::waiters::{Waiter, Waiters};
 use crate::boundary::api::rm;
@@ -39,6 +40,9 @@ pub struct Request {
     /// Its LOCKDELAY and MAXHOLD, stored with its grant (a holder's
     /// MAXHOLD counts from that grant, not from its call).
     pub terms: Terms,
+    /// `SESSION id`: the grant attaches to this session (if it is still
+    /// alive then).
+    pub session: Option<u128>,
 }
 
 /// How many clients wait on `key` in the context's database.
@@ -63,7 +67,7 @@ pub fn block(
     ctx: Ctx,
     name: *mut RedisModuleString,
     token: *mut RedisModuleString,
-    Request { claim, ttl, fence, deadline, terms }: Request,
+    Request { claim, ttl, fence, deadline, terms, session }: Request,
     expires_at: Option<i64>,
 ) {
     // ZSET: a holder removed by hand (`ZREM`) frees a permit too.
@@ -77,9 +81,13 @@ pub fn block(
     let key = (ctx.db(), bytes(name).to_vec());
     // Read before the book is locked: opening a key can raise an event.
     let expiry = LockKey::open(ctx, name).expires_at();
-    let waiter = Waiter { token, ttl, fence, claim, terms, since: ctx.now_ms() };
+    let waiter = Waiter { token, ttl, fence, claim, terms, since: ctx.now_ms(), session, wait: (0, 0) };
     let k = key.clone();
-    machine::block::<Waiters>(ctx, deadline, waiter, |book, client, seq, b| {
+    machine::block::<Waiters>(ctx, deadline, waiter, |book, client, seq, mut b| {
+        b.data.wait = (client, seq);
+        if let Some(id) = session {
+            session_waits::note(id, (client, seq));
+        }
         book.enqueue(k, || key_slot(bytes(name)), client, seq, b, expiry);
     });
     stats::WAITS_STARTED.add();
@@ -98,15 +106,17 @@ pub fn block_all(
     ctx: Ctx,
     names: &[*mut RedisModuleString],
     token: *mut RedisModuleString,
-    Request { claim, ttl, fence, deadline, terms }: Request,
+    Request { claim, ttl, fence, deadline, terms, session: _ }: Request,
     holders: &[Option<i64>],
 ) {
     events::need(ctx, Also::Zset);
     unsafe { rm!(RedisModule_RetainString)(std::ptr::null_mut(), token) };
     let db = ctx.db();
     let keys: Vec<_> = names.iter().map(|&n| (db, bytes(n).to_vec())).collect();
-    let waiter = Waiter { token, ttl, fence, claim, terms, since: ctx.now_ms() };
-    machine::block::<Waiters>(ctx, deadline, waiter, |book, client, seq, b| {
+    // No SESSION here (LOCK.ACQUIREALL refuses it).
+    let waiter = Waiter { token, ttl, fence, claim, terms, since: ctx.now_ms(), session: None, wait: (0, 0) };
+    machine::block::<Waiters>(ctx, deadline, waiter, |book, client, seq, mut b| {
+        b.data.wait = (client, seq);
         book.enqueue_all(keys.clone(), |k| key_slot(&k.1), client, seq, b);
         for (k, &at) in keys.iter().zip(holders) {
             book.saw_expiry(k, at);

@@ -27,9 +27,12 @@ use redis_lock_rules::holders::{admit, grant as grant_place, tag_after_grant, Ad
 use redis_lock_rules::lease::{self as rules_lease, Terms};
 use redis_lock_rules::lock;
 use redis_lock_rules::queue::Line;
+use redis_lock_rules::ArgError;
 use redis_module::raw::RedisModuleString;
 
+pub use crate::blocked::claim::Claim;
 use crate::blocked::machine::{self, Blocked, Book, KeyId, Kind, Shared};
+use crate::blocked::session_waits;
 use crate::boundary::api::rm;
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::boundary::reply::{Failure, Outcome, Reply};
@@ -39,41 +42,12 @@ use crate::server::{cluster, eviction};
 use crate::store::fence;
 use crate::store::holders_key::{Edit, Hold, HoldersKey};
 use crate::store::lease::{self, Granted};
-use crate::store::lock_key::LockKey;
+use crate::store::lock_key::{LockKey, NewValue};
 use crate::store::lock_set::LockSet;
+use crate::store::session;
 
 /// How often a grant held back by paused writes is retried.
 pub const PAUSE_RETRY_MS: i64 = 10;
-
-/// What a waiter waits for. One queue per key serves all of them in
-/// arrival order: a `LOCK.ACQUIRE` waiter on a semaphore's key waits, as on
-/// any existing key, until the key is gone, and those behind it wait too.
-#[derive(Clone, Copy, Debug)]
-pub enum Claim {
-    /// The exclusive lock (`LOCK.ACQUIRE … WAIT`).
-    Lock,
-    /// A place among a semaphore's or read-write lock's holders.
-    Holder(Want),
-    /// The exclusive lock as an election's leader (`LOCK.ELECT … WAIT`):
-    /// granted as `Lock`, storing the election value with the grant's
-    /// fence as term and revision. `value` is retained while it waits.
-    Elect { value: *mut RedisModuleString },
-    /// Every key it waits on, as exclusive locks, at once
-    /// (`LOCK.ACQUIREALL … WAIT`): granted as `Lock` on each, when it heads
-    /// every key's line and every key is free (`grant_all`).
-    All,
-}
-
-impl Claim {
-    /// The family its wait is counted in.
-    pub fn family(self) -> timings::Family {
-        match self {
-            Claim::Lock | Claim::All => timings::Family::Exclusive,
-            Claim::Elect { .. } => timings::Family::Election,
-            Claim::Holder(want) => timings::Family::of_holders(want.family()),
-        }
-    }
-}
 
 /// What the queue keeps of a waiter besides its blocked client.
 pub struct Waiter {
@@ -87,6 +61,21 @@ pub struct Waiter {
     pub terms: Terms,
     /// When the wait began (Unix ms), for `INFO lock`'s wait times.
     pub since: i64,
+    /// The session its grant attaches to (`LOCK.ACQUIRE … SESSION id`).
+    pub session: Option<u128>,
+    /// Its client and wait number, as the machine knows them (set as it
+    /// blocks): what a session's end answers it by.
+    pub wait: (u64, u64),
+}
+
+/// Session `id` ended: each of its waiting requests is answered
+/// `ERR no such session …` (it would never attach) and leaves its line.
+pub fn session_ended_answer(ctx: Ctx, id: u128) {
+    let Some(waits) = session_waits::take(id) else { return };
+    for (client, seq) in waits {
+        let refused = Err(Failure::Arg(ArgError::SessionUnknown));
+        machine::answer_one::<Waiters>(ctx, client, seq, refused, &stats::WAITS_CANCELLED);
+    }
 }
 
 impl Waiter {
@@ -139,6 +128,9 @@ impl Kind for Waiters {
     }
 
     fn let_go(ctx: Ctx, w: Waiter) {
+        if let Some(id) = w.session {
+            session_waits::forget(id, w.wait);
+        }
         timings::waited(w.claim.family(), w.since, ctx.now_ms());
         unsafe { rm!(RedisModule_FreeString)(std::ptr::null_mut(), w.token) };
         if let Claim::Elect { value } = w.claim {
@@ -237,28 +229,43 @@ fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &KeyId) -> Step {
     if freed_too_early(ctx, key, now) {
         return Step::Done;
     }
+    let held = match held_by_session(key, now) {
+        Ok(held) => held,
+        Err(e) => return answer_head(ctx, key, Some(Err(Failure::Arg(e)))),
+    };
     let end = |now, w: &Waiter| rules_lease::grant(now, w.ttl, w.terms).ok();
     let (b, g, fence) = match take_head(ctx, key, now, end) {
         Ok(head) => head,
         Err(step) => return step,
     };
     let w = &b.data;
-    let value = match (w.claim, fence) {
-        (Claim::Elect { value }, Some(term)) => {
-            Granted::Bytes(lease::elect_value(bytes(w.token), term, bytes(value), &g))
+    let at = match held {
+        Some((id, (value, pxat))) => {
+            k.set_maybe_expiring(NewValue::Composed(&value), pxat);
+            session::attach(ctx, id, name);
+            pxat
         }
-        _ => lease::lock_value(bytes(w.token), &g),
+        None => {
+            let value = match (w.claim, fence) {
+                (Claim::Elect { value }, Some(term)) => {
+                    Granted::Bytes(lease::elect_value(bytes(w.token), term, bytes(value), &g))
+                }
+                _ => lease::lock_value(bytes(w.token), &g),
+            };
+            k.set(value.new_value(w.token), g.pxat);
+            Some(g.pxat)
+        }
     };
-    let at = g.pxat;
-    k.set(value.new_value(w.token), at);
     drop(k);
     timings::hold_started(ctx, name, w.claim.family(), now);
     // The key's expiry, delay included: the Redis 8 last-millisecond rule
     // (`freed_too_early`) is about the key, not the lease inside it.
-    saw_expiry(key, Some(at));
+    saw_expiry(key, at);
     let grants = if matches!(w.claim, Claim::Elect { .. }) { &stats::ELECTIONS } else { &stats::GRANTS };
     answer_grant(ctx, b, fence, grants);
-    machine::check_by::<Waiters>(ctx, key, at.saturating_add(1));
+    if let Some(at) = at {
+        machine::check_by::<Waiters>(ctx, key, at.saturating_add(1));
+    }
     Step::Done
 }
 
@@ -326,6 +333,21 @@ fn grant_set(ctx: Ctx, names: &[*mut RedisModuleString], keys: &[KeyId], client:
     stats::GRANTS.add_n(keys.len() as u64);
     let reply = fence::grant_values(ctx, fences);
     machine::finish::<Waiters>(ctx, b, Ok(reply), &stats::WAITS_GRANTED);
+}
+
+/// What the head's grant at `now` stores when it waits with `SESSION id`
+/// (none without): refused, before anything is written, when its session
+/// ended (or is unknown here) while it waited; it is then answered `ERR no
+/// such session …`, and the next one is tried.
+type HeldGrant = Option<(u128, (Vec<u8>, Option<i64>))>;
+
+fn held_by_session(key: &KeyId, now: i64) -> Result<HeldGrant, ArgError> {
+    let Some((id, token, max_hold)) =
+        book().0.head(key).and_then(|b| b.data.session.map(|id| (id, b.data.token, b.data.terms.max_hold)))
+    else {
+        return Ok(None);
+    };
+    Ok(Some((id, session::held_grant(id, bytes(token), now, max_hold)?)))
 }
 
 /// Takes the head for a grant at `now`: with what `grant(now, waiter)`

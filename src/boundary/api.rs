@@ -98,6 +98,8 @@ required!(
     RedisModule_ZsetLastInScoreRange,
     RedisModule_ZsetRangePrev,
     RedisModule_CallReplyInteger,
+    // Sessions (src/store/session.rs): ids from the server's CSPRNG.
+    RedisModule_GetRandomBytes,
 );
 
 /// `rm!(RedisModule_OpenKey)` is that API function, which [`missing`] has

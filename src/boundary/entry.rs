@@ -62,6 +62,14 @@ pub fn send(ctx: *mut RedisModuleCtx, outcome: Outcome) -> c_int {
                 raw::REDISMODULE_OK as c_int
             }
             Ok(Reply::Call(reply)) => reply.send(ctx),
+            Ok(Reply::Bytes(b)) => rm!(RedisModule_ReplyWithStringBuffer)(ctx, b.as_ptr().cast(), b.len()),
+            Ok(Reply::Strings(strings)) => {
+                rm!(RedisModule_ReplyWithArray)(ctx, strings.len() as std::ffi::c_long);
+                for b in strings {
+                    rm!(RedisModule_ReplyWithStringBuffer)(ctx, b.as_ptr().cast(), b.len());
+                }
+                raw::REDISMODULE_OK as c_int
+            }
             Err(Failure::Arity) => rm!(RedisModule_WrongArity)(ctx),
             Err(Failure::Arg(e)) => rm!(RedisModule_ReplyWithError)(ctx, e.reply_cstr().as_ptr()),
             Err(Failure::WrongType) => rm!(RedisModule_ReplyWithError)(ctx, WRONGTYPE.as_ptr()),

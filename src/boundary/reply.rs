@@ -63,7 +63,8 @@ pub enum Reply {
     Ok,
     /// No reply now: the client waits (LOCK.ACQUIRE ... WAIT).
     Blocked,
-    /// Integers, one per key (LOCK.ACQUIREALL … FENCE: a fence per key).
+    /// An array of integers (LOCK.ACQUIREALL … FENCE: a fence per key;
+    /// SESSION.KEEPALIVE: a TTL per session).
     Ints(Vec<i64>),
     /// Field/value pairs (LOCK.INFO).
     Fields(Vec<(&'static CStr, Value)>),
@@ -71,6 +72,10 @@ pub enum Reply {
     List(Vec<Vec<(&'static CStr, Value)>>),
     /// What an inner command replied, forwarded as it is (LOCK.GUARD).
     Call(CallReply),
+    /// A bulk string (SESSION.GRANT's id).
+    Bytes(Vec<u8>),
+    /// An array of bulk strings (SESSION.LIST).
+    Strings(Vec<Vec<u8>>),
 }
 
 #[derive(Debug)]

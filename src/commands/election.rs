@@ -34,7 +34,9 @@ pub fn elect(ctx: Ctx, argv: Argv) -> Outcome {
     // ACQUIRE's options; FENCE is implied (the term is the fence), so
     // naming it is refused rather than silently meaningless.
     let mut opts = parse_grant_options(Grammar::Acquire, options.iter().map(|&o| bytes(o)))?;
-    if opts.fence {
+    // SESSION is not taken here yet (docs/sessions.md): refused, never
+    // ignored.
+    if opts.fence || opts.session.is_some() {
         return Err(Failure::Arg(ArgError::Syntax));
     }
     opts.fence = true;
@@ -65,7 +67,13 @@ pub fn elect(ctx: Ctx, argv: Argv) -> Outcome {
         let holder = k.expires_at();
         drop(k);
         let claim = queue::Claim::Elect { value };
-        queue::block(ctx, key, token, queue::Request { claim, ttl, fence: true, deadline, terms }, holder);
+        queue::block(
+            ctx,
+            key,
+            token,
+            queue::Request { claim, ttl, fence: true, deadline, terms, session: None },
+            holder,
+        );
         return Ok(Reply::Blocked);
     }
     if lease::delayed(&k) {

@@ -142,6 +142,7 @@ fn acquire(
                     fence: opts.fence,
                     deadline,
                     terms: Terms::of(&opts),
+                    session: None,
                 };
                 queue::block(ctx, key, token, request, next);
                 return Ok(Reply::Blocked);

@@ -6,6 +6,7 @@ use redis_lock_rules::args::{
     check_key_and_token, check_lease_terms, check_utf8, expiry_at, parse_fence, parse_grant_options,
     parse_renew_options, parse_ttl, Grammar, GrantOptions,
 };
+use redis_lock_rules::held;
 use redis_lock_rules::lease::{self as rules_lease, Shown, Terms, View};
 use redis_lock_rules::lock::{self, Takeover};
 use redis_lock_rules::{revoke, value};
@@ -21,6 +22,7 @@ use crate::server::timings;
 use crate::store::fence;
 use crate::store::lease;
 use crate::store::lock_key::{LockKey, NewValue};
+use crate::store::session;
 
 /// Counts the verdict and turns it into the 1/0 reply.
 fn verdict(granted: bool, on_grant: &Counter) -> Outcome {
@@ -47,7 +49,7 @@ fn grant_reply(ctx: Ctx, granted: bool, opts: GrantOptions) -> Outcome {
     Ok(Reply::Int(fence::grant_value(ctx, Some(fence))))
 }
 
-/// LOCK.ACQUIRE key token ttl-ms [FENCE] [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms]
+/// LOCK.ACQUIRE key token ttl-ms [FENCE] [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms] [SESSION id]
 pub fn acquire(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
@@ -65,10 +67,25 @@ fn acquire_with(
 ) -> Outcome {
     let now = ctx.now_ms();
     let lease::Checked { grant, terms, wait_until } = lease::check_grant(ctx, bytes(token), ttl, &opts, now)?;
+    // SESSION id: the session keeps the lock (docs/sessions.md); ttl-ms is
+    // checked as always, but the session, not it, decides how long.
+    let held = match opts.session {
+        Some(id) => {
+            held::check_options(&opts)?;
+            Some((id, session::held_grant(id, bytes(token), now, opts.max_hold)?))
+        }
+        None => None,
+    };
     let mut k = open_behind_waiters(ctx, key, now);
     let granted = lock::may_acquire(k.entry()) && !queue::reserved(ctx, key);
     if granted {
-        k.set(lease::lock_value(bytes(token), &grant).new_value(token), grant.pxat);
+        match &held {
+            Some((id, (value, pxat))) => {
+                k.set_maybe_expiring(NewValue::Composed(value), *pxat);
+                session::attach(ctx, *id, key);
+            }
+            None => k.set(lease::lock_value(bytes(token), &grant).new_value(token), grant.pxat),
+        }
         timings::hold_started(ctx, key, timings::Family::Exclusive, now);
     } else if let Some(deadline) = wait_until.filter(|_| ctx.may_block()) {
         if !queue::has_room() {
@@ -80,7 +97,14 @@ fn acquire_with(
             ctx,
             key,
             token,
-            queue::Request { claim: queue::Claim::Lock, ttl, fence: opts.fence, deadline, terms },
+            queue::Request {
+                claim: queue::Claim::Lock,
+                ttl,
+                fence: opts.fence,
+                deadline,
+                terms,
+                session: opts.session,
+            },
             holder,
         );
         return Ok(Reply::Blocked);
@@ -112,6 +136,15 @@ pub fn renew(ctx: Ctx, argv: Argv) -> Outcome {
     }
     // A revoked hold renews up to its deadline only, and hears of it.
     let (renewal, revoked) = match k.entry() {
+        // A session keeps its locks: a renewal by the holder changes nothing.
+        Entry::Str(v) if v.starts_with(value::HELD_PREFIX) => {
+            if let Some(f) = floor {
+                fence::raise(f);
+                fence::replicate_floor(ctx, f);
+            }
+            stats::RENEWALS.add();
+            return Ok(Reply::Int(1));
+        }
         Entry::Str(v) if rules_lease::may_have_lease(v) => match value::parse(v) {
             Some(stored) => (rules_lease::renew(&stored, now, ttl)?, revoke::revoked_of(&stored).map(|(_, d)| d)),
             None => (None, None),
@@ -165,6 +198,12 @@ pub fn release(ctx: Ctx, argv: Argv) -> Outcome {
     if granted {
         // Before the delete: its `del` event would end the hold as deleted.
         timings::hold_ended(ctx, key, timings::End::Released, || ctx.now_ms());
+        if let Some(held_by) = match k.entry() {
+            Entry::Str(v) => lease::held_by_session(v),
+            _ => None,
+        } {
+            session::detach(ctx, &held_by, key);
+        }
         let _quiet = queue::serving();
         k.delete();
         drop(k);
@@ -261,7 +300,7 @@ pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
         Entry::OtherType => return Err(Failure::WrongType),
         Entry::Str(value) => value,
     };
-    let (d, view) = match rules_lease::show(value, k.expires_at(), ctx.now_ms()) {
+    let (d, view) = match lease::shown(value, k.expires_at(), ctx.now_ms()) {
         Shown::Absent => return Ok(Reply::Nil),
         Shown::Value { bytes, view } => (lock::describe(bytes.as_deref().unwrap_or(value)), view),
     };

@@ -11,4 +11,5 @@ pub mod holders;
 pub mod lock;
 pub mod multi;
 pub mod revoke;
+pub mod session;
 pub mod top;

@@ -10,6 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use redis_lock_rules::args::{check_key_and_token, parse_grant_options, Grammar};
 use redis_lock_rules::multi::{check_keys, parse_numkeys};
 use redis_lock_rules::number::parse_ttl;
+use redis_lock_rules::ArgError;
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 
@@ -63,6 +64,11 @@ pub fn acquire_all(ctx: Ctx, argv: Argv) -> Outcome {
     check_key_and_token(names[0], bytes(token))?;
     let ttl = parse_ttl(bytes(ttl))?;
     let opts = parse_grant_options(Grammar::Acquire, options.iter().map(|&o| bytes(o)))?;
+    // SESSION is LOCK.ACQUIRE's alone so far (docs/sessions.md): refused,
+    // never ignored.
+    if opts.session.is_some() {
+        return Err(Failure::Arg(ArgError::Syntax));
+    }
     let now = ctx.now_ms();
     let lease::Checked { grant, terms, wait_until } = lease::check_grant(ctx, bytes(token), ttl, &opts, now)?;
     // Those in line first: a key freed meanwhile goes to its line's head.
@@ -88,7 +94,8 @@ pub fn acquire_all(ctx: Ctx, argv: Argv) -> Outcome {
             holders[i] = at;
         }
         drop(set);
-        let request = queue::Request { claim: queue::Claim::All, ttl, fence: opts.fence, deadline, terms };
+        let request =
+            queue::Request { claim: queue::Claim::All, ttl, fence: opts.fence, deadline, terms, session: None };
         queue::block_all(ctx, keys, token, request, &holders);
         return Ok(Reply::Blocked);
     }

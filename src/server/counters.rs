@@ -105,6 +105,21 @@ pub static OBSERVERS_CANCELLED: Counter = Counter::new();
 /// that finds no leader.
 pub static OBSERVER_SLOT_CHECKS: Counter = Counter::new();
 
+/// Sessions (docs/sessions.md): granted, kept alive (per id), ended by
+/// their deadline, revoked; holds ended because their session ended (by
+/// the ending slices, or settled by a command that reached them first).
+pub static SESSIONS_GRANTED: Counter = Counter::new();
+pub static SESSION_KEEPALIVES: Counter = Counter::new();
+pub static SESSIONS_EXPIRED: Counter = Counter::new();
+pub static SESSIONS_REVOKED: Counter = Counter::new();
+pub static SESSION_HOLDS_ENDED: Counter = Counter::new();
+/// Sessions on this node right now (ended ones still releasing included).
+pub static SESSIONS: AtomicU64 = AtomicU64::new(0);
+/// The longest run of the sessions' timer (ending sessions, releasing a
+/// slice of their holds), in microseconds of the server thread's CPU time,
+/// since the server started.
+pub static SESSION_TICK_MAX_US: AtomicU64 = AtomicU64::new(0);
+
 /// Clients blocked in LOCK.OBSERVE right now (kept by `crate::blocked::observers`).
 pub static OBSERVING: AtomicU64 = AtomicU64::new(0);
 

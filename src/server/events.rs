@@ -96,6 +96,8 @@ pub enum DbEvent {
     Changed(Changed),
     /// This master became a replica.
     Demoted,
+    /// This replica became a master (a failover).
+    Promoted,
     /// A `CONFIG SET` changed the server's configuration.
     ConfigChanged,
     /// An atomic slot migration handed slots to another node
@@ -184,16 +186,10 @@ pub fn need_config(ctx: Ctx) {
     }
 }
 
-/// Subscribes the module to the database events, to [`CORE`] and to
-/// `also`, each once. Main thread only.
-pub fn need(ctx: Ctx, also: Also) {
-    if also == Also::EvictedOnly {
-        if !EVICTED_TAKEN.swap(true, Ordering::Relaxed) {
-            let types = raw::REDISMODULE_NOTIFY_EVICTED;
-            unsafe { rm!(RedisModule_SubscribeToKeyspaceEvents)(ctx.0, types, Some(on_evicted)) };
-        }
-        return;
-    }
+/// Subscribes the module to the database events (flushes, swaps, role
+/// changes), once: rare events, so the sessions' table takes them at load
+/// (a `FLUSHALL` forgets every session, a promotion restarts deadlines).
+pub fn need_db(ctx: Ctx) {
     if !DB_TAKEN.swap(true, Ordering::Relaxed) {
         // Version 1 of these events' data is what Redis 6.0 and later send.
         let flush = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
@@ -205,6 +201,19 @@ pub fn need(ctx: Ctx, also: Also) {
             rm!(RedisModule_SubscribeToServerEvent)(ctx.0, role, Some(on_server_event));
         }
     }
+}
+
+/// Subscribes the module to the database events, to [`CORE`] and to
+/// `also`, each once. Main thread only.
+pub fn need(ctx: Ctx, also: Also) {
+    if also == Also::EvictedOnly {
+        if !EVICTED_TAKEN.swap(true, Ordering::Relaxed) {
+            let types = raw::REDISMODULE_NOTIFY_EVICTED;
+            unsafe { rm!(RedisModule_SubscribeToKeyspaceEvents)(ctx.0, types, Some(on_evicted)) };
+        }
+        return;
+    }
+    need_db(ctx);
     let take = |taken: &AtomicBool, types: c_int, callback: KeyCallback| {
         if !taken.swap(true, Ordering::Relaxed) {
             unsafe { rm!(RedisModule_SubscribeToKeyspaceEvents)(ctx.0, types, Some(callback)) };
@@ -296,8 +305,7 @@ unsafe extern "C" fn on_server_event(
 }
 
 /// What a server event means; `None` when it is no news (FLUSHDB's START
-/// fires while the keys are still there; only END is; a replica becoming
-/// a master).
+/// fires while the keys are still there; only END is).
 ///
 /// # Safety
 /// `data` is the event's data as Redis passed it to the callback.
@@ -322,6 +330,11 @@ unsafe fn decode(event: raw::RedisModuleEvent, subevent: u64, data: *mut c_void)
             if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA =>
         {
             Some(DbEvent::Demoted)
+        }
+        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
+            if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER =>
+        {
+            Some(DbEvent::Promoted)
         }
         raw::REDISMODULE_EVENT_CONFIG => Some(DbEvent::ConfigChanged),
         _ => None,

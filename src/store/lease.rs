@@ -12,7 +12,8 @@
 
 use redis_lock_rules::args::{check_lease_terms, check_utf8, wait_deadline, ArgError, GrantOptions};
 use redis_lock_rules::encode::structured_value;
-use redis_lock_rules::lease::{self, Grant, Settle, Terms};
+use redis_lock_rules::held;
+use redis_lock_rules::lease::{self, Grant, Settle, Shown, Terms, View};
 use redis_lock_rules::value::{self, Election, Stored};
 use redis_lock_rules::Entry;
 use redis_module::raw::RedisModuleString;
@@ -24,6 +25,7 @@ use crate::server::eviction;
 use crate::server::{revoked, timings};
 use crate::store::fence;
 use crate::store::lock_key::{LockKey, NewValue};
+use crate::store::session;
 
 /// Opens `name` for a write command at `now`, settling an ended lease first.
 #[inline]
@@ -54,17 +56,24 @@ pub fn settle(k: &mut LockKey, now: i64) {
 /// neither the expiry nor the clock is even read); the rest is out of line.
 #[inline]
 fn settle_at(k: &mut LockKey, now: impl FnOnce() -> i64) {
-    if matches!(k.entry(), Entry::Str(v) if lease::may_have_lease(v)) {
+    // The value's first or last bytes: most keys hold neither a session's
+    // hold nor a lease field, and for them neither the expiry nor the
+    // clock is even read.
+    if matches!(k.entry(), Entry::Str(v) if v.starts_with(value::HELD_PREFIX) || lease::may_have_lease(v)) {
         settle_lease(k, now());
     }
 }
 
-/// [`settle`] of a value that may carry a lease field.
+/// [`settle`] of a value that may be a session's hold or carry a lease field.
 #[cold]
 #[inline(never)]
 fn settle_lease(k: &mut LockKey, now: i64) {
-    let verdict = match k.entry() {
-        Entry::Str(v) => lease::settle(v, k.expires_at(), now),
+    let (verdict, held) = match k.entry() {
+        Entry::Str(v) if v.starts_with(value::HELD_PREFIX) => match value::parse_held(v) {
+            Some(h) => (held::settle(&h, session::state_of(&h.session, now), k.expires_at(), now), true),
+            None => return,
+        },
+        Entry::Str(v) => (lease::settle(v, k.expires_at(), now), false),
         _ => return,
     };
     if matches!(verdict, Settle::Keep) {
@@ -81,6 +90,9 @@ fn settle_lease(k: &mut LockKey, now: i64) {
             let (ctx, name) = k.ctx_and_name();
             revoked::forget(ctx, name);
         }
+    }
+    if held {
+        stats::SESSION_HOLDS_ENDED.add();
     }
     // The lease ran out while held (its key lives on as the tombstone).
     // Recorded before the write, whose `del` would end it as deleted.
@@ -180,4 +192,24 @@ pub fn elect_value(token: &[u8], term: u64, value: &[u8], g: &Grant) -> Vec<u8> 
     let (owner, value) = (String::from_utf8_lossy(token), String::from_utf8_lossy(value));
     let election = Election { term, rev: term, value: value.into_owned() };
     lease::encode_with(Stored { election: Some(election), ..Stored::owned_by(&owner) }, g)
+}
+
+/// What LOCK.INFO shows of `value` (expiring at `pxat`) at `now`, read-only
+/// (also on a replica): a lease or a session-held lock that ended is shown
+/// as it will be once settled.
+pub fn shown(value: &[u8], pxat: Option<i64>, now: i64) -> Shown {
+    let Some(h) = value::parse_held(value) else { return lease::show(value, pxat, now) };
+    match held::settle(&h, session::state_of(&h.session, now), pxat, now) {
+        Settle::Keep => Shown::Value { bytes: None, view: View { hold_until: h.hold_until, ..View::default() } },
+        Settle::Tombstone { until } => Shown::Value {
+            bytes: Some(value::tombstone(until)),
+            view: View { delayed_until: Some(until), ..View::default() },
+        },
+        Settle::Delete => Shown::Absent,
+    }
+}
+
+/// The session of a session-held value, if it is one.
+pub fn held_by_session(value: &[u8]) -> Option<String> {
+    value::parse_held(value).map(|h| h.session)
 }

@@ -244,6 +244,41 @@ impl LockKey {
         }
     }
 
+    /// `SET key value PXAT at`, or without an expiry (`at` none: a lock
+    /// held by a session). The key was absent (a grant), so it has no
+    /// expiry to keep.
+    pub fn set_maybe_expiring(&mut self, value: NewValue, at_ms: Option<i64>) {
+        let Some(at) = at_ms else { return self.set_persistent(value) };
+        self.set(value, at)
+    }
+
+    fn set_persistent(&mut self, value: NewValue) {
+        self.write(match value {
+            NewValue::Arg(arg) => bytes(arg),
+            NewValue::Composed(v) => v,
+        });
+        unsafe {
+            match value {
+                NewValue::Arg(arg) => {
+                    rm!(RedisModule_Replicate)(self.ctx.0, c"SET".as_ptr(), c"ss".as_ptr(), self.name, arg);
+                }
+                NewValue::Composed(v) => {
+                    rm!(RedisModule_Replicate)(
+                        self.ctx.0,
+                        c"SET".as_ptr(),
+                        c"sb".as_ptr(),
+                        self.name,
+                        v.as_ptr(),
+                        v.len(),
+                    );
+                }
+            }
+        }
+        self.changed();
+        self.ctx.notify(raw::REDISMODULE_NOTIFY_STRING, c"set", self.name);
+        self.tell_eviction(i64::MAX);
+    }
+
     /// `PEXPIREAT key at`, with an `expire` notification.
     pub fn expire_at(&mut self, at_ms: i64) {
         let mut digits = [0u8; 20];

@@ -2,8 +2,10 @@
 //! replicated — the exclusive lock's string (`lock_key`) and its lease
 //! (`lease`), a semaphore's or read-write lock's sorted set
 //! (`holders_key`), several lock keys granted together (`lock_set`), the
-//! fence mark (`fence`), and who leads an election's key (`leadership`).
-//! It imports the server layer and the boundary.
+//! fence mark (`fence`), and who leads an election's key (`leadership`);
+//! the node's sessions (`session`: the table and its replication,
+//! `session_rdb`: their RDB aux data). It imports the server layer and the
+//! boundary.
 
 pub mod fence;
 pub mod holders_commit;
@@ -12,3 +14,5 @@ pub mod leadership;
 pub mod lease;
 pub mod lock_key;
 pub mod lock_set;
+pub mod session;
+pub mod session_rdb;

@@ -68,6 +68,31 @@ for port, k in sorted(keys.items()):
     node = rc.get_node_from_key(k)
     check(f"{s} stored on node {port}", rc.execute_command("ZCARD", s, target_nodes=node), 2)
 
+# Sessions: node state. Each is granted on the master whose keys it will
+# hold (keyless commands go where the caller says), and a lock attaches
+# only there: another master does not know the session.
+nodes = {n.port: n for n in rc.get_primaries()}
+sessions = {}
+for port, k in sorted(keys.items()):
+    sid = rc.execute_command("SESSION.GRANT", 60000, target_nodes=nodes[port])
+    sessions[port] = sid
+    check(f"SESSION.GRANT on {port}", len(sid), 32)
+    check(f"LOCK.ACQUIRE {k} SESSION", rc.execute_command("LOCK.ACQUIRE", k, "t3", 60000, "SESSION", sid), 1)
+    check(f"SESSION.KEEPALIVE on {port}", rc.execute_command("SESSION.KEEPALIVE", sid, target_nodes=nodes[port]), [60000])
+    info = rc.execute_command("SESSION.INFO", sid, target_nodes=nodes[port])
+    check(f"SESSION.INFO on {port} holds", info[info.index("holds") + 1] if isinstance(info, list) else info.get("holds"), 1)
+    check(f"SESSION.LIST on {port}", rc.execute_command("SESSION.LIST", target_nodes=nodes[port]), [sid])
+for port in sorted(keys):
+    # A key another master serves: the session is unknown there.
+    elsewhere = next(p for p in sorted(keys) if p != port)
+    try:
+        got = rc.execute_command("LOCK.ACQUIRE", keys[elsewhere], "t4", 60000, "SESSION", sessions[port])
+    except Exception as e:
+        got = str(e)
+    check(f"SESSION of {port} on {elsewhere}", "no such session" in str(got), True)
+for port, k in sorted(keys.items()):
+    check(f"SESSION.REVOKE on {port}", rc.execute_command("SESSION.REVOKE", sessions[port], target_nodes=nodes[port]), 1)
+
 # A keyless command: sent to a node of the caller's choosing.
 check("LOCK.FENCEFLOOR", rc.execute_command("LOCK.FENCEFLOOR", 1, target_nodes=RedisCluster.PRIMARIES) is not None, True)
 print("all module commands answered through RedisCluster")

@@ -1,0 +1,143 @@
+//! The decisions on a lock held by a session (docs/sessions.md), pure and
+//! taking `now`: what a grant stores, and settling a lock whose session
+//! ended, as `crate::lease` settles an ended lease.
+//!
+//! A session-held lock's key has no expiry (the session keeps it) unless
+//! it was granted with `MAXHOLD`: then it expires at `holdUntil` plus the
+//! session's lock-delay, so that the hold limit ends it as it ends a lease.
+
+use crate::args::{ArgError, GrantOptions};
+use crate::lease::Settle;
+use crate::value::Held;
+
+/// What this node knows of a session, when a command opens one of its locks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionState {
+    /// Granted here and its deadline is still ahead.
+    Alive { lock_delay: i64 },
+    /// Its deadline passed at `at` (involuntary: its locks get the
+    /// lock-delay), or it was revoked (voluntary: none).
+    Ended { at: i64, lock_delay: i64, revoked: bool },
+    /// Not a session of this node: a key moved here from another node, or
+    /// written by hand. Held as it is: nobody but its token gets it.
+    Unknown,
+}
+
+/// The checks of an acquire's options with `SESSION`: the lock-delay is the
+/// session's, so a lock's own `LOCKDELAY` is refused.
+pub fn check_options(opts: &GrantOptions) -> Result<(), ArgError> {
+    if opts.lock_delay.is_some() {
+        return Err(ArgError::SessionLockDelay);
+    }
+    Ok(())
+}
+
+/// A grant at `now` to `token` in session `session` (whose lock-delay is
+/// `lock_delay`), with `MAXHOLD` `max_hold`: the value, and the key's
+/// expiry (none without a hold limit).
+pub fn grant(
+    session: &str,
+    token: &str,
+    lock_delay: i64,
+    now: i64,
+    max_hold: Option<i64>,
+) -> Result<(Vec<u8>, Option<i64>), ArgError> {
+    let hold_until = match max_hold {
+        Some(max) => Some(now.checked_add(max).ok_or(ArgError::MaxHoldTooLarge)?),
+        None => None,
+    };
+    let pxat = match hold_until {
+        Some(h) => Some(h.checked_add(lock_delay).ok_or(ArgError::MaxHoldTooLarge)?),
+        None => None,
+    };
+    let value = Held { session: session.to_owned(), token: token.to_owned(), hold_until }.encode();
+    Ok((value, pxat))
+}
+
+/// What the key holding `held` (expiring at `pxat`) becomes at `now`,
+/// given its session's `state`.
+pub fn settle(held: &Held, state: SessionState, pxat: Option<i64>, now: i64) -> Settle {
+    if let Some(h) = held.hold_until.filter(|&h| h <= now) {
+        // The hold limit ended it first: its delay runs to the key's expiry.
+        return tombstone_until(pxat.unwrap_or(h), now);
+    }
+    match state {
+        SessionState::Alive { .. } | SessionState::Unknown => Settle::Keep,
+        SessionState::Ended { revoked: true, .. } => Settle::Delete,
+        SessionState::Ended { at, lock_delay, revoked: false } => {
+            // With a hold limit that ends sooner, the key's expiry says so.
+            let until = at.saturating_add(lock_delay);
+            tombstone_until(pxat.map_or(until, |p| p.min(until)), now)
+        }
+    }
+}
+
+fn tombstone_until(until: i64, now: i64) -> Settle {
+    if until > now {
+        Settle::Tombstone { until }
+    } else {
+        Settle::Delete
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::parse_held;
+
+    const NOW: i64 = 1_700_000_000_000;
+    const ID: &str = "0123456789abcdef0123456789abcdef";
+
+    fn held(hold_until: Option<i64>) -> Held {
+        Held { session: ID.into(), token: "t".into(), hold_until }
+    }
+
+    #[test]
+    fn a_grant_has_no_expiry_without_a_hold_limit() {
+        let (v, pxat) = grant(ID, "t", 5_000, NOW, None).unwrap();
+        assert_eq!(pxat, None);
+        assert_eq!(parse_held(&v), Some(held(None)));
+        let (v, pxat) = grant(ID, "t", 5_000, NOW, Some(60_000)).unwrap();
+        assert_eq!(pxat, Some(NOW + 65_000));
+        assert_eq!(parse_held(&v), Some(held(Some(NOW + 60_000))));
+        assert_eq!(grant(ID, "t", 0, NOW, Some(i64::MAX)), Err(ArgError::MaxHoldTooLarge));
+        assert_eq!(grant(ID, "t", 5_000, NOW, Some(i64::MAX - NOW - 1)), Err(ArgError::MaxHoldTooLarge));
+    }
+
+    #[test]
+    fn lockdelay_comes_from_the_session() {
+        let opts = GrantOptions { lock_delay: Some(0), ..GrantOptions::default() };
+        assert_eq!(check_options(&opts), Err(ArgError::SessionLockDelay));
+        assert_eq!(check_options(&GrantOptions { max_hold: Some(1), ..GrantOptions::default() }), Ok(()));
+    }
+
+    #[test]
+    fn a_live_or_unknown_session_keeps_its_lock() {
+        for state in [SessionState::Alive { lock_delay: 5 }, SessionState::Unknown] {
+            assert_eq!(settle(&held(None), state, None, NOW), Settle::Keep);
+            assert_eq!(settle(&held(Some(NOW + 1)), state, Some(NOW + 6), NOW), Settle::Keep);
+        }
+    }
+
+    #[test]
+    fn an_expired_session_leaves_its_delay_and_a_revoked_one_none() {
+        let ended = |at, lock_delay| SessionState::Ended { at, lock_delay, revoked: false };
+        assert_eq!(settle(&held(None), ended(NOW, 5_000), None, NOW), Settle::Tombstone { until: NOW + 5_000 });
+        assert_eq!(settle(&held(None), ended(NOW - 5_000, 5_000), None, NOW), Settle::Delete);
+        assert_eq!(settle(&held(None), ended(NOW, 0), None, NOW), Settle::Delete);
+        let revoked = SessionState::Ended { at: NOW, lock_delay: 5_000, revoked: true };
+        assert_eq!(settle(&held(None), revoked, None, NOW), Settle::Delete);
+        // A hold limit that ended first keeps the key's expiry as its delay's end.
+        assert_eq!(
+            settle(&held(Some(NOW - 10)), SessionState::Alive { lock_delay: 5_000 }, Some(NOW + 4_990), NOW),
+            Settle::Tombstone { until: NOW + 4_990 }
+        );
+        assert_eq!(settle(&held(Some(NOW)), SessionState::Unknown, Some(NOW), NOW), Settle::Delete);
+        // The session ended after the grant, before the hold limit: the
+        // delay counts from the session's end.
+        assert_eq!(
+            settle(&held(Some(NOW + 50_000)), ended(NOW, 5_000), Some(NOW + 55_000), NOW + 1),
+            Settle::Tombstone { until: NOW + 5_000 }
+        );
+    }
+}

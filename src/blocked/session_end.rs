@@ -1,0 +1,138 @@
+//! The timer that ends sessions and releases their holds in bounded
+//! slices (docs/sessions.md): each tick ends at most [`MAX_ENDS`] sessions
+//! whose deadline passed, then settles at most [`MAX_HOLDS`] holds of
+//! ended sessions (at most [`MAX_KEY_BYTES`] of key names, and for at most
+//! [`MAX_SLICE`]), each as a
+//! command opening the key would (`crate::store::lease::settle`): a
+//! tombstone for the lock-delay after an expiry, a `DEL` after a revoke;
+//! the key's event then wakes its waiters and observers. It re-arms at
+//! 1 ms while work remains, else at the next deadline (at most a second
+//! away, so that sessions loaded from an RDB or AOF, or kept on a replica
+//! just promoted, are looked at without a command).
+//!
+//! Only a master ends sessions: on a replica the tick does nothing but
+//! re-arm; the master's effects arrive as `SESSION.APPLY` entries.
+
+use std::ffi::c_void;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use redis_module::raw::{RedisModuleCtx, RedisModuleTimerID};
+
+use crate::blocked::waiters;
+use crate::boundary::api::rm;
+use crate::boundary::cpu;
+use crate::boundary::ctx::Ctx;
+use crate::boundary::timer;
+use crate::server::counters as stats;
+use crate::store::lease;
+use crate::store::session::{self, table};
+
+/// Sessions ended per tick, at most.
+pub const MAX_ENDS: usize = 128;
+/// Holds released per tick, at most.
+pub const MAX_HOLDS: usize = 256;
+/// Key-name bytes released per tick, at most (a replicated entry stays small).
+pub const MAX_KEY_BYTES: usize = 16 * 1024;
+/// Time spent releasing holds per tick, at most (checked every [`CHUNK`]).
+pub const MAX_SLICE: Duration = Duration::from_micros(200);
+/// Holds taken from the table at a time.
+const CHUNK: usize = 8;
+/// The longest the timer sleeps.
+const IDLE_MS: i64 = 1_000;
+/// How often it looks again while writes are paused.
+const PAUSE_RETRY_MS: i64 = 10;
+
+/// The armed timer and when it fires (Unix ms).
+static ARMED: Mutex<Option<(RedisModuleTimerID, i64)>> = Mutex::new(None);
+
+struct Tick;
+
+/// Makes the timer fire no later than `at` (Unix ms).
+pub fn arm(ctx: Ctx, at: i64) {
+    let now = ctx.now_ms();
+    let mut armed = ARMED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((id, when)) = *armed {
+        if when <= at {
+            return;
+        }
+        timer::stop::<Tick>(ctx, id);
+    }
+    let delay = at.saturating_sub(now).clamp(0, IDLE_MS);
+    *armed = Some((timer::start(ctx, delay, on_tick, Tick), now + delay));
+}
+
+unsafe extern "C" fn on_tick(ctx: *mut RedisModuleCtx, data: *mut c_void) {
+    drop(Box::from_raw(data.cast::<Tick>()));
+    // This timer is the one firing: Redis frees it itself.
+    *ARMED.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    let ctx = Ctx(ctx);
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // While writes are paused (CLIENT PAUSE, FAILOVER, a shutdown
+        // waiting for a replica) nothing may be written or propagated.
+        let paused = rm!(RedisModule_AvoidReplicaTraffic)() != 0;
+        let next = match (ctx.is_master(), paused) {
+            (true, false) => {
+                // CPU time: what the server's thread spent here, without
+                // the time the OS gave other processes meanwhile.
+                let started = cpu::thread_us();
+                let next = tick(ctx);
+                let us = cpu::thread_us().saturating_sub(started);
+                stats::SESSION_TICK_MAX_US.fetch_max(us, std::sync::atomic::Ordering::Relaxed);
+                next
+            }
+            (true, true) => Some(ctx.now_ms() + PAUSE_RETRY_MS),
+            (false, _) => None,
+        };
+        arm(ctx, next.unwrap_or(ctx.now_ms() + IDLE_MS));
+    }));
+}
+
+/// One tick's work; when the next is due.
+fn tick(ctx: Ctx) -> Option<i64> {
+    let now = ctx.now_ms();
+    let ended = table().expire_due(now, MAX_ENDS);
+    for &(id, at) in &ended {
+        session::replicate_end(ctx, id, at, redis_lock_rules::session::Reason::Expired);
+        stats::SESSIONS_EXPIRED.add();
+        waiters::session_ended_answer(ctx, id);
+    }
+    // Holds in chunks, until a bound is reached: their count, their key
+    // names' bytes, or the time spent (however costly each one's release:
+    // its waiters' events, hold timing, a big value).
+    let started = Instant::now();
+    let (mut released, mut bytes) = (0, 0);
+    let mut done = Vec::new();
+    while released + done.len() < MAX_HOLDS && bytes < MAX_KEY_BYTES && started.elapsed() < MAX_SLICE {
+        let (holds, finished) = table().next_holds(CHUNK, MAX_KEY_BYTES - bytes, |k| k.1.len());
+        if holds.is_empty() && finished.is_empty() {
+            break;
+        }
+        done.extend(finished);
+        for (_, (db, name)) in holds {
+            released += 1;
+            bytes += name.len();
+            ctx.select(db);
+            let name = ctx.string(&name);
+            drop(lease::open(ctx, name, ctx.now_ms()));
+            ctx.free(name);
+        }
+    }
+    if !done.is_empty() {
+        let mut t = table();
+        for &id in &done {
+            t.forget(id);
+        }
+        session::counted(&t);
+        drop(t);
+        for id in done {
+            session::replicate_forget(ctx, id);
+        }
+    }
+    let t = table();
+    if t.ending() || ended.len() == MAX_ENDS {
+        Some(now + 1)
+    } else {
+        t.next_due().map(|at| at.saturating_add(1))
+    }
+}

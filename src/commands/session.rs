@@ -1,0 +1,160 @@
+//! The SESSION.* command handlers (docs/sessions.md): a session is one
+//! lease that keeps any number of locks (`LOCK.ACQUIRE … SESSION id`).
+//! The table and its replication are `crate::store::session`; the timer
+//! ending sessions in slices, `crate::blocked::session_end`.
+
+use redis_lock_rules::args::{parse_session_id, parse_ttl, session_id_text, ArgError, MAX_LOCK_DELAY_MS};
+use redis_lock_rules::number::{parse_count, parse_positive};
+use redis_lock_rules::session::Reason;
+
+use crate::blocked::{session_end, waiters};
+use crate::boundary::ctx::{bytes, Ctx};
+use crate::boundary::errors::SESSION_APPLY_INTERNAL;
+use crate::boundary::reply::{Argv, Failure, Outcome, Reply, Value};
+use crate::store::session::{self, table, Apply};
+
+/// How many holds SESSION.INFO lists without COUNT, and at most.
+const INFO_COUNT: usize = 10;
+const INFO_MAX: usize = 1_000;
+
+/// SESSION.GRANT ttl-ms [LOCKDELAY ms]
+///
+/// Replies the new session's id (32 hex digits).
+pub fn grant(ctx: Ctx, argv: Argv) -> Outcome {
+    let &[_, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
+    let ttl = parse_ttl(bytes(ttl))?;
+    let mut lock_delay = 0;
+    let mut options = options.iter().map(|&o| bytes(o));
+    while let Some(option) = options.next() {
+        if !option.eq_ignore_ascii_case(b"LOCKDELAY") {
+            return Err(ArgError::Syntax.into());
+        }
+        lock_delay = parse_lock_delay(options.next().ok_or(ArgError::Syntax)?)?;
+    }
+    let (id, deadline) = session::grant(ctx, ttl, lock_delay)?;
+    session_end::arm(ctx, deadline.saturating_add(1));
+    Ok(Reply::Bytes(session_id_text(id).into_bytes()))
+}
+
+fn parse_lock_delay(arg: &[u8]) -> Result<i64, ArgError> {
+    if arg == b"0" {
+        return Ok(0);
+    }
+    parse_positive(arg).ok().filter(|&ms| ms <= MAX_LOCK_DELAY_MS).ok_or(ArgError::LockDelayInvalid)
+}
+
+/// SESSION.KEEPALIVE id [id ...]
+///
+/// Replies, per id in order, its TTL (ms) when it was kept alive, or 0
+/// when it is unknown or ended. O(1) per id, whatever it holds.
+pub fn keepalive(ctx: Ctx, argv: Argv) -> Outcome {
+    let [_, ids @ ..] = argv else { return Err(Failure::Arity) };
+    if ids.is_empty() {
+        return Err(Failure::Arity);
+    }
+    let kept = ids
+        .iter()
+        .map(|&id| parse_session_id(bytes(id)).ok().and_then(|id| session::keepalive(ctx, id)).unwrap_or(0))
+        .collect();
+    Ok(Reply::Ints(kept))
+}
+
+/// SESSION.REVOKE id
+///
+/// Replies 1 when a live session was ended (its locks released without
+/// lock-delay), else 0.
+pub fn revoke(ctx: Ctx, argv: Argv) -> Outcome {
+    let &[_, id] = argv else { return Err(Failure::Arity) };
+    let Ok(id) = parse_session_id(bytes(id)) else { return Ok(Reply::Int(0)) };
+    let revoked = session::revoke(ctx, id);
+    if revoked {
+        waiters::session_ended_answer(ctx, id);
+        session_end::arm(ctx, ctx.now_ms());
+    }
+    Ok(Reply::Int(i64::from(revoked)))
+}
+
+/// SESSION.INFO id [COUNT n]
+pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
+    let &[_, id, ref options @ ..] = argv else { return Err(Failure::Arity) };
+    let count = match options {
+        [] => INFO_COUNT,
+        [option, n] if bytes(*option).eq_ignore_ascii_case(b"COUNT") => {
+            parse_count(bytes(*n)).filter(|&n| n <= INFO_MAX).ok_or(ArgError::TopCountInvalid)?
+        }
+        _ => return Err(ArgError::Syntax.into()),
+    };
+    let Ok(id) = parse_session_id(bytes(id)) else { return Ok(Reply::Nil) };
+    let now = ctx.now_ms();
+    let t = table();
+    let Some(info) = t.info(id, count) else { return Ok(Reply::Nil) };
+    let state: &[u8] = match info.ended.map(|e| e.reason) {
+        Some(Reason::Revoked) => b"revoked",
+        Some(Reason::Expired) => b"expired",
+        None if info.deadline <= now => b"expired",
+        None => b"alive",
+    };
+    let holds = info.first.iter().map(|(db, key)| (key.to_vec(), i64::from(*db))).collect();
+    Ok(Reply::Fields(vec![
+        (c"id", Value::Bytes(session_id_text(id).into_bytes())),
+        (c"state", Value::Bytes(state.to_vec())),
+        (c"ttl-ms", Value::Int(info.ttl)),
+        (c"ttl-left-ms", Value::Int((info.deadline - now).max(0))),
+        (c"deadline", Value::Int(info.deadline)),
+        (c"lock-delay-ms", Value::Int(info.lock_delay)),
+        (c"holds", Value::Int(info.holds as i64)),
+        (c"first", Value::Holders(holds)),
+    ]))
+}
+
+/// SESSION.LIST [COUNT n]
+///
+/// Replies the ids of this node's sessions in order (ended ones still
+/// releasing their locks included), the first `n` with COUNT. O(S log S)
+/// for S sessions.
+pub fn list(_ctx: Ctx, argv: Argv) -> Outcome {
+    let count = match argv {
+        [_] => usize::MAX,
+        [_, option, n] if bytes(*option).eq_ignore_ascii_case(b"COUNT") => {
+            parse_count(bytes(*n)).ok_or(ArgError::CountInvalid)?
+        }
+        _ => return Err(ArgError::Syntax.into()),
+    };
+    let mut ids: Vec<u128> = table().iter().map(|(id, _)| id).collect();
+    ids.sort_unstable();
+    Ok(Reply::Strings(ids.into_iter().take(count).map(|id| session_id_text(id).into_bytes()).collect()))
+}
+
+/// SESSION.APPLY GRANT id ttl-ms lock-delay-ms deadline | END id at EXPIRED|REVOKED | FORGET id | ATTACH id key | DETACH id key
+///
+/// Internal: what a master's session changed, as replicas and the AOF
+/// apply it (absolute times). Refused from clients.
+pub fn apply(ctx: Ctx, argv: Argv) -> Outcome {
+    if !ctx.replaying() {
+        return Err(Failure::Error(SESSION_APPLY_INTERNAL));
+    }
+    let [_, op, id, rest @ ..] = argv else { return Err(Failure::Arity) };
+    let id = parse_session_id(bytes(*id))?;
+    let int = |s| parse_signed(bytes(s)).ok_or(Failure::Arg(ArgError::Syntax));
+    let op = bytes(*op);
+    let entry = match rest {
+        [ttl, delay, deadline] if op.eq_ignore_ascii_case(b"GRANT") => {
+            Apply::Grant { id, ttl: int(*ttl)?, lock_delay: int(*delay)?, deadline: int(*deadline)? }
+        }
+        [at, reason] if op.eq_ignore_ascii_case(b"END") => {
+            let reason =
+                if bytes(*reason).eq_ignore_ascii_case(b"REVOKED") { Reason::Revoked } else { Reason::Expired };
+            Apply::End { id, at: int(*at)?, reason }
+        }
+        [] if op.eq_ignore_ascii_case(b"FORGET") => Apply::Forget { id },
+        [key] if op.eq_ignore_ascii_case(b"ATTACH") => Apply::Attach { id, key: bytes(*key) },
+        [key] if op.eq_ignore_ascii_case(b"DETACH") => Apply::Detach { id, key: bytes(*key) },
+        _ => return Err(ArgError::Syntax.into()),
+    };
+    session::apply(ctx, entry);
+    Ok(Reply::Ok)
+}
+
+fn parse_signed(arg: &[u8]) -> Option<i64> {
+    std::str::from_utf8(arg).ok()?.parse().ok()
+}

@@ -1,0 +1,249 @@
+//! The node's sessions (docs/sessions.md; the bookkeeping is
+//! `redis_lock_rules::session`): granting, keeping alive, revoking, which
+//! keys each holds, and how every change reaches replicas and the AOF —
+//! as `SESSION.APPLY` entries with absolute times, applied there by
+//! [`apply`]. Their RDB home is `crate::store::session_rdb`; the timer that
+//! ends them and releases their holds, `crate::blocked::session_end`.
+
+use std::ffi::c_int;
+use std::sync::atomic::Ordering;
+use std::sync::{LazyLock, Mutex, MutexGuard};
+
+use redis_lock_rules::args::{expiry_at, session_id_text, ArgError};
+use redis_lock_rules::encode::decimal;
+use redis_lock_rules::held::{self, SessionState};
+use redis_lock_rules::session::{Id, Reason, Sessions};
+use redis_module::raw::RedisModuleString;
+
+use crate::boundary::api::rm;
+use crate::boundary::ctx::{bytes, Ctx};
+use crate::server::counters as stats;
+use crate::server::events::{Changed, DbEvent};
+
+/// A held key: its database and name.
+pub type HoldKey = (c_int, Box<[u8]>);
+
+static TABLE: LazyLock<Mutex<Sessions<HoldKey>>> = LazyLock::new(|| Mutex::new(Sessions::default()));
+
+/// The table. A poisoned lock only means a panic was caught mid-update.
+pub fn table() -> MutexGuard<'static, Sessions<HoldKey>> {
+    TABLE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Publishes how many sessions the table has (`INFO lock`'s `lock_sessions`).
+pub fn counted(t: &Sessions<HoldKey>) {
+    stats::SESSIONS.store(t.len() as u64, Ordering::Relaxed);
+}
+
+/// A new id: 128 bits of the server's CSPRNG, never one this node has now.
+fn new_id() -> Id {
+    loop {
+        let mut b = [0u8; 16];
+        unsafe { rm!(RedisModule_GetRandomBytes)(b.as_mut_ptr(), b.len()) };
+        let id = u128::from_le_bytes(b);
+        if id != 0 && !table().contains(id) {
+            return id;
+        }
+    }
+}
+
+/// `SESSION.GRANT`: a new session of `ttl` ms with `lock_delay`, replicated
+/// with its absolute deadline. Its id and deadline.
+pub fn grant(ctx: Ctx, ttl: i64, lock_delay: i64) -> Result<(Id, i64), ArgError> {
+    let deadline = expiry_at(ctx.now_ms(), ttl)?;
+    deadline.checked_add(lock_delay).ok_or(ArgError::TtlTooLarge)?;
+    let id = new_id();
+    let mut t = table();
+    t.grant(id, ttl, lock_delay, deadline);
+    counted(&t);
+    drop(t);
+    replicate_grant(ctx, id, ttl, lock_delay, deadline);
+    stats::SESSIONS_GRANTED.add();
+    Ok((id, deadline))
+}
+
+/// `SESSION.KEEPALIVE` of one id: its TTL when it was kept alive (its new
+/// deadline replicated), `None` when it is unknown or ended. O(1).
+pub fn keepalive(ctx: Ctx, id: Id) -> Option<i64> {
+    let (ttl, delay, deadline) = {
+        let mut t = table();
+        let deadline = t.keepalive(id, ctx.now_ms())?;
+        let info = t.info(id, 0)?;
+        (info.ttl, info.lock_delay, deadline)
+    };
+    replicate_grant(ctx, id, ttl, delay, deadline);
+    stats::SESSION_KEEPALIVES.add();
+    Some(ttl)
+}
+
+/// `SESSION.REVOKE`: ends a live session now (its holds are released by
+/// the timer, without lock-delay). False when it is unknown or ended.
+pub fn revoke(ctx: Ctx, id: Id) -> bool {
+    let now = ctx.now_ms();
+    let revoked = {
+        let mut t = table();
+        matches!(t.state(id, now), SessionState::Alive { .. }) && t.end(id, now, Reason::Revoked)
+    };
+    if revoked {
+        replicate_end(ctx, id, now, Reason::Revoked);
+        stats::SESSIONS_REVOKED.add();
+    }
+    revoked
+}
+
+/// What this node knows of `id` at `now`.
+pub fn state(id: Id, now: i64) -> SessionState {
+    table().state(id, now)
+}
+
+/// The session named by a stored value's `session` field.
+pub fn state_of(session: &str, now: i64) -> SessionState {
+    match redis_lock_rules::args::parse_session_id(session.as_bytes()) {
+        Ok(id) => state(id, now),
+        Err(_) => SessionState::Unknown,
+    }
+}
+
+/// What a grant at `now` to `token` in session `id` stores (its value and
+/// the key's expiry, none without `MAXHOLD`), checked before the key is
+/// opened: the session must be alive here, and the token UTF-8 (a JSON
+/// string).
+pub fn held_grant(id: Id, token: &[u8], now: i64, max_hold: Option<i64>) -> Result<(Vec<u8>, Option<i64>), ArgError> {
+    let SessionState::Alive { lock_delay } = state(id, now) else { return Err(ArgError::SessionUnknown) };
+    let token = redis_lock_rules::args::check_utf8(token)?;
+    held::grant(&session_id_text(id), token, lock_delay, now, max_hold)
+}
+
+/// Notes that `id` now holds `name` (in the context's database), and
+/// tells replicas and the AOF, next to the key's own effect.
+pub fn attach(ctx: Ctx, id: Id, name: *mut RedisModuleString) {
+    if table().attach(id, (ctx.db(), bytes(name).into())) {
+        replicate_hold(ctx, c"ATTACH", id, name);
+    }
+}
+
+/// Notes that `session` no longer holds `name` (released by its holder).
+pub fn detach(ctx: Ctx, session: &str, name: *mut RedisModuleString) {
+    let Ok(id) = redis_lock_rules::args::parse_session_id(session.as_bytes()) else { return };
+    table().detach(id, &(ctx.db(), bytes(name).into()));
+    replicate_hold(ctx, c"DETACH", id, name);
+}
+
+/// Replicates a grant or a keepalive: the session with its absolute deadline.
+fn replicate_grant(ctx: Ctx, id: Id, ttl: i64, lock_delay: i64, deadline: i64) {
+    let id = session_id_text(id);
+    let (mut a, mut b, mut c) = ([0u8; 20], [0u8; 20], [0u8; 20]);
+    let (ttl, delay, at) = (decimal(ttl, &mut a), decimal(lock_delay, &mut b), decimal(deadline, &mut c));
+    unsafe {
+        rm!(RedisModule_Replicate)(
+            ctx.0,
+            c"SESSION.APPLY".as_ptr(),
+            c"cbbbb".as_ptr(),
+            c"GRANT".as_ptr(),
+            id.as_ptr(),
+            id.len(),
+            ttl.as_ptr(),
+            ttl.len(),
+            delay.as_ptr(),
+            delay.len(),
+            at.as_ptr(),
+            at.len(),
+        );
+    }
+}
+
+/// Replicates a session's end.
+pub fn replicate_end(ctx: Ctx, id: Id, at: i64, reason: Reason) {
+    let id = session_id_text(id);
+    let mut digits = [0u8; 20];
+    let at = decimal(at, &mut digits);
+    let reason = match reason {
+        Reason::Expired => c"EXPIRED",
+        Reason::Revoked => c"REVOKED",
+    };
+    unsafe {
+        rm!(RedisModule_Replicate)(
+            ctx.0,
+            c"SESSION.APPLY".as_ptr(),
+            c"cbbc".as_ptr(),
+            c"END".as_ptr(),
+            id.as_ptr(),
+            id.len(),
+            at.as_ptr(),
+            at.len(),
+            reason.as_ptr(),
+        );
+    }
+}
+
+/// Replicates that a session's holds are all released: it is forgotten.
+pub fn replicate_forget(ctx: Ctx, id: Id) {
+    let id = session_id_text(id);
+    unsafe {
+        rm!(RedisModule_Replicate)(
+            ctx.0,
+            c"SESSION.APPLY".as_ptr(),
+            c"cb".as_ptr(),
+            c"FORGET".as_ptr(),
+            id.as_ptr(),
+            id.len(),
+        );
+    }
+}
+
+fn replicate_hold(ctx: Ctx, op: &std::ffi::CStr, id: Id, name: *mut RedisModuleString) {
+    let id = session_id_text(id);
+    unsafe {
+        rm!(RedisModule_Replicate)(
+            ctx.0,
+            c"SESSION.APPLY".as_ptr(),
+            c"cbs".as_ptr(),
+            op.as_ptr(),
+            id.as_ptr(),
+            id.len(),
+            name,
+        );
+    }
+}
+
+/// One `SESSION.APPLY` entry, from the master's stream or the AOF.
+pub enum Apply<'a> {
+    Grant { id: Id, ttl: i64, lock_delay: i64, deadline: i64 },
+    End { id: Id, at: i64, reason: Reason },
+    Forget { id: Id },
+    Attach { id: Id, key: &'a [u8] },
+    Detach { id: Id, key: &'a [u8] },
+}
+
+/// Applies what the master decided (in the context's database).
+pub fn apply(ctx: Ctx, entry: Apply) {
+    let mut t = table();
+    match entry {
+        Apply::Grant { id, ttl, lock_delay, deadline } => t.grant(id, ttl, lock_delay, deadline),
+        Apply::End { id, at, reason } => {
+            t.end(id, at, reason);
+        }
+        Apply::Forget { id } => t.forget(id),
+        Apply::Attach { id, key } => {
+            t.attach(id, (ctx.db(), key.into()));
+        }
+        Apply::Detach { id, key } => t.detach(id, &(ctx.db(), key.into())),
+    }
+    counted(&t);
+}
+
+/// The database-event listener: a flush of every database (`FLUSHALL`, a
+/// full resync's) forgets every session, as it deletes every lock; a
+/// replica promoted to master restarts each session's deadline at its
+/// full TTL.
+pub fn on_db_event(ctx: Ctx, ev: &DbEvent) {
+    match ev {
+        DbEvent::Changed(Changed::All) => {
+            let mut t = table();
+            t.clear();
+            counted(&t);
+        }
+        DbEvent::Promoted => table().promoted(ctx.now_ms()),
+        _ => {}
+    }
+}

@@ -1,0 +1,110 @@
+//! The sessions' RDB home (docs/sessions.md): aux data of a data type with
+//! no keys, as the fence mark's (`crate::store::fence`). Written only when
+//! this node has a session, so an RDB without sessions loads without the
+//! module. An AOF with its RDB preamble carries them the same way.
+//!
+//! Format (encoding version 0): the count, then per session its id (two
+//! unsigned halves), TTL, lock-delay, absolute deadline, how it ended (0:
+//! alive, 1: expired, 2: revoked) and when, and its holds (count, then
+//! database and key name each).
+
+use std::collections::BTreeSet;
+use std::ffi::c_int;
+
+use redis_lock_rules::session::{Ended, Reason, Session};
+use redis_module::native_types::RedisType;
+use redis_module::raw::{self, RedisModuleIO};
+
+use crate::store::session::{counted, table, HoldKey};
+
+unsafe extern "C" fn aux_save(rdb: *mut RedisModuleIO, _when: c_int) {
+    let t = table();
+    raw::save_unsigned(rdb, t.len() as u64);
+    for (id, s) in t.iter() {
+        raw::save_unsigned(rdb, (id >> 64) as u64);
+        raw::save_unsigned(rdb, id as u64);
+        raw::save_signed(rdb, s.ttl);
+        raw::save_signed(rdb, s.lock_delay);
+        raw::save_signed(rdb, t.deadline(s));
+        let (how, at) = match s.ended {
+            None => (0, 0),
+            Some(Ended { at, reason: Reason::Expired }) => (1, at),
+            Some(Ended { at, reason: Reason::Revoked }) => (2, at),
+        };
+        raw::save_unsigned(rdb, how);
+        raw::save_signed(rdb, at);
+        raw::save_unsigned(rdb, s.holds.len() as u64);
+        for (db, key) in &s.holds {
+            raw::save_signed(rdb, i64::from(*db));
+            raw::save_slice(rdb, key);
+        }
+    }
+}
+
+/// Redis 7.2+ calls this instead of `aux_save`: nothing without sessions.
+unsafe extern "C" fn aux_save2(rdb: *mut RedisModuleIO, when: c_int) {
+    if !table().is_empty() {
+        aux_save(rdb, when);
+    }
+}
+
+unsafe extern "C" fn aux_load(rdb: *mut RedisModuleIO, _encver: c_int, _when: c_int) -> c_int {
+    match load(rdb) {
+        Ok(()) => raw::REDISMODULE_OK as c_int,
+        Err(_) => raw::REDISMODULE_ERR as c_int,
+    }
+}
+
+fn load(rdb: *mut RedisModuleIO) -> Result<(), redis_module::error::Error> {
+    let mut t = table();
+    // The RDB holds every session of the node it was saved on.
+    t.clear();
+    let n = raw::load_unsigned(rdb)?;
+    for _ in 0..n {
+        let id = (u128::from(raw::load_unsigned(rdb)?) << 64) | u128::from(raw::load_unsigned(rdb)?);
+        let (ttl, lock_delay, deadline) = (raw::load_signed(rdb)?, raw::load_signed(rdb)?, raw::load_signed(rdb)?);
+        let how = raw::load_unsigned(rdb)?;
+        let at = raw::load_signed(rdb)?;
+        let ended = match how {
+            1 => Some(Ended { at, reason: Reason::Expired }),
+            2 => Some(Ended { at, reason: Reason::Revoked }),
+            _ => None,
+        };
+        let mut holds: BTreeSet<HoldKey> = BTreeSet::new();
+        for _ in 0..raw::load_unsigned(rdb)? {
+            let db = raw::load_signed(rdb)? as c_int;
+            let key = raw::load_string_buffer(rdb)?;
+            holds.insert((db, key.as_ref().into()));
+        }
+        t.restore(id, Session { ttl, lock_delay, deadline, ended, holds });
+    }
+    counted(&t);
+    Ok(())
+}
+
+/// A data type with no keys, only aux data: the RDB home of the sessions.
+pub static SESSION_TYPE: RedisType = RedisType::new(
+    "lksession",
+    0,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: None,
+        rdb_save: None,
+        aof_rewrite: None,
+        mem_usage: None,
+        digest: None,
+        free: None,
+        aux_load: Some(aux_load),
+        aux_save: Some(aux_save),
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+        free_effort: None,
+        unlink: None,
+        copy: None,
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: Some(aux_save2),
+    },
+);
