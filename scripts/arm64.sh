@@ -3,13 +3,17 @@
 # Debian's own archive (apt), installed when missing; a second run checks and
 # touches no network.
 #
-#   scripts/arm64.sh toolchain   Debian's rustc-web (`/usr/bin/rustc`) and its
-#                                standard library for aarch64-unknown-linux-gnu
-#                                (libstd-rust-web-dev:arm64); prints that
-#                                rustc's path. scripts/package --target
-#                                aarch64 builds with it: rustup's toolchain
-#                                here has only the x86_64 standard library,
-#                                and rustup cannot fetch another.
+#   scripts/arm64.sh toolchain   a Rust compiler with the standard library for
+#                                aarch64-unknown-linux-gnu, for scripts/package
+#                                --target aarch64. rustup's toolchain (the one
+#                                the x86_64 package is built with) when it has
+#                                that library or `rustup target add` fetches
+#                                it: prints "rustup". Otherwise (no rustup, or
+#                                its downloads out of reach) Debian's rustc-web
+#                                (`/usr/bin/rustc`) and its
+#                                libstd-rust-web-dev:arm64, installed with
+#                                apt: prints that rustc's path.
+#                                ARM64_RUSTC=debian takes Debian's directly.
 #   scripts/arm64.sh emulator    qemu-user-static, and Debian's arm64 redis 7.0
 #                                (redis-tools:arm64, with the arm64 libraries it
 #                                loads) unpacked into .tools/arm64/root, never
@@ -44,16 +48,27 @@ apt_install() {
 
 installed() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]; }
 
+triple=aarch64-unknown-linux-gnu
+# Whether the rustc $1 has the standard library for $triple.
+has_std() { compgen -G "$("$1" --print target-libdir --target $triple 2>/dev/null)/libstd-*.rlib" >/dev/null; }
+
 toolchain() {
+  if [ "${ARM64_RUSTC:-}" != debian ] && command -v rustup >/dev/null; then
+    if has_std rustc || { echo "arm64: rustup target add $triple" >&2 && timeout 600 rustup target add $triple >&2 && has_std rustc; }; then
+      echo rustup
+      return
+    fi
+    echo "arm64: rustup's $(rustc -V) has no standard library for $triple and could not fetch one: Debian's rustc-web instead" >&2
+  fi
   local rustc=/usr/bin/rustc
   if ! installed rustc-web || ! installed libstd-rust-web-dev:arm64; then
     apt_install rustc-web libstd-rust-web-dev:arm64
   fi
-  compgen -G "$("$rustc" --print target-libdir --target aarch64-unknown-linux-gnu)/libstd-*.rlib" >/dev/null || {
-    echo "arm64: $rustc ($("$rustc" -V)) has no standard library for aarch64-unknown-linux-gnu" >&2
+  has_std $rustc || {
+    echo "arm64: $rustc ($($rustc -V)) has no standard library for $triple" >&2
     exit 1
   }
-  echo "$rustc"
+  echo $rustc
 }
 
 # Debian's arm64 redis-server (the package holds only its link to
