@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the arm64 (aarch64) package needs on an x86_64 Debian machine, from
-# Debian's own archive (apt), installed when missing; a second run checks and
-# touches no network.
+# rustup and Debian's own archive (apt), installed when missing; a second run
+# checks and touches no network.
 #
 #   scripts/arm64.sh toolchain   a Rust compiler with the standard library for
 #                                aarch64-unknown-linux-gnu, for scripts/package
@@ -22,8 +22,9 @@
 #                                qemu-aarch64-static with that root),
 #                                `redis-server` and `redis-cli`.
 #
-# Both add dpkg's foreign architecture arm64 (and run apt-get update) when
-# missing: the arm64 .debs come from the same Debian mirrors. The emulated
+# Whatever comes from apt, dpkg's foreign architecture arm64 is added first
+# (and apt-get update run) when missing: the arm64 .debs come from the same
+# Debian mirrors. The emulated
 # server is what tests/package.rs serves the arm64 package with
 # (scripts/test); there is no binfmt_misc here, so every aarch64 program runs
 # through `run` explicitly. Debian/Ubuntu x86_64; run as root or with sudo.
