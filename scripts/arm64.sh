@@ -55,7 +55,7 @@ has_std() { compgen -G "$("$1" --print target-libdir --target $triple 2>/dev/nul
 
 toolchain() {
   if [ "${ARM64_RUSTC:-}" != debian ] && command -v rustup >/dev/null; then
-    if has_std rustc || { echo "arm64: rustup target add $triple" >&2 && timeout 600 rustup target add $triple >&2 && has_std rustc; }; then
+    if has_std rustc || { echo "arm64: rustup target add $triple" >&2 && timeout 300 rustup target add $triple >&2 && has_std rustc; }; then
       echo rustup
       return
     fi
