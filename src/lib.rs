@@ -54,11 +54,10 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         Listener { also: Also::Nothing, on_key: Some(revoked::on_key_event), on_db: revoked::on_db_event },
         Listener { also: Also::Nothing, on_key: None, on_db: store::session::on_db_event },
     ]);
-    // Sessions: a FLUSHALL forgets them, a promotion restarts their
-    // deadlines (rare events, taken at load); their timer runs from now on
-    // (once a second while there is nothing to do).
+    // Sessions: their timer runs from now on (once a second while there is
+    // nothing to do); the first session subscribes to the database events
+    // (a FLUSHALL forgets them, a promotion restarts their deadlines).
     let c = boundary::ctx::Ctx(ctx.ctx);
-    events::need_db(c);
     blocked::session_end::arm(c, c.now_ms() + 1_000);
     config::on_hold_timing_off(timings::stop_holds);
     config::on_eviction_mode(eviction::mode_changed);

@@ -11,6 +11,7 @@ use redis_module::native_types::RedisType;
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleIO};
 
 use crate::boundary::api::rm;
+use crate::boundary::aux::aux_only;
 use crate::boundary::ctx::Ctx;
 use crate::boundary::reply::{Failure, Reply};
 use crate::boundary::timer;
@@ -142,28 +143,5 @@ unsafe extern "C" fn aux_load(rdb: *mut RedisModuleIO, _encver: c_int, _when: c_
 }
 
 /// A data type with no keys, only aux data: the RDB home of the mark.
-pub static FENCE_TYPE: RedisType = RedisType::new(
-    "lockfence",
-    0,
-    raw::RedisModuleTypeMethods {
-        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
-        rdb_load: None,
-        rdb_save: None,
-        aof_rewrite: None,
-        mem_usage: None,
-        digest: None,
-        free: None,
-        aux_load: Some(aux_load),
-        aux_save: Some(aux_save),
-        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
-        free_effort: None,
-        unlink: None,
-        copy: None,
-        defrag: None,
-        mem_usage2: None,
-        free_effort2: None,
-        unlink2: None,
-        copy2: None,
-        aux_save2: Some(aux_save2),
-    },
-);
+pub static FENCE_TYPE: RedisType =
+    RedisType::new("lockfence", 0, aux_only(Some(aux_load), Some(aux_save), Some(aux_save2)));

@@ -18,7 +18,7 @@ use redis_module::raw::RedisModuleString;
 use crate::boundary::api::rm;
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::server::counters as stats;
-use crate::server::events::{Changed, DbEvent};
+use crate::server::events::{self, Changed, DbEvent};
 
 /// A held key: its database and name.
 pub type HoldKey = (c_int, Box<[u8]>);
@@ -53,6 +53,7 @@ pub fn grant(ctx: Ctx, ttl: i64, lock_delay: i64) -> Result<(Id, i64), ArgError>
     let deadline = expiry_at(ctx.now_ms(), ttl)?;
     deadline.checked_add(lock_delay).ok_or(ArgError::TtlTooLarge)?;
     let id = new_id();
+    events::need_db(ctx);
     let mut t = table();
     t.grant(id, ttl, lock_delay, deadline);
     counted(&t);
@@ -217,6 +218,9 @@ pub enum Apply<'a> {
 
 /// Applies what the master decided (in the context's database).
 pub fn apply(ctx: Ctx, entry: Apply) {
+    if matches!(entry, Apply::Grant { .. }) {
+        events::need_db(ctx);
+    }
     let mut t = table();
     match entry {
         Apply::Grant { id, ttl, lock_delay, deadline } => t.grant(id, ttl, lock_delay, deadline),
@@ -236,6 +240,12 @@ pub fn apply(ctx: Ctx, entry: Apply) {
 /// full resync's) forgets every session, as it deletes every lock; a
 /// replica promoted to master restarts each session's deadline at its
 /// full TTL.
+///
+/// The subscription to these events is taken when the first session
+/// enters the table (a grant, a replicated grant, an RDB load), not at
+/// load: every listener of a server event lengthens the list Redis walks
+/// twice per event-loop iteration (before and after it sleeps), and a
+/// node without sessions needs none.
 pub fn on_db_event(ctx: Ctx, ev: &DbEvent) {
     match ev {
         DbEvent::Changed(Changed::All) => {

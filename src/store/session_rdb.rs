@@ -15,6 +15,9 @@ use redis_lock_rules::session::{Ended, Reason, Session};
 use redis_module::native_types::RedisType;
 use redis_module::raw::{self, RedisModuleIO};
 
+use crate::boundary::aux::aux_only;
+use crate::boundary::ctx::Ctx;
+use crate::server::events;
 use crate::store::session::{counted, table, HoldKey};
 
 unsafe extern "C" fn aux_save(rdb: *mut RedisModuleIO, _when: c_int) {
@@ -50,7 +53,16 @@ unsafe extern "C" fn aux_save2(rdb: *mut RedisModuleIO, when: c_int) {
 
 unsafe extern "C" fn aux_load(rdb: *mut RedisModuleIO, _encver: c_int, _when: c_int) -> c_int {
     match load(rdb) {
-        Ok(()) => raw::REDISMODULE_OK as c_int,
+        Ok(()) => {
+            // Sessions came with the RDB: their table now needs the flush
+            // and promotion events (`crate::store::session::on_db_event`).
+            if !table().is_empty() {
+                if let Some(from_io) = raw::RedisModule_GetContextFromIO {
+                    events::need_db(Ctx(from_io(rdb)));
+                }
+            }
+            raw::REDISMODULE_OK as c_int
+        }
         Err(_) => raw::REDISMODULE_ERR as c_int,
     }
 }
@@ -83,28 +95,5 @@ fn load(rdb: *mut RedisModuleIO) -> Result<(), redis_module::error::Error> {
 }
 
 /// A data type with no keys, only aux data: the RDB home of the sessions.
-pub static SESSION_TYPE: RedisType = RedisType::new(
-    "lksession",
-    0,
-    raw::RedisModuleTypeMethods {
-        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
-        rdb_load: None,
-        rdb_save: None,
-        aof_rewrite: None,
-        mem_usage: None,
-        digest: None,
-        free: None,
-        aux_load: Some(aux_load),
-        aux_save: Some(aux_save),
-        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
-        free_effort: None,
-        unlink: None,
-        copy: None,
-        defrag: None,
-        mem_usage2: None,
-        free_effort2: None,
-        unlink2: None,
-        copy2: None,
-        aux_save2: Some(aux_save2),
-    },
-);
+pub static SESSION_TYPE: RedisType =
+    RedisType::new("lksession", 0, aux_only(Some(aux_load), Some(aux_save), Some(aux_save2)));
