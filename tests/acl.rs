@@ -79,11 +79,16 @@ fn commands_carry_their_native_twins_acl_categories() {
                 "lock.guard",
                 "lock.elect",
                 "lock.proclaim",
+                "lock.acquireall",
+                "lock.revoke",
             ],
         ),
         ("read", &["lock.info", "lock.leader", "lock.observe", "lock.top", "lock.evicted"]),
-        ("blocking", &["lock.acquire", "lock.elect", "lock.observe"]),
-        ("slow", &["lock.acquire", "lock.guard", "lock.elect", "lock.observe", "lock.top"]),
+        ("blocking", &["lock.acquire", "lock.elect", "lock.observe", "lock.acquireall"]),
+        (
+            "slow",
+            &["lock.acquire", "lock.guard", "lock.elect", "lock.observe", "lock.top", "lock.acquireall", "lock.revoke"],
+        ),
         (
             "fast",
             &[
@@ -116,6 +121,8 @@ fn commands_carry_their_native_twins_acl_categories() {
             "lock.observe",
             "lock.top",
             "lock.evicted",
+            "lock.acquireall",
+            "lock.revoke",
         ] {
             assert_eq!(listed.iter().any(|c| c == cmd), commands.contains(&cmd), "@{category} and {cmd}: {listed:?}");
         }
@@ -126,6 +133,7 @@ fn commands_carry_their_native_twins_acl_categories() {
         listed.sort();
         let mut all = [
             "lock.acquire",
+            "lock.acquireall",
             "lock.elect",
             "lock.evicted",
             "lock.leader",
@@ -136,6 +144,7 @@ fn commands_carry_their_native_twins_acl_categories() {
             "lock.info",
             "lock.release",
             "lock.renew",
+            "lock.revoke",
             "lock.takeover",
             "lock.top",
         ]

@@ -444,7 +444,7 @@ fn acl_read_only_key_permissions_refuse_lock_writes_but_allow_lock_info() {
     // LOCK.INFO only reads its key (an RO key spec), so `%R~` suffices.
     let info: Value =
         redis::cmd("LOCK.INFO").arg("ro:x").query(&mut reader).expect("LOCK.INFO with read-only key permission");
-    assert!(matches!(&info, Value::Array(f) if f.len() == 20), "{info:?}");
+    assert!(matches!(&info, Value::Array(f) if f.len() == 22), "{info:?}");
     let e = redis::cmd("LOCK.INFO").arg("other:x").query::<Value>(&mut reader).expect_err("outside the key pattern");
     assert_eq!(e.code(), Some("NOPERM"), "{e}");
 }
