@@ -207,8 +207,10 @@ pub struct RunArgs {
     /// run meanwhile (as flock -x, but KEY is a read-write lock).
     #[arg(short = 'x', long, visible_alias = "write", conflicts_with = "run_id")]
     pub exclusive: bool,
-    /// The lock's key.
-    pub key: String,
+    /// The lock's key. Several keys: all held at once, or none (plain
+    /// locks only; LOCK.ACQUIREALL per hash slot, see docs/multi-key.md).
+    #[arg(required = true, value_name = "KEY")]
+    pub keys: Vec<String>,
     /// The command to run under the lock, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,

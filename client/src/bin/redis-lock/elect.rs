@@ -48,5 +48,5 @@ pub fn cmd_elect(a: ElectArgs) -> Result<ExitCode, Fail> {
         Err(e) => return Err(acquire_fail(e)),
     };
     let term = leadership.term();
-    run_under(&leadership, &a.command, &a.hold, Some(term))
+    run_under(&[&leadership], &a.command, &a.hold, Some(term))
 }

@@ -3,7 +3,7 @@
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use redis_lock_client::{ClientOptions, Error, HeldLock, LossReason};
+use redis_lock_client::{ClientOptions, Error, HeldLock, LockOptions, LossReason, LostSignal};
 
 use crate::args::{HoldArgs, Mode, RunArgs};
 use crate::fail::{redis_fail, usage, Fail, EXIT_EVICTED, EXIT_LOST};
@@ -12,9 +12,8 @@ use crate::target::{open_quorum, Servers};
 
 /// `redis-lock run [--url URL]... [--cluster] [--ttl MS] [--wait MS | -w SECONDS | -n] [-E CODE]
 /// [--grace MS] [--max-lifetime MS] [--lock-delay MS] [--max-hold MS] [--token TOKEN]
-/// [--run-id RUN_ID | --permits N | -s | -x] KEY -- CMD [ARGS...]`
+/// [--run-id RUN_ID | --permits N | -s | -x] KEY [KEY...] -- CMD [ARGS...]`
 pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
-    let key = a.key.as_str();
     if a.command.is_empty() {
         return Err(usage("run needs a command after --"));
     }
@@ -22,6 +21,8 @@ pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
     let wait = a.wait();
     let lopts = a.hold.lock_options();
     let mode = a.mode();
+    let [key] = a.keys.as_slice() else { return run_all(&a, ttl, wait, &lopts) };
+    let key = key.as_str();
     let acquired = if let Servers::Quorum(urls) = a.target.servers() {
         if a.run_id.is_some() {
             return Err(usage("--run-id (takeover) works with one --url only"));
@@ -55,7 +56,31 @@ pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
         }
         Err(e) => return Err(acquire_fail(e)),
     };
-    run_under(lock.as_ref(), &a.command, &a.hold, None)
+    run_under(&[lock.as_ref()], &a.command, &a.hold, None)
+}
+
+/// `run` with several keys: plain locks, all granted at once or none
+/// (`LockClient::lock_all`: LOCK.ACQUIREALL per hash slot, in one global
+/// order, rolled back unless every group is granted within the wait).
+fn run_all(a: &RunArgs, ttl: Duration, wait: Duration, lopts: &LockOptions) -> Result<ExitCode, Fail> {
+    if a.run_id.is_some() || a.mode() != Mode::Lock {
+        return Err(usage("several keys are plain locks only: no --run-id, --permits, --shared or --exclusive"));
+    }
+    if let Servers::Quorum(_) = a.target.servers() {
+        return Err(usage("several keys work with one --url (or --cluster), not a quorum"));
+    }
+    let timeout = (ttl / 3).clamp(Duration::from_millis(10), Duration::from_secs(2));
+    let client = a.target.open(ClientOptions::new().response_timeout(timeout))?;
+    let keys: Vec<&str> = a.keys.iter().map(String::as_str).collect();
+    let locks = match client.lock_all_with(&keys, ttl, wait, lopts) {
+        Ok(locks) => locks,
+        Err(Error::NotAcquired { .. }) => {
+            return Err(Fail(a.conflict_exit_code, format!("one of the locks {keys:?} is held by someone else")))
+        }
+        Err(e) => return Err(acquire_fail(e)),
+    };
+    let held: Vec<&dyn HeldLock> = locks.iter().map(|l| l as &dyn HeldLock).collect();
+    run_under(&held, &a.command, &a.hold, None)
 }
 
 /// An acquire's failure other than "held": a bad argument is a usage
@@ -67,29 +92,43 @@ pub fn acquire_fail(e: Error) -> Fail {
     }
 }
 
-/// Runs `command` while `lock` is held, under the supervisor's rules
-/// (supervise.rs), and releases the lock once CMD's group is gone. CMD
-/// finds the lock in `REDIS_LOCK_KEY`, `REDIS_LOCK_TOKEN`,
-/// `REDIS_LOCK_FENCE` (when fenced) and, for a leadership, `REDIS_LOCK_TERM`.
+/// Runs `command` while `locks` are held, under the supervisor's rules
+/// (supervise.rs), and releases them once CMD's group is gone; the loss of
+/// any one ends CMD. CMD finds the lock in `REDIS_LOCK_KEY`,
+/// `REDIS_LOCK_TOKEN`, `REDIS_LOCK_FENCE` (when fenced) and, for a
+/// leadership, `REDIS_LOCK_TERM`; several locks (one token) in
+/// `REDIS_LOCK_KEYS` and `REDIS_LOCK_FENCES`, one a line, in the order
+/// named.
 pub fn run_under(
-    lock: &dyn HeldLock,
+    locks: &[&dyn HeldLock],
     command: &[String],
     hold: &HoldArgs,
     term: Option<u64>,
 ) -> Result<ExitCode, Fail> {
     let grace = hold.grace();
-    let key = lock.key();
-    let Some((program, cmd_args)) = command.split_first() else {
+    let (Some(lock), Some((program, cmd_args))) = (locks.first(), command.split_first()) else {
         return Err(usage("a command is needed after --"));
     };
+    let key = locks.iter().map(|l| l.key()).collect::<Vec<_>>().join(", ");
     let mut cmd = Command::new(program);
-    cmd.args(cmd_args).env("REDIS_LOCK_KEY", key).env("REDIS_LOCK_TOKEN", lock.token());
+    cmd.args(cmd_args).env("REDIS_LOCK_TOKEN", lock.token());
     // Removed when absent, so a run nested in another's CMD does not
-    // pass on the outer lock's fence or term as its own.
-    match lock.fence() {
-        Some(f) => cmd.env("REDIS_LOCK_FENCE", f.to_string()),
-        None => cmd.env_remove("REDIS_LOCK_FENCE"),
-    };
+    // pass on the outer lock's key, fence or term as its own.
+    let fences: Option<Vec<String>> = locks.iter().map(|l| l.fence().map(|f| f.to_string())).collect();
+    if let [one] = locks {
+        cmd.env("REDIS_LOCK_KEY", one.key()).env_remove("REDIS_LOCK_KEYS").env_remove("REDIS_LOCK_FENCES");
+        match one.fence() {
+            Some(f) => cmd.env("REDIS_LOCK_FENCE", f.to_string()),
+            None => cmd.env_remove("REDIS_LOCK_FENCE"),
+        };
+    } else {
+        let keys: Vec<&str> = locks.iter().map(|l| l.key()).collect();
+        cmd.env("REDIS_LOCK_KEYS", keys.join("\n")).env_remove("REDIS_LOCK_KEY").env_remove("REDIS_LOCK_FENCE");
+        match fences {
+            Some(f) => cmd.env("REDIS_LOCK_FENCES", f.join("\n")),
+            None => cmd.env_remove("REDIS_LOCK_FENCES"),
+        };
+    }
     match term {
         Some(t) => cmd.env("REDIS_LOCK_TERM", t.to_string()),
         None => cmd.env_remove("REDIS_LOCK_TERM"),
@@ -105,7 +144,8 @@ pub fn run_under(
     let pid = child.pid();
     // The lock is released only once CMD's whole process group is gone, so
     // nothing `run` started outlives it (see supervise.rs).
-    let outcome = child.wait(&lock.lost_signal(), grace, hold.on_revoke(), |reason| {
+    let lost: Vec<LostSignal> = locks.iter().map(|l| l.lost_signal()).collect();
+    let outcome = child.wait(&lost, grace, hold.on_revoke(), |reason| {
         eprintln!(
             "redis-lock: lost lock {key:?} ({reason}); terminating {program:?} (pid {pid}) and its process group"
         );
@@ -114,13 +154,18 @@ pub fn run_under(
         let (code, how) = lost_exit(reason);
         return Err(Fail(code, format!("{program:?} was terminated because lock {key:?} was {how}")));
     }
-    if let Err(e) = lock.release() {
-        // CMD finished; say if the lock did not last until then.
-        eprintln!("redis-lock: releasing {key:?} after {program:?} exited: {e}");
-        if e.is_not_held() {
-            let code = lock.lost_signal().reason().map_or(EXIT_LOST, |r| lost_exit(r).0);
-            return Err(Fail(code, String::new()));
+    let mut lost_code = None;
+    for lock in locks {
+        if let Err(e) = lock.release() {
+            // CMD finished; say if a lock did not last until then.
+            eprintln!("redis-lock: releasing {:?} after {program:?} exited: {e}", lock.key());
+            if e.is_not_held() {
+                lost_code.get_or_insert(lock.lost_signal().reason().map_or(EXIT_LOST, |r| lost_exit(r).0));
+            }
         }
+    }
+    if let Some(code) = lost_code {
+        return Err(Fail(code, String::new()));
     }
     Ok(ExitCode::from(outcome.code))
 }

@@ -318,7 +318,7 @@ impl Supervised {
     /// outlives the lock.
     pub fn wait(
         mut self,
-        lost: &LostSignal,
+        lost: &[LostSignal],
         grace: Duration,
         on_revoke: Option<c_int>,
         mut on_loss: impl FnMut(LossReason),
@@ -340,7 +340,7 @@ impl Supervised {
                 deadline.get_or_insert(Instant::now() + grace);
             }
             if loss.is_none() {
-                if let Some(r) = lost.reason() {
+                if let Some(r) = lost.iter().find_map(LostSignal::reason) {
                     on_loss(r);
                     loss = Some(r);
                     self.signal(libc::SIGTERM);
@@ -348,7 +348,7 @@ impl Supervised {
                 }
             }
             if !revoked && loss.is_none() {
-                if let Some(r) = lost.revocation() {
+                if let Some(r) = lost.iter().find_map(LostSignal::revocation) {
                     revoked = true;
                     let why = r.reason.as_deref().map(|w| format!(" ({w})")).unwrap_or_default();
                     eprintln!("redis-lock: the lock was revoked{why}; it ends in {} ms", r.remaining().as_millis());
@@ -367,10 +367,13 @@ impl Supervised {
                 self.signal(libc::SIGKILL);
                 killed = true;
             }
-            if loss.is_none() {
-                lost.wait_timeout(TICK);
-            } else {
-                std::thread::sleep(TICK);
+            // One lock: woken by its loss at once; several: each looked at
+            // every tick.
+            match lost {
+                [one] if loss.is_none() => {
+                    one.wait_timeout(TICK);
+                }
+                _ => std::thread::sleep(TICK),
             }
         }
         self.finish();
