@@ -20,7 +20,7 @@ use redis_lock_rules::holders::{Kind, Tag};
 
 mod support;
 use support::lease::{err, field, fields_of, int, pexpiretime, place, score, server_now, until_server_time, zrange};
-use support::{until_waiting, wait_for_link};
+use support::{replica_of, until_waiting, AofDir};
 
 /// INFO of a holders key as (field, value) pairs.
 fn info(c: &mut Connection, command: &str, key: &str) -> Option<Vec<(String, Value)>> {
@@ -207,14 +207,10 @@ fn another_delay_and_bad_input_are_refused_and_change_nothing() {
 
 #[test]
 fn a_replica_and_an_aof_restart_keep_the_delay() {
-    let dir = std::env::temp_dir().join(format!("redis-lock-holder-lease-aof-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let builder = || Server::builder().dir(&dir).arg("appendonly", "yes").arg("appendfsync", "always");
-    let master = builder().start();
+    let aof = AofDir::new("holder-lease");
+    let master = aof.start();
     let mut m = master.conn();
-    let replica = Server::builder().arg("replicaof", &format!("127.0.0.1 {}", master.port())).start();
-    let mut r = replica.conn();
-    wait_for_link(&mut r);
+    let (_replica, mut r) = replica_of(&master);
     assert_eq!(int(&mut m, &["SEM.ACQUIRE", "s", "a", "3", "600000", "LOCKDELAY", "7000"]), 1);
     assert_eq!(int(&mut m, &["SEM.ACQUIRE", "s", "short", "3", "700", "LOCKDELAY", "7000"]), 1);
     assert_eq!(int(&mut m, &["RWLOCK.ACQUIRE", "k", "w", "WRITE", "600000", "LOCKDELAY", "333"]), 1);
@@ -244,7 +240,7 @@ fn a_replica_and_an_aof_restart_keep_the_delay() {
     let (s, k) = (zrange(&mut m, "s"), zrange(&mut m, "k"));
     let expiry = pexpiretime(&mut m, "s");
     drop(master);
-    let master = builder().start();
+    let master = aof.start();
     let mut m = master.conn();
     // Only module writes prune, and none ran since: the ended place is there too.
     assert_eq!(zrange(&mut m, "s"), s, "the AOF restored the semaphore");
@@ -255,5 +251,4 @@ fn a_replica_and_an_aof_restart_keep_the_delay() {
     assert_eq!(int(&mut m, &["SEM.RENEW", "s", "a", "600000"]), 1);
     assert!(err(&mut m, &["SEM.ACQUIRE", "s", "b", "3", "60000"]).contains("LOCKDELAY differs"));
     drop(master);
-    let _ = std::fs::remove_dir_all(&dir);
 }

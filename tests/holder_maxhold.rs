@@ -19,7 +19,7 @@ use redis_lock_harness::Server;
 
 mod support;
 use support::lease::{err, fields_of, int, pexpiretime, place, score, server_now, until_server_time, zrange};
-use support::{info_field, until_waiting, wait_for_link};
+use support::{info_field, replica_of, until_waiting, AofDir};
 
 /// INFO of a holders key as (field, value) pairs.
 fn info(c: &mut Connection, command: &str, key: &str) -> Option<Vec<(String, Value)>> {
@@ -273,14 +273,10 @@ fn places_in_their_delay_that_fill_the_key_count_as_delayed_acquires() {
 
 #[test]
 fn a_replica_and_an_aof_restart_hold_the_same_members() {
-    let dir = std::env::temp_dir().join(format!("redis-lock-holder-maxhold-aof-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let builder = || Server::builder().dir(&dir).arg("appendonly", "yes").arg("appendfsync", "always");
-    let master = builder().start();
+    let aof = AofDir::new("holder-maxhold");
+    let master = aof.start();
     let mut m = master.conn();
-    let replica = Server::builder().arg("replicaof", &format!("127.0.0.1 {}", master.port())).start();
-    let mut r = replica.conn();
-    wait_for_link(&mut r);
+    let (_replica, mut r) = replica_of(&master);
     assert_eq!(int(&mut m, &["SEM.ACQUIRE", "s", "a", "3", "60000", "MAXHOLD", "600000"]), 1);
     assert_eq!(int(&mut m, &["SEM.ACQUIRE", "s", "b", "3", "60000", "LOCKDELAY", "0", "MAXHOLD", "90000"]), 1);
     assert_eq!(int(&mut m, &["SEM.ACQUIRE", "s", "gone", "3", "60000", "MAXHOLD", "90000"]), 1);
@@ -304,7 +300,7 @@ fn a_replica_and_an_aof_restart_hold_the_same_members() {
     // The master, killed and started again on its AOF, has the same sets.
     let expiry = pexpiretime(&mut m, "s");
     drop(master);
-    let master = builder().start();
+    let master = aof.start();
     let mut m = master.conn();
     assert_eq!(zrange(&mut m, "s"), s, "the AOF restored the semaphore");
     assert_eq!(zrange(&mut m, "k"), k);
@@ -314,7 +310,6 @@ fn a_replica_and_an_aof_restart_hold_the_same_members() {
     assert_eq!(int(&mut m, &["SEM.ACQUIRE", "s", "c", "3", "60000"]), 1, "2 holders of 3: one more fits");
     assert_eq!(int(&mut m, &["SEM.ACQUIRE", "s", "d", "3", "60000"]), 0);
     drop(master);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The live count leaves out every hold member (counted by `ZCOUNT`), on

@@ -20,7 +20,7 @@ use redis_lock_rules::{scripts, value};
 
 mod support;
 use support::lease::{cmd, err, field, fields_of, int, pexpiretime, score, server_now, until_server_time};
-use support::{info_field, until_waiting, wait_for_link};
+use support::{info_field, replica_of, until_waiting, AofDir};
 
 /// LOCK.REVOKE's reply: (result, token, deadline).
 fn revoke(c: &mut Connection, args: &[&str]) -> (String, Option<String>, Option<i64>) {
@@ -301,14 +301,10 @@ fn readers_and_a_writer_are_revoked() {
 
 #[test]
 fn a_replica_and_an_aof_restart_carry_the_revocation() {
-    let dir = std::env::temp_dir().join(format!("redis-lock-revoke-aof-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let builder = || Server::builder().dir(&dir).arg("appendonly", "yes").arg("appendfsync", "always");
-    let master = builder().start();
+    let aof = AofDir::new("revoke");
+    let master = aof.start();
     let mut m = master.conn();
-    let replica = Server::builder().arg("replicaof", &format!("127.0.0.1 {}", master.port())).start();
-    let mut r = replica.conn();
-    wait_for_link(&mut r);
+    let (replica, mut r) = replica_of(&master);
     assert_eq!(int(&mut m, &["LOCK.ACQUIRE", "k", "t", "600000"]), 1);
     assert_eq!(int(&mut m, &["SEM.ACQUIRE", "s", "a", "2", "600000"]), 1);
     let (_, _, deadline) = revoke(&mut m, &["k", "GRACE", "300000", "REASON", "move"]);
@@ -330,14 +326,13 @@ fn a_replica_and_an_aof_restart_carry_the_revocation() {
     drop(replica);
     // Killed (no shutdown save) and started again on the same directory.
     drop(master);
-    let server = builder().start();
+    let server = aof.start();
     let mut c = server.conn();
     assert_eq!(get(&mut c, "k"), value, "the revoked value came back from the AOF");
     assert_eq!(pexpiretime(&mut c, "k"), deadline);
     assert!(int(&mut c, &["LOCK.RENEW", "k", "t", "600000"]) < 0);
     assert!(int(&mut c, &["SEM.RENEW", "s", "a", "600000"]) < 0);
     assert_eq!(pexpiretime(&mut c, "k"), deadline);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

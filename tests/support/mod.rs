@@ -74,6 +74,40 @@ pub fn count(i: &std::collections::HashMap<String, String>, field: &str) -> u64 
 }
 
 /// Waits until a replica's link to its master is up (it has synced).
+/// A folder for a master that appends every write to its AOF, removed
+/// when dropped: the tests that a replica and an AOF restart carry some
+/// state start the master here ([`AofDir::start`]), kill it, and start it
+/// again on the same folder.
+pub struct AofDir(std::path::PathBuf);
+
+impl AofDir {
+    /// A fresh folder named for the test (`name`) and this process.
+    pub fn new(name: &str) -> AofDir {
+        let dir = std::env::temp_dir().join(format!("redis-lock-{name}-aof-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        AofDir(dir)
+    }
+
+    /// A master on this folder, its AOF fsynced at every write.
+    pub fn start(&self) -> Server {
+        Server::builder().dir(&self.0).arg("appendonly", "yes").arg("appendfsync", "always").start()
+    }
+}
+
+impl Drop for AofDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A replica of `master` and a connection to it, once its link is up.
+pub fn replica_of(master: &Server) -> (Server, redis::Connection) {
+    let replica = Server::builder().arg("replicaof", &format!("127.0.0.1 {}", master.port())).start();
+    let mut r = replica.conn();
+    wait_for_link(&mut r);
+    (replica, r)
+}
+
 pub fn wait_for_link(replica: &mut redis::Connection) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
