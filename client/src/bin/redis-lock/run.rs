@@ -3,7 +3,7 @@
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use redis_lock_client::{ClientOptions, Error, HeldLock, LockOptions, LossReason, LostSignal};
+use redis_lock_client::{ClientOptions, Error, HeldLock, LockClient, LockOptions, LossReason, LostSignal};
 
 use crate::args::{HoldArgs, Mode, RunArgs};
 use crate::fail::{redis_fail, usage, Fail, EXIT_EVICTED, EXIT_LOST};
@@ -36,10 +36,7 @@ pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
         // client's defaults (5 % of the TTL; 1 % + 2 ms; 50-250 ms).
         open_quorum(&urls)?.acquire_with(key, ttl, wait, &lopts).map(|l| Box::new(l) as Box<dyn HeldLock>)
     } else {
-        // A reply slower than a third of the TTL would make the watchdog
-        // miss its cadence anyway; fail such a call and retry instead.
-        let timeout = (ttl / 3).clamp(Duration::from_millis(10), Duration::from_secs(2));
-        let client = a.target.open(ClientOptions::new().response_timeout(timeout))?;
+        let client = open_client(&a, ttl)?;
         match (&a.run_id, mode) {
             (Some(run), _) => client.takeover_with(key, run, ttl, &lopts),
             (None, Mode::Lock) => client.acquire_with(key, ttl, wait, &lopts),
@@ -69,8 +66,7 @@ fn run_all(a: &RunArgs, ttl: Duration, wait: Duration, lopts: &LockOptions) -> R
     if let Servers::Quorum(_) = a.target.servers() {
         return Err(usage("several keys work with one --url (or --cluster), not a quorum"));
     }
-    let timeout = (ttl / 3).clamp(Duration::from_millis(10), Duration::from_secs(2));
-    let client = a.target.open(ClientOptions::new().response_timeout(timeout))?;
+    let client = open_client(a, ttl)?;
     let keys: Vec<&str> = a.keys.iter().map(String::as_str).collect();
     let locks = match client.lock_all_with(&keys, ttl, wait, lopts) {
         Ok(locks) => locks,
@@ -81,6 +77,14 @@ fn run_all(a: &RunArgs, ttl: Duration, wait: Duration, lopts: &LockOptions) -> R
     };
     let held: Vec<&dyn HeldLock> = locks.iter().map(|l| l as &dyn HeldLock).collect();
     run_under(&held, &a.command, &a.hold, None)
+}
+
+/// The client of a run on one server or a cluster. A reply slower than a
+/// third of the TTL would make the watchdog miss its cadence anyway; such
+/// a call fails and is retried instead.
+fn open_client(a: &RunArgs, ttl: Duration) -> Result<LockClient, Fail> {
+    let timeout = (ttl / 3).clamp(Duration::from_millis(10), Duration::from_secs(2));
+    a.target.open(ClientOptions::new().response_timeout(timeout))
 }
 
 /// An acquire's failure other than "held": a bad argument is a usage
@@ -114,7 +118,6 @@ pub fn run_under(
     cmd.args(cmd_args).env("REDIS_LOCK_TOKEN", lock.token());
     // Removed when absent, so a run nested in another's CMD does not
     // pass on the outer lock's key, fence or term as its own.
-    let fences: Option<Vec<String>> = locks.iter().map(|l| l.fence().map(|f| f.to_string())).collect();
     if let [one] = locks {
         cmd.env("REDIS_LOCK_KEY", one.key()).env_remove("REDIS_LOCK_KEYS").env_remove("REDIS_LOCK_FENCES");
         match one.fence() {
@@ -124,6 +127,7 @@ pub fn run_under(
     } else {
         let keys: Vec<&str> = locks.iter().map(|l| l.key()).collect();
         cmd.env("REDIS_LOCK_KEYS", keys.join("\n")).env_remove("REDIS_LOCK_KEY").env_remove("REDIS_LOCK_FENCE");
+        let fences: Option<Vec<String>> = locks.iter().map(|l| l.fence().map(|f| f.to_string())).collect();
         match fences {
             Some(f) => cmd.env("REDIS_LOCK_FENCES", f.join("\n")),
             None => cmd.env_remove("REDIS_LOCK_FENCES"),
