@@ -142,6 +142,7 @@ fn parse_lock_delay(arg: &[u8]) -> Result<i64, ArgError> {
 /// is opened: a hold limit shorter than the first lease would cap the grant
 /// itself. (Whether now + `MAXHOLD` fits the clock is checked with the
 /// clock, by [`crate::lease::grant`].)
+#[inline]
 pub fn check_lease_terms(opts: &GrantOptions, ttl_ms: i64) -> Result<(), ArgError> {
     match opts.max_hold {
         Some(max) if max < ttl_ms => Err(ArgError::MaxHoldBelowTtl),

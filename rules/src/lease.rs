@@ -30,12 +30,14 @@ pub struct Terms {
 }
 
 impl Terms {
+    #[inline]
     pub fn of(opts: &GrantOptions) -> Terms {
         Terms { lock_delay: opts.lock_delay, max_hold: opts.max_hold }
     }
 
     /// Whether a grant with these terms stores a lease field. `LOCKDELAY 0`
     /// stores nothing: a delay of 0 ends with the lease, as a plain lock.
+    #[inline]
     pub fn stores_fields(&self) -> bool {
         self.max_hold.is_some() || self.delay().is_some()
     }
@@ -154,6 +156,7 @@ pub fn settle(value: &[u8], pxat: Option<i64>, now: i64) -> Settle {
 /// Whether `value` may be a canonical value with a lease field: those end
 /// in `,"holdUntil":N}` or `,"leaseEnd":N}`. Every open of a lock key asks,
 /// so the strict parse runs only on values whose last bytes pass this.
+#[inline(always)]
 pub fn may_have_lease(value: &[u8]) -> bool {
     let Some(body) = value.strip_suffix(b"}") else { return false };
     let digits = body.iter().rev().take_while(|b| b.is_ascii_digit()).count();

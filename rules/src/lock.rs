@@ -46,6 +46,7 @@ pub enum Owner<'a> {
 /// One form more, that only the module writes: a session-held lock
 /// (`crate::value::Held`, docs/sessions.md) is owned by its `token`, which
 /// the scripts never see (its `owner` is `null`).
+#[inline(always)]
 pub fn owner_of(value: &[u8]) -> Owner<'_> {
     if let Some(raw) = value::held_token(value) {
         return Owner::Str(cjson::JsonStr::from_raw(raw));

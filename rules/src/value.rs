@@ -200,20 +200,33 @@ impl Held {
 }
 
 /// The value's fields, when it is a [`Held`] value in exactly its form.
+#[inline]
 pub fn parse_held(value: &[u8]) -> Option<Held> {
+    if !is_held(value) {
+        return None;
+    }
     held_parts(value).map(|(held, _)| held)
+}
+
+/// Whether `value` starts as a [`Held`] value does: the first byte rules
+/// out a bare token (the commonest value) before any comparison.
+#[inline(always)]
+pub fn is_held(value: &[u8]) -> bool {
+    value.first() == Some(&b'{') && value.starts_with(HELD_PREFIX)
 }
 
 /// The token of a [`Held`] value as it is stored (escapes in place, quotes
 /// excluded): what cjson would decode, for the owner rule.
+#[inline]
 pub fn held_token(value: &[u8]) -> Option<&[u8]> {
+    if !is_held(value) {
+        return None;
+    }
     held_parts(value).map(|(_, raw)| raw)
 }
 
+#[inline(never)]
 fn held_parts(value: &[u8]) -> Option<(Held, &[u8])> {
-    if !value.starts_with(HELD_PREFIX) {
-        return None;
-    }
     let mut c = Cursor(value);
     c.literal(br#"{"owner":null,"session":"#)?;
     let session = c.string()?;

@@ -133,15 +133,17 @@ pub fn block_all(
 /// Whether someone still waits on `key` (in the context's database): a
 /// free key is then kept for the head of its line, which waits for other
 /// keys too (LOCK.ACQUIREALL), and a newcomer may not take it.
+#[inline]
 pub fn reserved(ctx: Ctx, key: *mut RedisModuleString) -> bool {
-    waiters_on(ctx, bytes(key)) > 0
+    // Reading the name is a call into Redis: only when someone waits.
+    waiting() != 0 && waiters_on(ctx, bytes(key)) > 0
 }
 
 /// Opens `key` for a newcomer at `now`, settling an ended lease. A free
 /// key that others wait on goes to the head of their queue first, so
 /// nobody jumps the line; a free key that someone still waits on is kept
 /// for them ([`reserved`]).
-#[inline]
+#[inline(always)]
 pub fn open_behind_waiters(ctx: Ctx, key: *mut RedisModuleString, now: i64) -> LockKey {
     let k = lease::open(ctx, key, now);
     if waiting() == 0 || !matches!(k.entry(), Entry::Absent) {

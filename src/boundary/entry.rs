@@ -6,6 +6,7 @@
 //! nothing that input can reach. This is the second line of defence.)
 
 use std::ffi::c_int;
+use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
@@ -31,7 +32,15 @@ pub fn run(
         handler(Ctx(ctx), args)
     }));
     match outcome {
-        Ok(outcome) => send(ctx, outcome),
+        Ok(outcome) => {
+            // Most replies are one integer: sent here, without send's frame
+            // or the call that drops an Outcome (an integer owns nothing).
+            let outcome = ManuallyDrop::new(outcome);
+            match *outcome {
+                Ok(Reply::Int(n)) => unsafe { rm!(RedisModule_ReplyWithLongLong)(ctx, n) },
+                _ => send(ctx, ManuallyDrop::into_inner(outcome)),
+            }
+        }
         Err(_) => unsafe { rm!(RedisModule_ReplyWithError)(ctx, INTERNAL.as_ptr()) },
     };
     raw::REDISMODULE_OK as c_int

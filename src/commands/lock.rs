@@ -25,6 +25,7 @@ use crate::store::lock_key::{LockKey, NewValue};
 use crate::store::session;
 
 /// Counts the verdict and turns it into the 1/0 reply.
+#[inline(always)]
 fn verdict(granted: bool, on_grant: &Counter) -> Outcome {
     if granted {
         on_grant.add();
@@ -36,8 +37,9 @@ fn verdict(granted: bool, on_grant: &Counter) -> Outcome {
 
 /// The reply of a grant command: 1/0, or with FENCE the fence / nil. A
 /// fenced grant also tells replicas and the AOF the new high-water mark.
-fn grant_reply(ctx: Ctx, granted: bool, opts: GrantOptions) -> Outcome {
-    if !opts.fence {
+#[inline(always)]
+fn grant_reply(ctx: Ctx, granted: bool, fence: bool) -> Outcome {
+    if !fence {
         return verdict(granted, &stats::GRANTS);
     }
     if !granted {
@@ -52,27 +54,33 @@ fn grant_reply(ctx: Ctx, granted: bool, opts: GrantOptions) -> Outcome {
 /// LOCK.ACQUIRE key token ttl-ms [FENCE] [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms] [SESSION id]
 pub fn acquire(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
-    check_key_and_token(bytes(key), bytes(token))?;
+    let token_bytes = bytes(token);
+    check_key_and_token(bytes(key), token_bytes)?;
     let ttl = parse_ttl(bytes(ttl))?;
-    acquire_with(ctx, key, token, ttl, parse_grant_options(Grammar::Acquire, options.iter().map(|&o| bytes(o)))?)
+    let opts = parse_grant_options(Grammar::Acquire, options.iter().map(|&o| bytes(o)))?;
+    acquire_with(ctx, key, (token, token_bytes), ttl, &opts)
 }
 
-/// `SET key token NX PX ttl`, or wait in line for the key.
+/// `SET key token NX PX ttl`, or wait in line for the key. `token` comes
+/// with its bytes, read once (each read is a call into Redis). Inlined in
+/// both callers: the hottest path of the module, where moving the options
+/// and the checked grant between frames cost more than the checks.
+#[inline(always)]
 fn acquire_with(
     ctx: Ctx,
     key: *mut RedisModuleString,
-    token: *mut RedisModuleString,
+    (token, token_bytes): (*mut RedisModuleString, &[u8]),
     ttl: i64,
-    opts: GrantOptions,
+    opts: &GrantOptions,
 ) -> Outcome {
     let now = ctx.now_ms();
-    let lease::Checked { grant, terms, wait_until } = lease::check_grant(ctx, bytes(token), ttl, &opts, now)?;
+    let lease::Checked { grant, terms, wait_until } = lease::check_grant(ctx, token_bytes, ttl, opts, now)?;
     // SESSION id: the session keeps the lock (docs/sessions.md); ttl-ms is
     // checked as always, but the session, not it, decides how long.
     let held = match opts.session {
         Some(id) => {
-            held::check_options(&opts)?;
-            Some((id, session::held_grant(id, bytes(token), now, opts.max_hold)?))
+            held::check_options(opts)?;
+            Some((id, session::held_grant(id, token_bytes, now, opts.max_hold)?))
         }
         None => None,
     };
@@ -84,7 +92,7 @@ fn acquire_with(
                 k.set_maybe_expiring(NewValue::Composed(value), *pxat);
                 session::attach(ctx, *id, key);
             }
-            None => k.set(lease::lock_value(bytes(token), &grant).new_value(token), grant.pxat),
+            None => k.set(lease::lock_value(token_bytes, &grant).new_value(token), grant.pxat),
         }
         timings::hold_started(ctx, key, timings::Family::Exclusive, now);
     } else if let Some(deadline) = wait_until.filter(|_| ctx.may_block()) {
@@ -111,7 +119,7 @@ fn acquire_with(
     } else if lease::delayed(&k) {
         stats::DELAYED_ACQUIRES.add();
     }
-    grant_reply(ctx, granted, opts)
+    grant_reply(ctx, granted, opts.fence)
 }
 
 /// LOCK.RENEW key token ttl-ms [FLOOR fence]
@@ -137,7 +145,7 @@ pub fn renew(ctx: Ctx, argv: Argv) -> Outcome {
     // A revoked hold renews up to its deadline only, and hears of it.
     let (renewal, revoked) = match k.entry() {
         // A session keeps its locks: a renewal by the holder changes nothing.
-        Entry::Str(v) if v.starts_with(value::HELD_PREFIX) => {
+        Entry::Str(v) if value::is_held(v) => {
             if let Some(f) = floor {
                 fence::raise(f);
                 fence::replicate_floor(ctx, f);
@@ -223,7 +231,7 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
     if run_bytes.is_empty() {
         // The Go wrapper's AcquireLockOrTakeover degrades to AcquireLock
         // before encoding anything, so any token bytes are fine here.
-        return acquire_with(ctx, key, token, ttl, opts);
+        return acquire_with(ctx, key, (token, token_bytes), ttl, &opts);
     }
     let (token_str, run_str) = (check_utf8(token_bytes)?, check_utf8(run_bytes)?);
     check_lease_terms(&opts, ttl)?;
@@ -244,7 +252,7 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
             if lease::delayed(&k) {
                 stats::DELAYED_ACQUIRES.add();
             }
-            return grant_reply(ctx, false, opts);
+            return grant_reply(ctx, false, opts.fence);
         }
         Takeover::SameRun => stats::TAKEOVERS_SAME_RUN.add(),
         Takeover::StaleLegacy => stats::TAKEOVERS_STALE_LEGACY.add(),
@@ -255,7 +263,7 @@ pub fn takeover(ctx: Ctx, argv: Argv) -> Outcome {
     }
     k.set(NewValue::Composed(&lease::takeover_value(token_str, run_str, &grant)), grant.pxat);
     timings::hold_started(ctx, key, timings::Family::Exclusive, now);
-    grant_reply(ctx, true, opts)
+    grant_reply(ctx, true, opts.fence)
 }
 
 /// Whether the open key holds a revoked hold (LOCK.REVOKE).

@@ -99,8 +99,17 @@ static REFUSAL_TEXT: LazyLock<Vec<CString>> = LazyLock::new(|| {
 /// The grant paths call it after their argument checks and before they
 /// open the key, so a refused grant changes nothing. One relaxed load
 /// while the server cannot evict.
+#[inline]
 pub fn refusal(ctx: Ctx) -> Result<(), Failure> {
-    if !REFUSING.load(Ordering::Relaxed) || ctx.replaying() {
+    if !REFUSING.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    refuse(ctx)
+}
+
+#[inline(never)]
+fn refuse(ctx: Ctx) -> Result<(), Failure> {
+    if ctx.replaying() {
         return Ok(());
     }
     REFUSED.add();

@@ -205,10 +205,15 @@ fn after_grant(ctx: Ctx, mut s: MutexGuard<'static, Timings>) {
 
 /// The module granted `name` (an exclusive key) at `now`. Nothing unless
 /// `lock.hold-timing` is on.
+#[inline]
 pub fn hold_started(ctx: Ctx, name: *mut RedisModuleString, family: Family, now: i64) {
-    if !config::hold_timing() {
-        return;
+    if config::hold_timing() {
+        time_hold(ctx, name, family, now);
     }
+}
+
+#[inline(never)]
+fn time_hold(ctx: Ctx, name: *mut RedisModuleString, family: Family, now: i64) {
     let h = held_key(ctx.db(), bytes(name));
     let mut s = state();
     if s.table.lock_granted(h, family, now) {

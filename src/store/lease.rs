@@ -28,7 +28,7 @@ use crate::store::lock_key::{LockKey, NewValue};
 use crate::store::session;
 
 /// Opens `name` for a write command at `now`, settling an ended lease first.
-#[inline]
+#[inline(always)]
 pub fn open(ctx: Ctx, name: *mut RedisModuleString, now: i64) -> LockKey {
     let mut k = LockKey::open(ctx, name);
     settle_at(&mut k, || now);
@@ -38,7 +38,7 @@ pub fn open(ctx: Ctx, name: *mut RedisModuleString, now: i64) -> LockKey {
 /// [`open`] for a command that needs the time only to settle a lease: the
 /// clock (a call into Redis) is read only when the value may carry one,
 /// so a key without a lease field pays nothing for the lease rules.
-#[inline]
+#[inline(always)]
 pub fn open_now(ctx: Ctx, name: *mut RedisModuleString) -> LockKey {
     let mut k = LockKey::open(ctx, name);
     settle_at(&mut k, || ctx.now_ms());
@@ -54,12 +54,12 @@ pub fn settle(k: &mut LockKey, now: i64) {
 /// Inlined into every command that opens a lock key: the check is a look
 /// at the value's last bytes (most keys hold no lease field, and for them
 /// neither the expiry nor the clock is even read); the rest is out of line.
-#[inline]
+#[inline(always)]
 fn settle_at(k: &mut LockKey, now: impl FnOnce() -> i64) {
     // The value's first or last bytes: most keys hold neither a session's
     // hold nor a lease field, and for them neither the expiry nor the
     // clock is even read.
-    if matches!(k.entry(), Entry::Str(v) if v.starts_with(value::HELD_PREFIX) || lease::may_have_lease(v)) {
+    if matches!(k.entry(), Entry::Str(v) if value::is_held(v) || lease::may_have_lease(v)) {
         settle_lease(k, now());
     }
 }
@@ -69,7 +69,7 @@ fn settle_at(k: &mut LockKey, now: impl FnOnce() -> i64) {
 #[inline(never)]
 fn settle_lease(k: &mut LockKey, now: i64) {
     let (verdict, held) = match k.entry() {
-        Entry::Str(v) if v.starts_with(value::HELD_PREFIX) => match value::parse_held(v) {
+        Entry::Str(v) if value::is_held(v) => match value::parse_held(v) {
             Some(h) => (held::settle(&h, session::state_of(&h.session, now), k.expires_at(), now), true),
             None => return,
         },
@@ -109,8 +109,11 @@ fn settle_lease(k: &mut LockKey, now: i64) {
 }
 
 /// Whether the open key is in a lock-delay (holds a tombstone).
+#[inline(always)]
 pub fn delayed(k: &LockKey) -> bool {
-    matches!(k.entry(), Entry::Str(v) if value::parse_tombstone(v).is_some())
+    // The first byte tells a held lock's bare token from a tombstone
+    // without a call: a refusal's common case.
+    matches!(k.entry(), Entry::Str(v) if v.first() == Some(&b'{') && value::parse_tombstone(v).is_some())
 }
 
 /// What a lock grant stores.
@@ -143,6 +146,7 @@ pub struct Checked {
 /// Every check of a lock grant of `token` for `ttl` ms with `opts` at
 /// `now` that needs no key: the lease terms, the times, the token, the
 /// fence space, the eviction refusal. An error here changes nothing.
+#[inline(always)]
 pub fn check_grant(ctx: Ctx, token: &[u8], ttl: i64, opts: &GrantOptions, now: i64) -> Result<Checked, Failure> {
     check_lease_terms(opts, ttl)?;
     let terms = Terms::of(opts);
@@ -157,6 +161,7 @@ pub fn check_grant(ctx: Ctx, token: &[u8], ttl: i64, opts: &GrantOptions, now: i
 /// Checks, before the key is opened, what a lock grant with `terms` needs
 /// of its token: with lease fields the value is structured, so the token
 /// must be UTF-8 (Go's JSON carries nothing else unchanged).
+#[inline]
 pub fn check_token(token: &[u8], terms: Terms) -> Result<(), ArgError> {
     if terms.stores_fields() {
         check_utf8(token)?;
@@ -210,6 +215,7 @@ pub fn shown(value: &[u8], pxat: Option<i64>, now: i64) -> Shown {
 }
 
 /// The session of a session-held value, if it is one.
+#[inline]
 pub fn held_by_session(value: &[u8]) -> Option<String> {
     value::parse_held(value).map(|h| h.session)
 }

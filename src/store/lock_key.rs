@@ -74,6 +74,7 @@ impl LockKey {
 
     /// Opens `name` for reading and writing. An expired key is deleted here,
     /// as any write command's lookup would.
+    #[inline(always)]
     pub fn open(ctx: Ctx, name: *mut RedisModuleString) -> LockKey {
         let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int;
         let key = unsafe { rm!(RedisModule_OpenKey)(ctx.0, name, mode) };
@@ -100,6 +101,7 @@ impl LockKey {
     }
 
     /// What the key holds. The borrow ends before any change is made.
+    #[inline(always)]
     pub fn entry(&self) -> Entry<'_> {
         let read = match self.read.get() {
             Some(read) => read,
@@ -280,6 +282,7 @@ impl LockKey {
     }
 
     /// `PEXPIREAT key at`, with an `expire` notification.
+    #[inline(always)]
     pub fn expire_at(&mut self, at_ms: i64) {
         let mut digits = [0u8; 20];
         let at = decimal(at_ms, &mut digits);
@@ -300,6 +303,7 @@ impl LockKey {
     }
 
     /// `DEL key`, with a `del` notification.
+    #[inline(always)]
     pub fn delete(&mut self) {
         self.read.set(None);
         unsafe {
@@ -313,14 +317,20 @@ impl LockKey {
 
     /// Tells eviction's tracker (while it watches) who holds the key now,
     /// until `at_ms`.
+    #[inline]
     fn tell_eviction(&self, at_ms: i64) {
         if eviction::watching() {
-            let value = match self.entry() {
-                Entry::Str(v) => Some(v),
-                _ => None,
-            };
-            eviction::lock_written(self.ctx, self.name, value, at_ms);
+            self.tell_eviction_now(at_ms);
         }
+    }
+
+    #[inline(never)]
+    fn tell_eviction_now(&self, at_ms: i64) {
+        let value = match self.entry() {
+            Entry::Str(v) => Some(v),
+            _ => None,
+        };
+        eviction::lock_written(self.ctx, self.name, value, at_ms);
     }
 
     /// Invalidates WATCH on the key, as a native write does.
