@@ -18,6 +18,8 @@ use crate::held::SessionState;
 /// A session's id: 128 random bits, issued by the server.
 pub type Id = u128;
 
+pub use crate::held::{short, SHORT_BITS};
+
 /// Why a session ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
@@ -36,6 +38,7 @@ pub struct Ended {
 /// One session.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Session<K: Ord> {
+    pub id: Id,
     pub ttl: i64,
     pub lock_delay: i64,
     /// As granted or last kept alive (see [`Sessions::deadline`]).
@@ -48,7 +51,8 @@ pub struct Session<K: Ord> {
 /// A node's sessions.
 #[derive(Debug)]
 pub struct Sessions<K: Ord> {
-    map: HashMap<Id, Session<K>>,
+    /// Keyed by [`short`]: a lookup compares the whole id.
+    map: HashMap<u64, Session<K>>,
     due: BinaryHeap<Reverse<(i64, Id)>>,
     /// Ended sessions whose holds are still to release, in end order.
     ending: VecDeque<Id>,
@@ -75,6 +79,25 @@ pub struct Info<'a, K> {
 }
 
 impl<K: Ord> Sessions<K> {
+    fn get(&self, id: Id) -> Option<&Session<K>> {
+        self.map.get(&short(id)).filter(|s| s.id == id)
+    }
+
+    fn get_mut(&mut self, id: Id) -> Option<&mut Session<K>> {
+        self.map.get_mut(&short(id)).filter(|s| s.id == id)
+    }
+
+    /// Whether a session here has the same [`short`] id as `id` (a new id
+    /// must not).
+    pub fn taken(&self, id: Id) -> bool {
+        self.map.contains_key(&short(id))
+    }
+
+    /// The whole id of the session named by `short` here, if any.
+    pub fn by_short(&self, short: u64) -> Option<Id> {
+        self.map.get(&short).map(|s| s.id)
+    }
+
     /// A session's effective deadline.
     pub fn deadline(&self, s: &Session<K>) -> i64 {
         s.deadline.max(self.promoted_at.saturating_add(s.ttl))
@@ -91,11 +114,11 @@ impl<K: Ord> Sessions<K> {
 
     /// Adds a session, or (replaying a keepalive) moves its deadline.
     pub fn grant(&mut self, id: Id, ttl: i64, lock_delay: i64, deadline: i64) {
-        match self.map.get_mut(&id) {
+        match self.get_mut(id) {
             Some(s) => s.deadline = deadline,
             None => {
-                let s = Session { ttl, lock_delay, deadline, ended: None, holds: BTreeSet::new() };
-                self.map.insert(id, s);
+                let s = Session { id, ttl, lock_delay, deadline, ended: None, holds: BTreeSet::new() };
+                self.map.insert(short(id), s);
                 self.due.push(Reverse((deadline, id)));
             }
         }
@@ -103,7 +126,7 @@ impl<K: Ord> Sessions<K> {
 
     /// Whether `id` is a session here (alive or ending).
     pub fn contains(&self, id: Id) -> bool {
-        self.map.contains_key(&id)
+        self.get(id).is_some()
     }
 
     /// Keeps `id` alive at `now`: its new deadline, or `None` when it is
@@ -111,7 +134,7 @@ impl<K: Ord> Sessions<K> {
     /// ended it yet). O(1).
     pub fn keepalive(&mut self, id: Id, now: i64) -> Option<i64> {
         let floor = self.promoted_at;
-        let s = self.map.get_mut(&id)?;
+        let s = self.get_mut(id)?;
         let current = s.deadline.max(floor.saturating_add(s.ttl));
         if s.ended.is_some() || current <= now {
             return None;
@@ -122,7 +145,7 @@ impl<K: Ord> Sessions<K> {
 
     /// What this node knows of `id` at `now`.
     pub fn state(&self, id: Id, now: i64) -> SessionState {
-        let Some(s) = self.map.get(&id) else { return SessionState::Unknown };
+        let Some(s) = self.get(id) else { return SessionState::Unknown };
         let lock_delay = s.lock_delay;
         match s.ended {
             Some(e) => SessionState::Ended { at: e.at, lock_delay, revoked: e.reason == Reason::Revoked },
@@ -140,7 +163,7 @@ impl<K: Ord> Sessions<K> {
     /// Ends `id` at `at`: O(1); its holds are handed out by
     /// [`Sessions::next_holds`]. False when it is unknown or ended already.
     pub fn end(&mut self, id: Id, at: i64, reason: Reason) -> bool {
-        let Some(s) = self.map.get_mut(&id) else { return false };
+        let Some(s) = self.get_mut(id) else { return false };
         if s.ended.is_some() {
             return false;
         }
@@ -154,11 +177,13 @@ impl<K: Ord> Sessions<K> {
     /// which never expires or slices, would otherwise keep one of each per
     /// session ever granted or ended; ends and forgets come in order).
     pub fn forget(&mut self, id: Id) {
-        self.map.remove(&id);
-        while self.ending.front().is_some_and(|id| !self.map.contains_key(id)) {
+        if self.contains(id) {
+            self.map.remove(&short(id));
+        }
+        while self.ending.front().is_some_and(|&id| !self.contains(id)) {
             self.ending.pop_front();
         }
-        while self.due.peek().is_some_and(|Reverse((_, id))| !self.map.contains_key(id)) {
+        while self.due.peek().is_some_and(|&Reverse((_, id))| !self.contains(id)) {
             self.due.pop();
         }
     }
@@ -175,12 +200,12 @@ impl<K: Ord> Sessions<K> {
 
     /// Notes that `id` holds `key`. O(log n) in its holds.
     pub fn attach(&mut self, id: Id, key: K) -> bool {
-        self.map.get_mut(&id).is_some_and(|s| s.ended.is_none() && s.holds.insert(key) | true)
+        self.get_mut(id).is_some_and(|s| s.ended.is_none() && s.holds.insert(key) | true)
     }
 
     /// Notes that `id` no longer holds `key`. O(log n) in its holds.
     pub fn detach(&mut self, id: Id, key: &K) {
-        if let Some(s) = self.map.get_mut(&id) {
+        if let Some(s) = self.get_mut(id) {
             s.holds.remove(key);
         }
     }
@@ -196,7 +221,7 @@ impl<K: Ord> Sessions<K> {
                 break;
             }
             self.due.pop();
-            let Some(s) = self.map.get(&id) else { continue };
+            let Some(s) = self.get(id) else { continue };
             if s.ended.is_some() {
                 continue;
             }
@@ -233,7 +258,7 @@ impl<K: Ord> Sessions<K> {
         let (mut out, mut done, mut spent) = (Vec::new(), Vec::new(), 0);
         while out.len() + done.len() < max && spent < budget {
             let Some(&id) = self.ending.front() else { break };
-            let Some(s) = self.map.get_mut(&id) else {
+            let Some(s) = self.get_mut(id) else {
                 // Forgotten meanwhile (the master said so).
                 self.ending.pop_front();
                 continue;
@@ -254,7 +279,7 @@ impl<K: Ord> Sessions<K> {
 
     /// `id` described, with its first `count` holds.
     pub fn info(&self, id: Id, count: usize) -> Option<Info<'_, K>> {
-        let s = self.map.get(&id)?;
+        let s = self.get(id)?;
         Some(Info {
             ttl: s.ttl,
             lock_delay: s.lock_delay,
@@ -267,17 +292,18 @@ impl<K: Ord> Sessions<K> {
 
     /// Every session: id and session (for the RDB, and SESSION.LIST).
     pub fn iter(&self) -> impl Iterator<Item = (Id, &Session<K>)> {
-        self.map.iter().map(|(&id, s)| (id, s))
+        self.map.values().map(|s| (s.id, s))
     }
 
     /// Puts back a session read from the RDB, as it was saved.
-    pub fn restore(&mut self, id: Id, s: Session<K>) {
+    pub fn restore(&mut self, id: Id, mut s: Session<K>) {
+        s.id = id;
         if s.ended.is_some() {
             self.ending.push_back(id);
         } else {
             self.due.push(Reverse((s.deadline, id)));
         }
-        self.map.insert(id, s);
+        self.map.insert(short(id), s);
     }
 }
 

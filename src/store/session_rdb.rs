@@ -88,7 +88,7 @@ fn load(rdb: *mut RedisModuleIO) -> Result<(), redis_module::error::Error> {
             let key = raw::load_string_buffer(rdb)?;
             holds.insert((db, key.as_ref().into()));
         }
-        t.restore(id, Session { ttl, lock_delay, deadline, ended, holds });
+        t.restore(id, Session { id, ttl, lock_delay, deadline, ended, holds });
     }
     counted(&t);
     Ok(())
