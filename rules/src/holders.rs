@@ -503,11 +503,29 @@ mod tests {
     use super::*;
 
     fn sem(limit: u64, live: u64, own: Option<i64>, last: Option<i64>) -> Summary {
-        Summary { kind: Kind::Semaphore { limit }, delay: 0, live, own, last, hold: None, revoked: false, session: None }
+        Summary {
+            kind: Kind::Semaphore { limit },
+            delay: 0,
+            live,
+            own,
+            last,
+            hold: None,
+            revoked: false,
+            session: None,
+        }
     }
 
     fn rw(writer: bool, live: u64, own: Option<i64>) -> Summary {
-        Summary { kind: Kind::ReadWrite { writer }, delay: 0, live, own, last: Some(100), hold: None, revoked: false, session: None }
+        Summary {
+            kind: Kind::ReadWrite { writer },
+            delay: 0,
+            live,
+            own,
+            last: Some(100),
+            hold: None,
+            revoked: false,
+            session: None,
+        }
     }
 
     #[test]

@@ -13,11 +13,11 @@ use redis_lock_rules::args::{
     check_holder_key_and_token, check_lease_terms, parse_grant_options, parse_ttl, wait_deadline, Grammar, GrantOptions,
 };
 use redis_lock_rules::encode::decimal;
+use redis_lock_rules::held::{self, SessionState};
 use redis_lock_rules::holders::{
     admit, check_tag, grant, held_off_by_delay, parse_info_options, parse_limit, parse_mode, place_end, refused_early,
     renew as renewal, tag_after_grant, Admit, Family, Kind, Renewal, Summary, Want,
 };
-use redis_lock_rules::held::{self, SessionState};
 use redis_lock_rules::lease::Terms;
 use redis_lock_rules::revoke;
 use redis_module::raw::RedisModuleString;

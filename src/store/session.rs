@@ -306,12 +306,31 @@ fn replicate_hold(ctx: Ctx, op: &std::ffi::CStr, id: Id, name: *mut RedisModuleS
 
 /// One `SESSION.APPLY` entry, from the master's stream or the AOF.
 pub enum Apply<'a> {
-    Grant { id: Id, ttl: i64, lock_delay: i64, deadline: i64 },
-    End { id: Id, at: i64, reason: Reason },
-    Forget { id: Id },
+    Grant {
+        id: Id,
+        ttl: i64,
+        lock_delay: i64,
+        deadline: i64,
+    },
+    End {
+        id: Id,
+        at: i64,
+        reason: Reason,
+    },
+    Forget {
+        id: Id,
+    },
     /// `token`: a holder's hold (`ATTACH id key token`).
-    Attach { id: Id, key: &'a [u8], token: Option<&'a [u8]> },
-    Detach { id: Id, key: &'a [u8], token: Option<&'a [u8]> },
+    Attach {
+        id: Id,
+        key: &'a [u8],
+        token: Option<&'a [u8]>,
+    },
+    Detach {
+        id: Id,
+        key: &'a [u8],
+        token: Option<&'a [u8]>,
+    },
 }
 
 fn hold_key(db: c_int, key: &[u8], token: Option<&[u8]>) -> HoldKey {
