@@ -440,3 +440,76 @@ fn a_random_run_on_semaphores_and_rwlocks_matches_the_model_the_replica_and_the_
     let mut c = master.conn();
     assert_eq!(digest(&mut c), want, "the master restarted from its AOF");
 }
+
+/// `LOCK.LEADER`'s value, term, rev and ttl-ms (nil: leaderless).
+fn leader(c: &mut Connection, key: &str) -> Option<(String, i64, i64, i64)> {
+    let f = fields_of(c, &["LOCK.LEADER", key])?;
+    let int = |name| match field(&f, name) {
+        Value::Int(n) => n,
+        other => panic!("{name}: {other:?}"),
+    };
+    let value = match field(&f, "value") {
+        Value::BulkString(b) => String::from_utf8(b).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    Some((value, int("term"), int("rev"), int("ttl-ms")))
+}
+
+#[test]
+fn a_session_leads_an_election_until_it_ends() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let (id, next) = (grant(&mut c, &["60000", "LOCKDELAY", "5000"]), grant(&mut c, &["60000"]));
+    let unknown = "00112233445566778899aabbccddeeff";
+    assert!(err(&mut c, &["LOCK.ELECT", "e", "a", "100", "v", "SESSION", unknown]).contains("no such session"));
+    assert!(!err(&mut c, &["LOCK.ELECT", "e", "a", "100", "v", "LOCKDELAY", "10", "SESSION", &id]).is_empty());
+    assert!(!exists(&mut c, "e"));
+    let term = int(&mut c, &["LOCK.ELECT", "e", "a", "100", "v1", "SESSION", &id]);
+    assert!(term > 0);
+    assert_eq!(redis::cmd("PTTL").arg("e").query::<i64>(&mut c).unwrap(), -1, "the session keeps it");
+    thread::sleep(Duration::from_millis(300));
+    let (value, t, rev, ttl) = leader(&mut c, "e").expect("led past its ttl-ms");
+    assert_eq!((value.as_str(), t, rev), ("v1", term, term));
+    assert!(ttl > 50_000 && ttl <= 60_000, "the session's TTL left: {ttl}");
+    assert_eq!(int(&mut c, &["LOCK.PROCLAIM", "e", "b", "x"]), 0);
+    assert_eq!(int(&mut c, &["LOCK.PROCLAIM", "e", "a", "v2"]), 1);
+    let (value, t, rev, _) = leader(&mut c, "e").unwrap();
+    assert_eq!((value.as_str(), t), ("v2", term));
+    assert!(rev > term);
+    assert_eq!(cmd_nil(&mut c, &["LOCK.ELECT", "e", "b", "100", "w"]), true, "another candidate is refused");
+    // A candidate waiting with its session, and an observer of the change.
+    let (tx, rx) = mpsc::channel();
+    let candidate = spawn(
+        server.conn(),
+        "b",
+        &["LOCK.ELECT", "e", "b", "1000", "w", "WAIT", "20000", "SESSION", &next],
+        tx.clone(),
+    );
+    until_waiting(&mut c, 1);
+    let after = rev.to_string();
+    let observer = spawn(server.conn(), "observer", &["LOCK.OBSERVE", "e", "AFTER", &after, "WAIT", "20000"], tx);
+    eventually("the observer waits", || info_field(&mut c, "observing") == 1);
+    // A revoke: no lock-delay, the candidate leads at once.
+    assert_eq!(int(&mut c, &["SESSION.REVOKE", &id]), 1);
+    assert_eq!(int(&mut c, &["LOCK.PROCLAIM", "e", "a", "v3"]), 0, "refused to the old leader at once");
+    let mut answers: Vec<(String, Value)> =
+        (0..2).map(|_| rx.recv_timeout(Duration::from_secs(10)).expect("answered")).collect();
+    answers.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(matches!(answers[0], (ref w, Value::Int(t)) if w == "b" && t > rev), "{answers:?}");
+    assert!(matches!(&answers[1].1, Value::Array(_) | Value::Map(_)), "{answers:?}");
+    candidate.join().unwrap();
+    observer.join().unwrap();
+    let (value, ..) = leader(&mut c, "e").expect("the candidate leads");
+    assert_eq!(value, "w");
+    assert_eq!(session_int(&mut c, &next, "holds"), 1);
+    // Its session expires: leaderless from its deadline on.
+    let short = grant(&mut c, &["300"]);
+    assert!(int(&mut c, &["LOCK.ELECT", "f", "a", "100", "v", "SESSION", &short]) > 0);
+    let deadline = session_int(&mut c, &short, "deadline");
+    until_server_time(&mut c, deadline);
+    assert_eq!(leader(&mut c, "f"), None);
+}
+
+fn cmd_nil(c: &mut Connection, args: &[&str]) -> bool {
+    redis::cmd(args[0]).arg(&args[1..]).query::<Value>(c).unwrap() == Value::Nil
+}

@@ -50,7 +50,7 @@ pub fn grant(
         Some(h) => Some(h.checked_add(lock_delay).ok_or(ArgError::MaxHoldTooLarge)?),
         None => None,
     };
-    let value = Held { session: session.to_owned(), token: token.to_owned(), hold_until }.encode();
+    let value = Held { session: session.to_owned(), token: token.to_owned(), election: None, hold_until }.encode();
     Ok((value, pxat))
 }
 
@@ -148,6 +148,19 @@ pub fn holder_end(state: SessionState, place: i64, delay: i64, now: i64) -> Opti
     Some((until >= now).then_some(until))
 }
 
+/// A session-held lock's value (`held`, as [`grant`] made it) as an
+/// election's leader: its term and first revision `term` (the grant's
+/// fence), and `value`. Unchanged if `held` is no such value.
+pub fn elected(held: &[u8], term: u64, value: &str) -> Vec<u8> {
+    match crate::value::parse_held(held) {
+        Some(h) => {
+            let election = Some(crate::value::Election { term, rev: term, value: value.to_owned() });
+            Held { election, ..h }.encode()
+        }
+        None => held.to_vec(),
+    }
+}
+
 fn tombstone_until(until: i64, now: i64) -> Settle {
     if until > now {
         Settle::Tombstone { until }
@@ -165,7 +178,7 @@ mod tests {
     const ID: &str = "0123456789abcdef0123456789abcdef";
 
     fn held(hold_until: Option<i64>) -> Held {
-        Held { session: ID.into(), token: "t".into(), hold_until }
+        Held { session: ID.into(), token: "t".into(), election: None, hold_until }
     }
 
     #[test]

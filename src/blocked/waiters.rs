@@ -243,6 +243,12 @@ fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &KeyId) -> Step {
     let w = &b.data;
     let at = match held {
         Some((id, (value, pxat))) => {
+            let value = match (w.claim, fence) {
+                (Claim::Elect { value: v }, Some(term)) => {
+                    held::elected(&value, term, &String::from_utf8_lossy(bytes(v)))
+                }
+                _ => value,
+            };
             k.set_maybe_expiring(NewValue::Composed(&value), pxat);
             session::attach(ctx, id, name);
             pxat

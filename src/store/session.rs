@@ -134,6 +134,14 @@ pub fn state_of_short(short: u64, now: i64) -> (SessionState, Option<Id>) {
     }
 }
 
+/// The deadline of the live session named by a stored value's `session`
+/// field (`None`: ended, or unknown here).
+pub fn deadline_of(session: &str) -> Option<i64> {
+    let id = redis_lock_rules::args::parse_session_id(session.as_bytes()).ok()?;
+    let t = table();
+    t.info(id, 0).filter(|i| i.ended.is_none()).map(|i| i.deadline)
+}
+
 /// The TTL left at `now` (ms, 0 once ended) of the session whose short id
 /// is `short`; -1 for a session this node does not know.
 pub fn ttl_left_of_short(short: u64, now: i64) -> i64 {
