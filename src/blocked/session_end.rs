@@ -138,15 +138,15 @@ fn tick(ctx: Ctx) -> Option<i64> {
     let (mut released, mut bytes) = (0, 0);
     let mut done = Vec::new();
     while released + done.len() < MAX_HOLDS && bytes < MAX_KEY_BYTES && started.elapsed() < MAX_SLICE {
-        let (holds, finished) = table().next_holds(CHUNK, MAX_KEY_BYTES - bytes, |k| k.1.len());
+        let (holds, finished) = table().next_holds(CHUNK, MAX_KEY_BYTES - bytes, |k| k.weight());
         if holds.is_empty() && finished.is_empty() {
             break;
         }
         done.extend(finished);
         for (id, hold) in holds {
             released += 1;
-            bytes += hold.1.len();
-            let (db, name, token) = session::split(&hold);
+            bytes += hold.weight();
+            let (db, name, token) = hold.split();
             ctx.select(db);
             let name = ctx.string(name);
             match token {

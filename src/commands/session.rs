@@ -97,8 +97,8 @@ pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
     let holds = info
         .first
         .iter()
-        .map(|&hold| {
-            let (db, key, _) = session::split(hold);
+        .map(|hold| {
+            let (db, key, _) = hold.split();
             (key.to_vec(), i64::from(db))
         })
         .collect();

@@ -20,34 +20,10 @@ use crate::boundary::ctx::{bytes, Ctx};
 use crate::server::counters as stats;
 use crate::server::events::{self, Changed, DbEvent};
 
-/// A held key: its database and name. A semaphore's or read-write lock's
-/// holder ([`holder_key`]) has [`HOLDER`] set in its database and its
-/// token after the name, the token's length in the last 4 bytes.
-pub type HoldKey = (c_int, Box<[u8]>);
+pub use crate::store::hold_key::HoldKey;
 
-/// The database bit of a holder's [`HoldKey`].
+/// The database bit of a holder's hold in the RDB (`crate::store::session_rdb`).
 pub const HOLDER: c_int = 1 << 30;
-
-/// The hold of `token` among the holders of `name` in `db`.
-pub fn holder_key(db: c_int, name: &[u8], token: &[u8]) -> HoldKey {
-    let mut b = Vec::with_capacity(name.len() + token.len() + 4);
-    b.extend_from_slice(name);
-    b.extend_from_slice(token);
-    b.extend_from_slice(&(token.len() as u32).to_le_bytes());
-    (db | HOLDER, b.into())
-}
-
-/// A hold's database, key name, and token for a holder's.
-pub fn split(hold: &HoldKey) -> (c_int, &[u8], Option<&[u8]>) {
-    let (db, b) = (hold.0, &hold.1[..]);
-    if db & HOLDER == 0 || b.len() < 4 {
-        return (db, b, None);
-    }
-    let (rest, len) = b.split_at(b.len() - 4);
-    let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
-    let (name, token) = rest.split_at(rest.len().saturating_sub(len));
-    (db & !HOLDER, name, Some(token))
-}
 
 static TABLE: LazyLock<Mutex<Sessions<HoldKey>>> = LazyLock::new(|| Mutex::new(Sessions::default()));
 
@@ -183,7 +159,7 @@ pub fn held_grant(id: Id, token: &[u8], now: i64, max_hold: Option<i64>) -> Resu
 /// Notes that `id` now holds `name` (in the context's database), and
 /// tells replicas and the AOF, next to the key's own effect.
 pub fn attach(ctx: Ctx, id: Id, name: *mut RedisModuleString) {
-    if table().attach(id, (ctx.db(), bytes(name).into())) {
+    if table().attach(id, HoldKey::new(ctx.db(), bytes(name), None)) {
         replicate_hold(ctx, c"ATTACH", id, name);
     }
 }
@@ -191,7 +167,7 @@ pub fn attach(ctx: Ctx, id: Id, name: *mut RedisModuleString) {
 /// Notes that `id` now holds `token`'s place among `name`'s holders, and
 /// tells replicas and the AOF, after the key's own effect.
 pub fn attach_holder(ctx: Ctx, id: Id, name: *mut RedisModuleString, token: *mut RedisModuleString) {
-    if table().attach(id, holder_key(ctx.db(), bytes(name), bytes(token))) {
+    if table().attach(id, HoldKey::new(ctx.db(), bytes(name), Some(bytes(token)))) {
         replicate_holder(ctx, c"ATTACH", id, name, token);
     }
 }
@@ -201,7 +177,7 @@ pub fn attach_holder(ctx: Ctx, id: Id, name: *mut RedisModuleString, token: *mut
 pub fn detach_holder(ctx: Ctx, short: u64, name: *mut RedisModuleString, token: *mut RedisModuleString) {
     let mut t = table();
     let Some(id) = t.by_short(short) else { return };
-    t.detach(id, &holder_key(ctx.db(), bytes(name), bytes(token)));
+    t.detach(id, &HoldKey::new(ctx.db(), bytes(name), Some(bytes(token))));
     drop(t);
     replicate_holder(ctx, c"DETACH", id, name, token);
 }
@@ -231,7 +207,7 @@ fn replicate_holder(
 /// Notes that `session` no longer holds `name` (released by its holder).
 pub fn detach(ctx: Ctx, session: &str, name: *mut RedisModuleString) {
     let Ok(id) = redis_lock_rules::args::parse_session_id(session.as_bytes()) else { return };
-    table().detach(id, &(ctx.db(), bytes(name).into()));
+    table().detach(id, &HoldKey::new(ctx.db(), bytes(name), None));
     replicate_hold(ctx, c"DETACH", id, name);
 }
 
@@ -341,13 +317,6 @@ pub enum Apply<'a> {
     },
 }
 
-fn hold_key(db: c_int, key: &[u8], token: Option<&[u8]>) -> HoldKey {
-    match token {
-        Some(token) => holder_key(db, key, token),
-        None => (db, key.into()),
-    }
-}
-
 /// Applies what the master decided (in the context's database).
 pub fn apply(ctx: Ctx, entry: Apply) {
     if matches!(entry, Apply::Grant { .. }) {
@@ -361,9 +330,9 @@ pub fn apply(ctx: Ctx, entry: Apply) {
         }
         Apply::Forget { id } => t.forget(id),
         Apply::Attach { id, key, token } => {
-            t.attach(id, hold_key(ctx.db(), key, token));
+            t.attach(id, HoldKey::new(ctx.db(), key, token));
         }
-        Apply::Detach { id, key, token } => t.detach(id, &hold_key(ctx.db(), key, token)),
+        Apply::Detach { id, key, token } => t.detach(id, &HoldKey::new(ctx.db(), key, token)),
     }
     counted(&t);
 }
