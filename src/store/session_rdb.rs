@@ -30,7 +30,7 @@ unsafe extern "C" fn aux_save(rdb: *mut RedisModuleIO, _when: c_int) {
         raw::save_unsigned(rdb, id as u64);
         raw::save_signed(rdb, s.ttl);
         raw::save_signed(rdb, s.lock_delay);
-        raw::save_signed(rdb, t.deadline(s));
+        raw::save_signed(rdb, s.deadline);
         let (how, at) = match s.ended {
             None => (0, 0),
             Some(Ended { at, reason: Reason::Expired }) => (1, at),
@@ -39,7 +39,7 @@ unsafe extern "C" fn aux_save(rdb: *mut RedisModuleIO, _when: c_int) {
         raw::save_unsigned(rdb, how);
         raw::save_signed(rdb, at);
         raw::save_unsigned(rdb, s.holds.len() as u64);
-        for hold in &s.holds {
+        for hold in s.holds {
             // A holder's: its database with HOLDER set, and its key name,
             // token and token length (4 bytes, little-endian).
             let (db, name, token) = hold.split();
