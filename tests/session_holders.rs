@@ -422,7 +422,9 @@ fn a_random_run_on_semaphores_and_rwlocks_matches_the_model_the_replica_and_the_
             assert_eq!(session_int(&mut c, id, "holds"), n as i64, "{what}: holds of {id}");
         }
     }
-    let digest = |c: &mut Connection| -> (Vec<String>, Vec<Vec<(Vec<u8>, String)>>, Vec<(i64, i64)>) {
+    // Sessions, every key's set, and each session's deadline and holds.
+    type Digest = (Vec<String>, Vec<Vec<(Vec<u8>, String)>>, Vec<(i64, i64)>);
+    let digest = |c: &mut Connection| -> Digest {
         let ids = list(c);
         let sets = keys.iter().map(|&(k, _)| zrange(c, k)).collect();
         let sessions = ids.iter().map(|id| (session_int(c, id, "deadline"), session_int(c, id, "holds"))).collect();
@@ -476,7 +478,7 @@ fn a_session_leads_an_election_until_it_ends() {
     let (value, t, rev, _) = leader(&mut c, "e").unwrap();
     assert_eq!((value.as_str(), t), ("v2", term));
     assert!(rev > term);
-    assert_eq!(cmd_nil(&mut c, &["LOCK.ELECT", "e", "b", "100", "w"]), true, "another candidate is refused");
+    assert!(cmd_nil(&mut c, &["LOCK.ELECT", "e", "b", "100", "w"]), "another candidate is refused");
     // A candidate waiting with its session, and an observer of the change.
     let (tx, rx) = mpsc::channel();
     let candidate = spawn(

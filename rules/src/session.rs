@@ -301,7 +301,7 @@ impl<K: Ord> Sessions<K> {
 
     /// Notes that `id` holds `key`. O(log n) in its holds.
     pub fn attach(&mut self, id: Id, key: K) -> bool {
-        if self.get(id).is_none_or(|s| s.ended().is_some()) {
+        if !self.get(id).is_some_and(|s| s.ended().is_none()) {
             return false;
         }
         self.holds_mut(id).is_some_and(|h| h.insert(key) | true)
