@@ -515,3 +515,61 @@ fn a_session_leads_an_election_until_it_ends() {
 fn cmd_nil(c: &mut Connection, args: &[&str]) -> bool {
     redis::cmd(args[0]).arg(&args[1..]).query::<Value>(c).unwrap() == Value::Nil
 }
+
+/// With `aof-use-rdb-preamble no` the AOF holds every session change as
+/// `SESSION.APPLY` entries: a restart replays them, and sessions come back
+/// with their deadlines and holds (exclusive locks, permits and leaders).
+/// (An AOF rewrite in that mode keeps no session: docs/sessions.md.)
+#[test]
+fn sessions_survive_an_aof_restart_without_the_rdb_preamble() {
+    let dir = TempDir::new("no-preamble");
+    let mut server = Server::builder()
+        .dir(&dir.0)
+        .arg("appendonly", "yes")
+        .arg("appendfsync", "always")
+        .arg("aof-use-rdb-preamble", "no")
+        .start();
+    let mut c = server.conn();
+    let id = grant(&mut c, &["60000", "LOCKDELAY", "100"]);
+    assert_eq!(int(&mut c, &["LOCK.ACQUIRE", "lock", "t", "1000", "SESSION", &id]), 1);
+    assert_eq!(int(&mut c, &["SEM.ACQUIRE", "sem", "t", "3", "1000", "SESSION", &id]), 1);
+    assert!(int(&mut c, &["LOCK.ELECT", "e", "t", "1000", "v", "SESSION", &id]) > 0);
+    let gone = grant(&mut c, &["60000"]);
+    assert_eq!(int(&mut c, &["RWLOCK.ACQUIRE", "rw", "t", "READ", "1000", "SESSION", &gone]), 1);
+    assert_eq!(int(&mut c, &["SESSION.REVOKE", &gone]), 1);
+    eventually("the revoked session is forgotten", || list(&mut c) == vec![id.clone()]);
+    thread::sleep(Duration::from_millis(10));
+    let kept: Vec<i64> = redis::cmd("SESSION.KEEPALIVE").arg(&id).query(&mut c).unwrap();
+    assert_eq!(kept, vec![60_000]);
+    let before: Vec<i64> = ["deadline", "holds", "lock-delay-ms"].iter().map(|n| session_int(&mut c, &id, n)).collect();
+    let sets = (zrange(&mut c, "sem"), zrange(&mut c, "rw"));
+    server.restart();
+    let mut c = server.conn();
+    assert_eq!(list(&mut c), vec![id.clone()]);
+    let after: Vec<i64> = ["deadline", "holds", "lock-delay-ms"].iter().map(|n| session_int(&mut c, &id, n)).collect();
+    assert_eq!(after, before);
+    assert_eq!((zrange(&mut c, "sem"), zrange(&mut c, "rw")), sets);
+    assert_eq!(int(&mut c, &["SEM.RENEW", "sem", "t", "1000"]), 1);
+    assert!(leader(&mut c, "e").is_some());
+    // The restarted server ends them as the first would have.
+    assert_eq!(int(&mut c, &["SESSION.REVOKE", &id]), 1);
+    eventually("every hold released", || redis::cmd("DBSIZE").query::<i64>(&mut c).unwrap() == 0);
+}
+
+/// A fresh directory, deleted on drop.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("redis-lock-session-holders-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
