@@ -573,3 +573,33 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// A replica keeps a session's permits and holds; promoted, it restarts the
+/// session's deadline at its full TTL, then ends it itself: the permit is
+/// freed and the line behind it served.
+#[test]
+fn a_promoted_replica_ends_a_sessions_permits_itself() {
+    let master = Server::builder().arg("repl-diskless-sync", "no").start();
+    let mut m = master.conn();
+    let (_replica, mut r) = replica_of(&master);
+    let id = grant(&mut m, &["1500"]);
+    assert_eq!(int(&mut m, &["SEM.ACQUIRE", "sem", "a", "1", "60000", "SESSION", &id]), 1);
+    assert_eq!(int(&mut m, &["RWLOCK.ACQUIRE", "rw", "r", "READ", "60000", "SESSION", &id]), 1);
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(20_000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    assert_eq!(session_int(&mut r, &id, "holds"), 2);
+    assert_eq!(score(&mut r, "sem", "a"), Some(HELD));
+    drop(master);
+    // Past its deadline: a replica ends nothing itself.
+    let deadline = session_int(&mut r, &id, "deadline");
+    until_server_time(&mut r, deadline + 200);
+    assert_eq!(list(&mut r), vec![id.clone()]);
+    assert_eq!(score(&mut r, "sem", "a"), Some(HELD));
+    let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut r).unwrap();
+    assert_eq!(int(&mut r, &["SEM.RENEW", "sem", "a", "10"]), 1, "held a full TTL after the promotion");
+    assert_eq!(int(&mut r, &["SEM.ACQUIRE", "sem", "b", "1", "60000"]), 0);
+    eventually("the promoted replica ended the session", || list(&mut r).is_empty());
+    assert_eq!(int(&mut r, &["SEM.RELEASE", "sem", "a"]), 0);
+    assert_eq!(int(&mut r, &["SEM.ACQUIRE", "sem", "b", "1", "60000"]), 1);
+    assert_eq!(tokens(&mut r, "RWLOCK.INFO", "rw"), Vec::<String>::new());
+}
