@@ -161,7 +161,7 @@ const COMMANDS: &[Command] = &[
         flags: c"write deny-oom blocking",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT),
         acl: c"write string slow blocking",
-        summary: c"Becomes an election's leader with a value when the key is free, or waits in line; replies the term (the grant's fencing token) or nil",
+        summary: c"Becomes an election's leader with a value when the key is free, or waits in line; replies the term (the grant's fencing token) or nil; with SESSION id, held by that session",
         complexity: c"O(N) where N is the size of the stored value",
         args: &[
             Arg::Key(c"key"),
@@ -171,6 +171,7 @@ const COMMANDS: &[Command] = &[
             Arg::Option(c"timeout-ms", c"WAIT"),
             Arg::Option(c"lock-delay-ms", c"LOCKDELAY"),
             Arg::Option(c"max-hold-ms", c"MAXHOLD"),
+            Arg::Text(c"id", c"SESSION"),
         ],
     },
     Command {
@@ -217,7 +218,7 @@ const COMMANDS: &[Command] = &[
         flags: c"write deny-oom blocking",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT),
         acl: c"write sortedset slow blocking",
-        summary: c"Takes one of a semaphore's limit permits for the token, optionally with a fencing token, or waits in line for one",
+        summary: c"Takes one of a semaphore's limit permits for the token, optionally with a fencing token, or waits in line for one; with SESSION id, held by that session",
         complexity: c"O((1 + W) log(N) + M) where N is the number of holders, W the number of waiters it grants and M the number of ended leases it removes (at most 1000)",
         args: &[
             Arg::Key(c"key"),
@@ -228,6 +229,7 @@ const COMMANDS: &[Command] = &[
             Arg::Option(c"timeout-ms", c"WAIT"),
             Arg::Option(c"lock-delay-ms", c"LOCKDELAY"),
             Arg::Option(c"max-hold-ms", c"MAXHOLD"),
+            Arg::Text(c"id", c"SESSION"),
         ],
     },
     Command {
@@ -266,7 +268,7 @@ const COMMANDS: &[Command] = &[
         flags: c"write deny-oom blocking",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT),
         acl: c"write sortedset slow blocking",
-        summary: c"Takes a read-write lock for the token in mode READ (shared) or WRITE (exclusive), optionally with a fencing token, or waits in line",
+        summary: c"Takes a read-write lock for the token in mode READ (shared) or WRITE (exclusive), optionally with a fencing token, or waits in line; with SESSION id, held by that session",
         complexity: c"O((1 + W) log(N) + M) where N is the number of holders, W the number of waiters it grants and M the number of ended leases it removes (at most 1000)",
         args: &[
             Arg::Key(c"key"),
@@ -277,6 +279,7 @@ const COMMANDS: &[Command] = &[
             Arg::Option(c"timeout-ms", c"WAIT"),
             Arg::Option(c"lock-delay-ms", c"LOCKDELAY"),
             Arg::Option(c"max-hold-ms", c"MAXHOLD"),
+            Arg::Text(c"id", c"SESSION"),
         ],
     },
     Command {

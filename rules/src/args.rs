@@ -64,8 +64,9 @@ pub enum Grammar {
     /// LOCK.TAKEOVER: `[FENCE] [LOCKDELAY ms] [MAXHOLD ms]`.
     Takeover,
     /// SEM.ACQUIRE and RWLOCK.ACQUIRE: `[FENCE] [WAIT timeout-ms]
-    /// [LOCKDELAY ms] [MAXHOLD ms]` (one delay per key, in its tag; one
-    /// hold limit per holder, see `crate::holders`).
+    /// [LOCKDELAY ms] [MAXHOLD ms] [SESSION id]` (one delay per key, in
+    /// its tag; one hold limit per holder, see `crate::holders`; a
+    /// session-held holder, `crate::held::session_member`).
     Holders,
 }
 
@@ -83,7 +84,7 @@ impl Grammar {
     }
 
     fn takes_session(self) -> bool {
-        matches!(self, Grammar::Acquire)
+        matches!(self, Grammar::Acquire | Grammar::Holders)
     }
 }
 
@@ -229,7 +230,10 @@ mod tests {
         );
         assert_eq!(acquire(&[b"SESSION"]), Err(ArgError::Syntax));
         assert_eq!(acquire(&[b"SESSION", b"x"]), Err(ArgError::SessionUnknown));
-        assert_eq!(parse_grant_options(Grammar::Holders, [&b"SESSION"[..], id.as_bytes()]), Err(ArgError::Syntax));
+        assert_eq!(
+            parse_grant_options(Grammar::Holders, [&b"SESSION"[..], id.as_bytes()]).map(|o| o.session),
+            Ok(Some(0x0123456789abcdef0123456789abcdef))
+        );
         assert_eq!(parse_grant_options(Grammar::Takeover, [&b"SESSION"[..], id.as_bytes()]), Err(ArgError::Syntax));
     }
 

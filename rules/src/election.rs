@@ -29,7 +29,12 @@ pub fn leadership(stored: &[u8]) -> Option<Leadership> {
     if stored.first() != Some(&b'{') {
         return None;
     }
-    let Election { term, rev, value } = value::parse(stored)?.election?;
+    // A session's leader (`LOCK.ELECT … SESSION id`) or a lease's.
+    let election = match value::parse_held(stored) {
+        Some(held) => held.election,
+        None => value::parse(stored)?.election,
+    };
+    let Election { term, rev, value } = election?;
     (term > 0 && rev > 0).then_some(Leadership { value, term, rev })
 }
 
@@ -66,6 +71,27 @@ pub enum Proclaim {
 pub fn led_by(stored: &[u8], token: &[u8]) -> Option<Stored> {
     leadership(stored)?;
     value::parse(stored).filter(|s| s.owner.as_bytes() == token)
+}
+
+/// Whether `token` leads a session's election (`stored`, a
+/// [`value::Held`] with an election; `None` for any other value).
+pub fn held_led_by(stored: &[u8], token: &[u8]) -> Option<bool> {
+    value::parse_held(stored)?.election?;
+    Some(crate::lock::owns(stored, token))
+}
+
+/// LOCK.PROCLAIM of `value` at revision `rev` on a session's leader
+/// `stored` (see [`held_led_by`]): the value to store, as [`proclaimed`].
+pub fn proclaimed_held(stored: &[u8], value: &str, rev: u64) -> Proclaim {
+    let Some(mut held) = value::parse_held(stored) else { return Proclaim::NotLeader };
+    match held.election.as_mut() {
+        Some(e) if rev > e.rev => {
+            e.rev = rev;
+            value.clone_into(&mut e.value);
+            Proclaim::Store(held.encode())
+        }
+        _ => Proclaim::NotLeader,
+    }
 }
 
 /// The value after a proclaim of `value` at revision `rev` (a new fence).

@@ -50,7 +50,7 @@ pub fn grant(
         Some(h) => Some(h.checked_add(lock_delay).ok_or(ArgError::MaxHoldTooLarge)?),
         None => None,
     };
-    let value = Held { session: session.to_owned(), token: token.to_owned(), hold_until }.encode();
+    let value = Held { session: session.to_owned(), token: token.to_owned(), election: None, hold_until }.encode();
     Ok((value, pxat))
 }
 
@@ -72,6 +72,95 @@ pub fn settle(held: &Held, state: SessionState, pxat: Option<i64>, now: i64) -> 
     }
 }
 
+/// How many of a session id's low bits name it in a semaphore's or
+/// read-write lock's key ([`session_score`]: a double holds them exactly).
+/// No two sessions of a node share them: its table is keyed by them
+/// (`crate::session`).
+pub const SHORT_BITS: u32 = 51;
+
+/// The low [`SHORT_BITS`] of a session id.
+pub fn short(id: u128) -> u64 {
+    (id as u64) & ((1 << SHORT_BITS) - 1)
+}
+
+/// A semaphore's or read-write lock's holder held by a session
+/// (docs/sessions.md): its place is the member `token` as any holder's,
+/// scored [`SESSION_PLACE`] (no lease end: the session keeps it), or its
+/// hold limit plus the key's delay with `MAXHOLD`; and a second member,
+/// [`session_member`] `"\0\0" + token`, scored [`session_score`] of its
+/// session's short id ([`short`]). That score lies below
+/// every hold-limit member's (`crate::holders::HOLD_FLOOR` and
+/// `-MAX_EXACT`), so every range over places or hold limits misses it,
+/// and the scan that counts hold members (`(-inf, -2)`) counts it too.
+/// No holder's token starts with a NUL byte, so `"\0\0" + token` is no
+/// place and no hold member of any token.
+pub const SESSION_PLACE: i64 = crate::holders::MAX_EXACT;
+
+/// The member naming `token`'s session.
+pub fn session_member(token: &[u8]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(token.len() + 2);
+    m.extend_from_slice(&[0, 0]);
+    m.extend_from_slice(token);
+    m
+}
+
+const SESSION_BASE: f64 = crate::holders::MAX_EXACT as f64;
+
+/// The score naming the session whose short id is `short` (below 2^51):
+/// `-(2^53 + 2 (short + 1))`, an even integer below 2^54 in magnitude,
+/// exact as a double.
+pub fn session_score(short: u64) -> f64 {
+    -(SESSION_BASE + 2.0 * (short as f64 + 1.0))
+}
+
+/// The short id a session member's score names.
+pub fn session_from_score(score: f64) -> Option<u64> {
+    let n = (-score - SESSION_BASE) / 2.0 - 1.0;
+    let max = (1u64 << SHORT_BITS) as f64;
+    (n >= 0.0 && n < max && n.fract() == 0.0).then_some(n as u64)
+}
+
+/// A session-held holder's place at `now` on a key whose delay is
+/// `delay`: [`SESSION_PLACE`], or with `MAXHOLD` the hold limit's place
+/// (the limit still ends it). With the hold limit.
+pub fn holder_place(now: i64, delay: i64, max_hold: Option<i64>) -> Result<crate::holders::Granted, ArgError> {
+    let limit = crate::holders::MAX_EXACT;
+    let hold_until = max_hold
+        .map(|max| now.checked_add(max).filter(|&h| h <= limit).ok_or(ArgError::MaxHoldTooLarge))
+        .transpose()?;
+    let at = match hold_until {
+        Some(h) => h.checked_add(delay).filter(|&at| at < SESSION_PLACE).ok_or(ArgError::MaxHoldTooLarge)?,
+        None => SESSION_PLACE,
+    };
+    Ok(crate::holders::Granted { at, hold_until })
+}
+
+/// Where a session-held holder's place goes when its session ends (`at`,
+/// as `state` tells), on a key whose delay is `delay`, at `now`: its place
+/// kept until `Some(until)` (the lock-delay after an expiry, never later
+/// than it was, `place`), or removed (`None`: a revoke, or the delay over).
+pub fn holder_end(state: SessionState, place: i64, delay: i64, now: i64) -> Option<Option<i64>> {
+    let SessionState::Ended { at, revoked, .. } = state else { return None };
+    if revoked {
+        return Some(None);
+    }
+    let until = at.saturating_add(delay).min(place);
+    Some((until >= now).then_some(until))
+}
+
+/// A session-held lock's value (`held`, as [`grant`] made it) as an
+/// election's leader: its term and first revision `term` (the grant's
+/// fence), and `value`. Unchanged if `held` is no such value.
+pub fn elected(held: &[u8], term: u64, value: &str) -> Vec<u8> {
+    match crate::value::parse_held(held) {
+        Some(h) => {
+            let election = Some(crate::value::Election { term, rev: term, value: value.to_owned() });
+            Held { election, ..h }.encode()
+        }
+        None => held.to_vec(),
+    }
+}
+
 fn tombstone_until(until: i64, now: i64) -> Settle {
     if until > now {
         Settle::Tombstone { until }
@@ -89,7 +178,37 @@ mod tests {
     const ID: &str = "0123456789abcdef0123456789abcdef";
 
     fn held(hold_until: Option<i64>) -> Held {
-        Held { session: ID.into(), token: "t".into(), hold_until }
+        Held { session: ID.into(), token: "t".into(), election: None, hold_until }
+    }
+
+    #[test]
+    fn a_session_members_score_names_the_session_below_every_hold_limit() {
+        use crate::holders::{hold_from_score, HOLD_FLOOR};
+        let max = (1u64 << SHORT_BITS) - 1;
+        for short in [0, 1, 12_345, max] {
+            let score = session_score(short);
+            assert!(score < HOLD_FLOOR && score < -(crate::holders::MAX_EXACT as f64));
+            assert_eq!(hold_from_score(score), None);
+            assert_eq!(session_from_score(score), Some(short));
+            assert_eq!(session_from_score(format!("{score}").parse().unwrap()), Some(short));
+        }
+        assert_eq!(session_from_score(-3.0), None);
+        assert_eq!(session_from_score(-(crate::holders::MAX_EXACT as f64)), None);
+        assert_eq!(session_member(b"t"), b"\0\0t".to_vec());
+    }
+
+    #[test]
+    fn a_session_held_holder_has_no_lease_end_but_its_hold_limit() {
+        assert_eq!(holder_place(NOW, 50, None).map(|g| (g.at, g.hold_until)), Ok((SESSION_PLACE, None)));
+        assert_eq!(holder_place(NOW, 50, Some(10)).map(|g| (g.at, g.hold_until)), Ok((NOW + 60, Some(NOW + 10))));
+        assert_eq!(holder_place(NOW, 0, Some(i64::MAX)).map(|g| g.at), Err(ArgError::MaxHoldTooLarge));
+        let ended = |revoked| SessionState::Ended { at: NOW, lock_delay: 9, revoked };
+        assert_eq!(holder_end(SessionState::Alive { lock_delay: 0 }, SESSION_PLACE, 50, NOW), None);
+        assert_eq!(holder_end(SessionState::Unknown, SESSION_PLACE, 50, NOW), None);
+        assert_eq!(holder_end(ended(true), SESSION_PLACE, 50, NOW), Some(None));
+        assert_eq!(holder_end(ended(false), SESSION_PLACE, 50, NOW + 1), Some(Some(NOW + 50)));
+        assert_eq!(holder_end(ended(false), NOW + 20, 50, NOW + 1), Some(Some(NOW + 20)));
+        assert_eq!(holder_end(ended(false), SESSION_PLACE, 0, NOW + 1), Some(None));
     }
 
     #[test]

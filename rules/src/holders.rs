@@ -252,6 +252,9 @@ pub struct Summary {
     pub hold: Option<i64>,
     /// The caller's hold was revoked (`LOCK.REVOKE`): `hold` is its deadline.
     pub revoked: bool,
+    /// The short id of the session holding the caller's place, if a
+    /// session holds it (`crate::held::session_member`).
+    pub session: Option<u64>,
 }
 
 impl Summary {
@@ -500,11 +503,29 @@ mod tests {
     use super::*;
 
     fn sem(limit: u64, live: u64, own: Option<i64>, last: Option<i64>) -> Summary {
-        Summary { kind: Kind::Semaphore { limit }, delay: 0, live, own, last, hold: None, revoked: false }
+        Summary {
+            kind: Kind::Semaphore { limit },
+            delay: 0,
+            live,
+            own,
+            last,
+            hold: None,
+            revoked: false,
+            session: None,
+        }
     }
 
     fn rw(writer: bool, live: u64, own: Option<i64>) -> Summary {
-        Summary { kind: Kind::ReadWrite { writer }, delay: 0, live, own, last: Some(100), hold: None, revoked: false }
+        Summary {
+            kind: Kind::ReadWrite { writer },
+            delay: 0,
+            live,
+            own,
+            last: Some(100),
+            hold: None,
+            revoked: false,
+            session: None,
+        }
     }
 
     #[test]

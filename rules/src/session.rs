@@ -18,6 +18,8 @@ use crate::held::SessionState;
 /// A session's id: 128 random bits, issued by the server.
 pub type Id = u128;
 
+pub use crate::held::{short, SHORT_BITS};
+
 /// Why a session ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
@@ -33,23 +35,98 @@ pub struct Ended {
     pub reason: Reason,
 }
 
-/// One session.
+/// One session as [`Sessions::restore`] takes it back (from the RDB).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Session<K: Ord> {
+    pub id: Id,
     pub ttl: i64,
     pub lock_delay: i64,
-    /// As granted or last kept alive (see [`Sessions::deadline`]).
+    /// As granted or last kept alive.
+    pub deadline: i64,
+    pub ended: Option<Ended>,
+    /// The keys it holds.
+    pub holds: BTreeSet<K>,
+}
+
+/// One session as [`Sessions::iter`] shows it.
+#[derive(Debug)]
+pub struct View<'a, K: Ord> {
+    pub ttl: i64,
+    pub lock_delay: i64,
+    /// Its effective deadline (see [`Sessions::info`]).
     pub deadline: i64,
     pub ended: Option<Ended>,
     /// The keys it holds (ordered: slices and listings take the first).
-    pub holds: BTreeSet<K>,
+    pub holds: &'a BTreeSet<K>,
+}
+
+/// One session in the table, in 32 bytes (its key, the id's [`short`]
+/// bits, is the map's): a node keeps one per client.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    /// The id's high 64 bits (its bits 51 to 63 are in `bits`).
+    hi: u64,
+    ttl: i64,
+    /// As granted or last kept alive; once ended, when it ended.
+    deadline: i64,
+    /// The lock-delay (16 bits: at most 60,000 ms), the id's bits 51 to
+    /// 63 (13 bits) and how it ended (2 bits: 0 alive, 1 expired, 2 revoked).
+    bits: u32,
+    /// 1 + the index of its holds in `Sessions::holds` (0: none yet).
+    holds: u32,
+}
+
+const MID_SHIFT: u32 = 16;
+const STATE_SHIFT: u32 = 29;
+
+impl Slot {
+    fn new(id: Id, ttl: i64, lock_delay: i64, deadline: i64) -> Slot {
+        let mid = ((id as u64) >> SHORT_BITS) as u32;
+        let delay = lock_delay.clamp(0, i64::from(u16::MAX)) as u32;
+        Slot { hi: (id >> 64) as u64, ttl, deadline, bits: delay | (mid << MID_SHIFT), holds: 0 }
+    }
+
+    fn id(&self, short: u64) -> Id {
+        let mid = u64::from((self.bits >> MID_SHIFT) & ((1 << (64 - SHORT_BITS)) - 1));
+        (u128::from(self.hi) << 64) | u128::from(short | (mid << SHORT_BITS))
+    }
+
+    fn lock_delay(&self) -> i64 {
+        i64::from(self.bits & 0xffff)
+    }
+
+    fn ended(&self) -> Option<Ended> {
+        let reason = match self.bits >> STATE_SHIFT {
+            0 => return None,
+            1 => Reason::Expired,
+            _ => Reason::Revoked,
+        };
+        Some(Ended { at: self.deadline, reason })
+    }
+
+    fn set_ended(&mut self, at: i64, reason: Reason) {
+        let state = match reason {
+            Reason::Expired => 1,
+            Reason::Revoked => 2,
+        };
+        self.bits = (self.bits & ((1 << STATE_SHIFT) - 1)) | (state << STATE_SHIFT);
+        self.deadline = at;
+    }
 }
 
 /// A node's sessions.
 #[derive(Debug)]
 pub struct Sessions<K: Ord> {
-    map: HashMap<Id, Session<K>>,
-    due: BinaryHeap<Reverse<(i64, Id)>>,
+    /// Keyed by [`short`]: a lookup compares the whole id.
+    map: HashMap<u64, Slot>,
+    /// The holds of the sessions that have any (`Slot::holds`), and the
+    /// free places.
+    holds: Vec<BTreeSet<K>>,
+    free: Vec<u32>,
+    /// What a session without holds shows.
+    none: BTreeSet<K>,
+    /// Deadlines and short ids: lazy (see [`Sessions::expire_due`]).
+    due: BinaryHeap<Reverse<(i64, u64)>>,
     /// Ended sessions whose holds are still to release, in end order.
     ending: VecDeque<Id>,
     /// When this node was last promoted to master: every deadline is then
@@ -59,7 +136,15 @@ pub struct Sessions<K: Ord> {
 
 impl<K: Ord> Default for Sessions<K> {
     fn default() -> Self {
-        Sessions { map: HashMap::new(), due: BinaryHeap::new(), ending: VecDeque::new(), promoted_at: i64::MIN }
+        Sessions {
+            map: HashMap::new(),
+            holds: Vec::new(),
+            free: Vec::new(),
+            none: BTreeSet::new(),
+            due: BinaryHeap::new(),
+            ending: VecDeque::new(),
+            promoted_at: i64::MIN,
+        }
     }
 }
 
@@ -75,9 +160,38 @@ pub struct Info<'a, K> {
 }
 
 impl<K: Ord> Sessions<K> {
-    /// A session's effective deadline.
-    pub fn deadline(&self, s: &Session<K>) -> i64 {
-        s.deadline.max(self.promoted_at.saturating_add(s.ttl))
+    fn get(&self, id: Id) -> Option<&Slot> {
+        self.map.get(&short(id)).filter(|s| s.id(short(id)) == id)
+    }
+
+    fn get_mut(&mut self, id: Id) -> Option<&mut Slot> {
+        self.map.get_mut(&short(id)).filter(|s| s.id(short(id)) == id)
+    }
+
+    fn holds_of(&self, s: &Slot) -> &BTreeSet<K> {
+        match s.holds {
+            0 => &self.none,
+            i => &self.holds[i as usize - 1],
+        }
+    }
+
+    /// Whether a session here has the same [`short`] id as `id` (a new id
+    /// must not).
+    pub fn taken(&self, id: Id) -> bool {
+        self.map.contains_key(&short(id))
+    }
+
+    /// The whole id of the session named by `short` here, if any.
+    pub fn by_short(&self, short: u64) -> Option<Id> {
+        self.map.get(&short).map(|s| s.id(short))
+    }
+
+    /// A live session's effective deadline.
+    fn deadline(&self, s: &Slot) -> i64 {
+        match s.ended() {
+            Some(e) => e.at,
+            None => s.deadline.max(self.promoted_at.saturating_add(s.ttl)),
+        }
     }
 
     /// How many sessions this node has (ended ones still releasing included).
@@ -91,19 +205,28 @@ impl<K: Ord> Sessions<K> {
 
     /// Adds a session, or (replaying a keepalive) moves its deadline.
     pub fn grant(&mut self, id: Id, ttl: i64, lock_delay: i64, deadline: i64) {
-        match self.map.get_mut(&id) {
-            Some(s) => s.deadline = deadline,
+        match self.get_mut(id) {
+            Some(s) if s.ended().is_none() => s.deadline = deadline,
+            Some(_) => {}
             None => {
-                let s = Session { ttl, lock_delay, deadline, ended: None, holds: BTreeSet::new() };
-                self.map.insert(id, s);
-                self.due.push(Reverse((deadline, id)));
+                self.drop_holds(short(id));
+                self.map.insert(short(id), Slot::new(id, ttl, lock_delay, deadline));
+                self.due.push(Reverse((deadline, short(id))));
             }
+        }
+    }
+
+    /// Frees the holds of the session in place `short` (replaced or gone).
+    fn drop_holds(&mut self, short: u64) {
+        if let Some(i) = self.map.get(&short).map(|s| s.holds).filter(|&i| i > 0) {
+            self.holds[i as usize - 1] = BTreeSet::new();
+            self.free.push(i);
         }
     }
 
     /// Whether `id` is a session here (alive or ending).
     pub fn contains(&self, id: Id) -> bool {
-        self.map.contains_key(&id)
+        self.get(id).is_some()
     }
 
     /// Keeps `id` alive at `now`: its new deadline, or `None` when it is
@@ -111,9 +234,9 @@ impl<K: Ord> Sessions<K> {
     /// ended it yet). O(1).
     pub fn keepalive(&mut self, id: Id, now: i64) -> Option<i64> {
         let floor = self.promoted_at;
-        let s = self.map.get_mut(&id)?;
+        let s = self.get_mut(id)?;
         let current = s.deadline.max(floor.saturating_add(s.ttl));
-        if s.ended.is_some() || current <= now {
+        if s.ended().is_some() || current <= now {
             return None;
         }
         s.deadline = now.checked_add(s.ttl)?.max(current);
@@ -122,9 +245,9 @@ impl<K: Ord> Sessions<K> {
 
     /// What this node knows of `id` at `now`.
     pub fn state(&self, id: Id, now: i64) -> SessionState {
-        let Some(s) = self.map.get(&id) else { return SessionState::Unknown };
-        let lock_delay = s.lock_delay;
-        match s.ended {
+        let Some(s) = self.get(id) else { return SessionState::Unknown };
+        let lock_delay = s.lock_delay();
+        match s.ended() {
             Some(e) => SessionState::Ended { at: e.at, lock_delay, revoked: e.reason == Reason::Revoked },
             None => {
                 let at = self.deadline(s);
@@ -140,11 +263,11 @@ impl<K: Ord> Sessions<K> {
     /// Ends `id` at `at`: O(1); its holds are handed out by
     /// [`Sessions::next_holds`]. False when it is unknown or ended already.
     pub fn end(&mut self, id: Id, at: i64, reason: Reason) -> bool {
-        let Some(s) = self.map.get_mut(&id) else { return false };
-        if s.ended.is_some() {
+        let Some(s) = self.get_mut(id) else { return false };
+        if s.ended().is_some() {
             return false;
         }
-        s.ended = Some(Ended { at, reason });
+        s.set_ended(at, reason);
         self.ending.push_back(id);
         true
     }
@@ -154,11 +277,14 @@ impl<K: Ord> Sessions<K> {
     /// which never expires or slices, would otherwise keep one of each per
     /// session ever granted or ended; ends and forgets come in order).
     pub fn forget(&mut self, id: Id) {
-        self.map.remove(&id);
-        while self.ending.front().is_some_and(|id| !self.map.contains_key(id)) {
+        if self.contains(id) {
+            self.drop_holds(short(id));
+            self.map.remove(&short(id));
+        }
+        while self.ending.front().is_some_and(|&id| !self.contains(id)) {
             self.ending.pop_front();
         }
-        while self.due.peek().is_some_and(|Reverse((_, id))| !self.map.contains_key(id)) {
+        while self.due.peek().is_some_and(|&Reverse((_, s))| !self.map.contains_key(&s)) {
             self.due.pop();
         }
     }
@@ -175,13 +301,32 @@ impl<K: Ord> Sessions<K> {
 
     /// Notes that `id` holds `key`. O(log n) in its holds.
     pub fn attach(&mut self, id: Id, key: K) -> bool {
-        self.map.get_mut(&id).is_some_and(|s| s.ended.is_none() && s.holds.insert(key) | true)
+        if !self.get(id).is_some_and(|s| s.ended().is_none()) {
+            return false;
+        }
+        self.holds_mut(id).is_some_and(|h| h.insert(key) | true)
+    }
+
+    /// `id`'s holds, given a place if it had none.
+    fn holds_mut(&mut self, id: Id) -> Option<&mut BTreeSet<K>> {
+        let i = match self.get(id)?.holds {
+            0 => {
+                let i = self.free.pop().unwrap_or_else(|| {
+                    self.holds.push(BTreeSet::new());
+                    self.holds.len() as u32
+                });
+                self.get_mut(id)?.holds = i;
+                i
+            }
+            i => i,
+        };
+        self.holds.get_mut(i as usize - 1)
     }
 
     /// Notes that `id` no longer holds `key`. O(log n) in its holds.
     pub fn detach(&mut self, id: Id, key: &K) {
-        if let Some(s) = self.map.get_mut(&id) {
-            s.holds.remove(key);
+        if let Some(i) = self.get(id).map(|s| s.holds).filter(|&i| i > 0) {
+            self.holds[i as usize - 1].remove(key);
         }
     }
 
@@ -191,20 +336,21 @@ impl<K: Ord> Sessions<K> {
     pub fn expire_due(&mut self, now: i64, max: usize) -> Vec<(Id, i64)> {
         let mut out = Vec::new();
         for _ in 0..max {
-            let Some(&Reverse((at, id))) = self.due.peek() else { break };
+            let Some(&Reverse((at, short))) = self.due.peek() else { break };
             if at > now {
                 break;
             }
             self.due.pop();
-            let Some(s) = self.map.get(&id) else { continue };
-            if s.ended.is_some() {
+            let Some(s) = self.map.get(&short) else { continue };
+            if s.ended().is_some() {
                 continue;
             }
             let deadline = self.deadline(s);
             if deadline > now {
-                self.due.push(Reverse((deadline, id)));
+                self.due.push(Reverse((deadline, short)));
                 continue;
             }
+            let id = s.id(short);
             self.end(id, deadline, Reason::Expired);
             out.push((id, deadline));
         }
@@ -233,12 +379,12 @@ impl<K: Ord> Sessions<K> {
         let (mut out, mut done, mut spent) = (Vec::new(), Vec::new(), 0);
         while out.len() + done.len() < max && spent < budget {
             let Some(&id) = self.ending.front() else { break };
-            let Some(s) = self.map.get_mut(&id) else {
+            let Some(i) = self.get(id).map(|s| s.holds) else {
                 // Forgotten meanwhile (the master said so).
                 self.ending.pop_front();
                 continue;
             };
-            match s.holds.pop_first() {
+            match (i > 0).then(|| self.holds[i as usize - 1].pop_first()).flatten() {
                 Some(key) => {
                     spent += weight(&key);
                     out.push((id, key));
@@ -254,30 +400,49 @@ impl<K: Ord> Sessions<K> {
 
     /// `id` described, with its first `count` holds.
     pub fn info(&self, id: Id, count: usize) -> Option<Info<'_, K>> {
-        let s = self.map.get(&id)?;
+        let s = self.get(id)?;
+        let holds = self.holds_of(s);
         Some(Info {
             ttl: s.ttl,
-            lock_delay: s.lock_delay,
+            lock_delay: s.lock_delay(),
             deadline: self.deadline(s),
-            ended: s.ended,
-            holds: s.holds.len(),
-            first: s.holds.iter().take(count).collect(),
+            ended: s.ended(),
+            holds: holds.len(),
+            first: holds.iter().take(count).collect(),
         })
     }
 
-    /// Every session: id and session (for the RDB, and SESSION.LIST).
-    pub fn iter(&self) -> impl Iterator<Item = (Id, &Session<K>)> {
-        self.map.iter().map(|(&id, s)| (id, s))
+    /// Every session: id and what it is (for the RDB, and SESSION.LIST).
+    pub fn iter(&self) -> impl Iterator<Item = (Id, View<'_, K>)> {
+        self.map.iter().map(|(&short, s)| {
+            let view = View {
+                ttl: s.ttl,
+                lock_delay: s.lock_delay(),
+                deadline: self.deadline(s),
+                ended: s.ended(),
+                holds: self.holds_of(s),
+            };
+            (s.id(short), view)
+        })
     }
 
     /// Puts back a session read from the RDB, as it was saved.
     pub fn restore(&mut self, id: Id, s: Session<K>) {
-        if s.ended.is_some() {
-            self.ending.push_back(id);
-        } else {
-            self.due.push(Reverse((s.deadline, id)));
+        let Session { ttl, lock_delay, deadline, ended, holds, .. } = s;
+        self.forget(id);
+        self.drop_holds(short(id));
+        let mut slot = Slot::new(id, ttl, lock_delay, deadline);
+        match ended {
+            Some(e) => {
+                slot.set_ended(e.at, e.reason);
+                self.ending.push_back(id);
+            }
+            None => self.due.push(Reverse((deadline, short(id)))),
         }
-        self.map.insert(id, s);
+        self.map.insert(short(id), slot);
+        if let Some(h) = self.holds_mut(id) {
+            h.extend(holds);
+        }
     }
 }
 
@@ -292,6 +457,22 @@ mod tests {
         t.grant(1, 1_000, 50, NOW + 1_000);
         t.grant(2, 5_000, 0, NOW + 5_000);
         t
+    }
+
+    #[test]
+    fn a_slot_keeps_the_whole_id_and_the_table_tells_ids_apart_by_all_of_it() {
+        for id in [1, u128::MAX, 0x0123456789abcdef0123456789abcdef] {
+            let slot = Slot::new(id, 5, 60_000, NOW);
+            assert_eq!(slot.id(short(id)), id);
+            assert_eq!(slot.lock_delay(), 60_000);
+        }
+        let mut t = table();
+        let twin = 1 | (1u128 << 100);
+        assert!(t.taken(twin) && !t.contains(twin), "same short id, another session");
+        assert_eq!(t.state(twin, NOW), SessionState::Unknown);
+        assert_eq!(t.keepalive(twin, NOW), None);
+        assert!(!t.attach(twin, 5));
+        assert_eq!(t.by_short(1), Some(1));
     }
 
     #[test]

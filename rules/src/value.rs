@@ -163,10 +163,11 @@ pub fn parse(value: &[u8]) -> Option<Stored> {
 }
 
 /// A lock held by a session (docs/sessions.md): its session's id (32
-/// lowercase hex digits), its holder's token and its hold limit.
+/// lowercase hex digits), its holder's token, an election's fields
+/// (`LOCK.ELECT … SESSION id`) and its hold limit.
 ///
 /// ```text
-/// {"owner":null,"session":"<id>","token":"<token>"[,"holdUntil":MS]}
+/// {"owner":null,"session":"<id>","token":"<token>"[,"term":N,"rev":N,"value":"<v>"][,"holdUntil":MS]}
 /// ```
 ///
 /// `owner` is `null`, so the reference scripts see no token own it (as
@@ -176,6 +177,7 @@ pub fn parse(value: &[u8]) -> Option<Stored> {
 pub struct Held {
     pub session: String,
     pub token: String,
+    pub election: Option<Election>,
     pub hold_until: Option<i64>,
 }
 
@@ -191,6 +193,13 @@ impl Held {
         out.extend_from_slice(br#"","token":""#);
         push_go_string(&mut out, &self.token);
         out.push(b'"');
+        if let Some(e) = &self.election {
+            push_number(&mut out, br#","term":"#, e.term as i64);
+            push_number(&mut out, br#","rev":"#, e.rev as i64);
+            out.extend_from_slice(br#","value":""#);
+            push_go_string(&mut out, &e.value);
+            out.push(b'"');
+        }
         if let Some(at) = self.hold_until {
             push_number(&mut out, br#","holdUntil":"#, at);
         }
@@ -235,10 +244,19 @@ fn held_parts(value: &[u8]) -> Option<(Held, &[u8])> {
     let token = c.string()?;
     // The raw token: between the opening quote and the closing one.
     let raw = before.get(1..before.len() - c.0.len() - 1)?;
+    let election = if c.optional(br#","term":"#) {
+        let term = c.number()?;
+        c.literal(br#","rev":"#)?;
+        let rev = c.number()?;
+        c.literal(br#","value":"#)?;
+        Some(Election { term, rev, value: c.string()? })
+    } else {
+        None
+    };
     let hold_until = if c.optional(br#","holdUntil":"#) { Some(c.number()? as i64) } else { None };
     c.literal(b"}")?;
     c.end()?;
-    Some((Held { session, token, hold_until }, raw))
+    Some((Held { session, token, election, hold_until }, raw))
 }
 
 /// A strict reader of the grammar above. Every read either consumes
@@ -447,8 +465,12 @@ mod tests {
 
     #[test]
     fn a_held_value_round_trips_and_no_script_token_owns_it() {
-        for hold_until in [None, Some(1_700_000_000_000)] {
-            let h = Held { session: "0123456789abcdef0123456789abcdef".into(), token: "t<\"é".into(), hold_until };
+        let elected = Some(Election { term: 7, rev: 9, value: "v<".into() });
+        for (hold_until, election) in
+            [(None, None), (Some(1_700_000_000_000), None), (None, elected.clone()), (Some(5), elected)]
+        {
+            let (session, token) = ("0123456789abcdef0123456789abcdef".into(), "t<\"é".into());
+            let h = Held { session, token, election, hold_until };
             let bytes = h.encode();
             assert_eq!(parse_held(&bytes), Some(h.clone()), "{}", String::from_utf8_lossy(&bytes));
             assert_eq!(held_token(&bytes), Some(r#"t\u003c\"é"#.as_bytes()));
@@ -462,6 +484,8 @@ mod tests {
             br#"{"owner":null,"session":"s"}"#,
             br#"{"owner":null,"session":"s","token":"t""#,
             br#"{"owner":null,"session":"s","token":"t","runId":"r"}"#,
+            br#"{"owner":null,"session":"s","token":"t","holdUntil":5,"term":1,"rev":1,"value":"v"}"#,
+            br#"{"owner":null,"session":"s","token":"t","term":1,"value":"v"}"#,
         ] {
             assert_eq!(parse_held(bad), None, "{}", String::from_utf8_lossy(bad));
         }

@@ -17,14 +17,16 @@ use std::ffi::c_void;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use redis_module::raw::{RedisModuleCtx, RedisModuleTimerID};
+use redis_lock_rules::held;
+use redis_module::raw::{RedisModuleCtx, RedisModuleString, RedisModuleTimerID};
 
-use crate::blocked::waiters;
+use crate::blocked::{queue, waiters};
 use crate::boundary::api::rm;
 use crate::boundary::cpu;
 use crate::boundary::ctx::Ctx;
 use crate::boundary::timer;
 use crate::server::counters as stats;
+use crate::store::holders_key::{Edit, Hold, HoldersKey, Mark};
 use crate::store::lease;
 use crate::store::session::{self, table};
 
@@ -88,6 +90,38 @@ unsafe extern "C" fn on_tick(ctx: *mut RedisModuleCtx, data: *mut c_void) {
     }));
 }
 
+/// Ends `token`'s place among `name`'s holders, held by session `id`,
+/// which ended: kept through the key's lock-delay after an expiry (no
+/// longer the session's), removed after a revoke; the key's line is then
+/// served. Nothing when the place is no longer the session's (released,
+/// or granted anew since).
+fn end_holder(ctx: Ctx, id: u128, name: *mut RedisModuleString, token: &[u8]) {
+    let token = ctx.string(token);
+    let mut k = HoldersKey::open(ctx, name);
+    let now = ctx.now_ms();
+    if let Ok(Some(s)) = k.scan(now, Some(token)) {
+        let counters = stats::holder_counters(s.kind.family());
+        let end = match (s.session == Some(held::short(id)), s.own) {
+            (true, Some(place)) => held::holder_end(session::state(id, now), place, s.delay, now),
+            _ => None,
+        };
+        let edit = match end {
+            None => Edit::Keep,
+            Some(Some(at)) => Edit::Put { token, at, tag: None, hold: Hold::Keep },
+            Some(None) => Edit::Remove { token },
+        };
+        k.mark_session(Mark::Clear);
+        let _quiet = queue::serving();
+        k.commit(Some(&s), edit, counters.expired);
+        drop(k);
+        if end.is_some() {
+            stats::SESSION_HOLDS_ENDED.add();
+            queue::grant_next(ctx, name);
+        }
+    }
+    ctx.free(token);
+}
+
 /// One tick's work; when the next is due.
 fn tick(ctx: Ctx) -> Option<i64> {
     let now = ctx.now_ms();
@@ -104,17 +138,21 @@ fn tick(ctx: Ctx) -> Option<i64> {
     let (mut released, mut bytes) = (0, 0);
     let mut done = Vec::new();
     while released + done.len() < MAX_HOLDS && bytes < MAX_KEY_BYTES && started.elapsed() < MAX_SLICE {
-        let (holds, finished) = table().next_holds(CHUNK, MAX_KEY_BYTES - bytes, |k| k.1.len());
+        let (holds, finished) = table().next_holds(CHUNK, MAX_KEY_BYTES - bytes, |k| k.weight());
         if holds.is_empty() && finished.is_empty() {
             break;
         }
         done.extend(finished);
-        for (_, (db, name)) in holds {
+        for (id, hold) in holds {
             released += 1;
-            bytes += name.len();
+            bytes += hold.weight();
+            let (db, name, token) = hold.split();
             ctx.select(db);
-            let name = ctx.string(&name);
-            drop(lease::open(ctx, name, ctx.now_ms()));
+            let name = ctx.string(name);
+            match token {
+                None => drop(lease::open(ctx, name, ctx.now_ms())),
+                Some(token) => end_holder(ctx, id, name, token),
+            }
             ctx.free(name);
         }
     }

@@ -23,6 +23,7 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
+use redis_lock_rules::held;
 use redis_lock_rules::holders::{admit, grant as grant_place, tag_after_grant, Admit, Want};
 use redis_lock_rules::lease::{self as rules_lease, Terms};
 use redis_lock_rules::lock;
@@ -40,7 +41,7 @@ use crate::server::counters::{self as stats, Counter, WAITING};
 use crate::server::timings;
 use crate::server::{cluster, eviction};
 use crate::store::fence;
-use crate::store::holders_key::{Edit, Hold, HoldersKey};
+use crate::store::holders_key::{Edit, Hold, HoldersKey, Mark};
 use crate::store::lease::{self, Granted};
 use crate::store::lock_key::{LockKey, NewValue};
 use crate::store::lock_set::LockSet;
@@ -229,7 +230,8 @@ fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &KeyId) -> Step {
     if freed_too_early(ctx, key, now) {
         return Step::Done;
     }
-    let held = match held_by_session(key, now) {
+    let head = book().0.head(key).and_then(|b| b.data.session.map(|id| (id, b.data.token, b.data.terms.max_hold)));
+    let held = match session_waits::held_grant(head, now) {
         Ok(held) => held,
         Err(e) => return answer_head(ctx, key, Some(Err(Failure::Arg(e)))),
     };
@@ -241,6 +243,12 @@ fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &KeyId) -> Step {
     let w = &b.data;
     let at = match held {
         Some((id, (value, pxat))) => {
+            let value = match (w.claim, fence) {
+                (Claim::Elect { value: v }, Some(term)) => {
+                    held::elected(&value, term, &String::from_utf8_lossy(bytes(v)))
+                }
+                _ => value,
+            };
             k.set_maybe_expiring(NewValue::Composed(&value), pxat);
             session::attach(ctx, id, name);
             pxat
@@ -335,21 +343,6 @@ fn grant_set(ctx: Ctx, names: &[*mut RedisModuleString], keys: &[KeyId], client:
     machine::finish::<Waiters>(ctx, b, Ok(reply), &stats::WAITS_GRANTED);
 }
 
-/// What the head's grant at `now` stores when it waits with `SESSION id`
-/// (none without): refused, before anything is written, when its session
-/// ended (or is unknown here) while it waited; it is then answered `ERR no
-/// such session …`, and the next one is tried.
-type HeldGrant = Option<(u128, (Vec<u8>, Option<i64>))>;
-
-fn held_by_session(key: &KeyId, now: i64) -> Result<HeldGrant, ArgError> {
-    let Some((id, token, max_hold)) =
-        book().0.head(key).and_then(|b| b.data.session.map(|id| (id, b.data.token, b.data.terms.max_hold)))
-    else {
-        return Ok(None);
-    };
-    Ok(Some((id, session::held_grant(id, bytes(token), now, max_hold)?)))
-}
-
 /// Takes the head for a grant at `now`: with what `grant(now, waiter)`
 /// makes of it (its lease end; a lock's value too) and, with FENCE, its
 /// fence, issued before the key changes so that an exhausted fence space
@@ -429,7 +422,16 @@ fn grant_holder(ctx: Ctx, name: *mut RedisModuleString, key: &KeyId, want: Want)
         drop(k);
         return answer_head(ctx, key, answer);
     }
-    let place = |now, w: &Waiter| grant_place(now, w.ttl, delay, w.terms.max_hold).ok();
+    // With SESSION id: refused (`ERR no such session`) once it ended.
+    let in_session = book().0.head(key).and_then(|b| b.data.session);
+    if let Some(e) = in_session.and_then(|id| session::alive(id, now).err()) {
+        drop(k);
+        return answer_head(ctx, key, Some(Err(Failure::Arg(e))));
+    }
+    let place = |now, w: &Waiter| match in_session {
+        Some(_) => held::holder_place(now, delay, w.terms.max_hold).ok(),
+        None => grant_place(now, w.ttl, delay, w.terms.max_hold).ok(),
+    };
     let (b, granted, fence) = match take_head(ctx, key, now, place) {
         Ok(head) => head,
         Err(step) => return step,
@@ -437,8 +439,12 @@ fn grant_holder(ctx: Ctx, name: *mut RedisModuleString, key: &KeyId, want: Want)
     let at = granted.at;
     let tag = tag_after_grant(summary.as_ref(), want, delay);
     let edit = Edit::Put { token: b.data.token, at, tag, hold: Hold::of(granted.hold_until) };
+    k.mark_session(in_session.map_or(Mark::Keep, |id| Mark::Set(held::short(id))));
     k.commit(summary.as_ref(), edit, counters.expired);
     drop(k);
+    if let Some(id) = in_session {
+        session::attach_holder(ctx, id, name, b.data.token);
+    }
     saw_expiry(key, Some(at).max(summary.as_ref().and_then(|s| s.last)));
     answer_grant(ctx, b, fence, stats::holder_grants(want));
     Step::Next

@@ -8,8 +8,10 @@ use redis_lock_rules::args::{
     check_key_and_token, check_lease_terms, check_utf8, parse_grant_options, parse_ttl, wait_deadline, Grammar,
 };
 use redis_lock_rules::election::{
-    check_value, elected, led_by, observe_ready, parse_observe_options, proclaimed, Proclaim,
+    check_value, elected, held_led_by, led_by, observe_ready, parse_observe_options, proclaimed, proclaimed_held,
+    Proclaim,
 };
+use redis_lock_rules::held;
 use redis_lock_rules::lease::{self as rules_lease, Terms};
 use redis_lock_rules::{lock, ArgError, Entry};
 
@@ -22,9 +24,10 @@ use crate::server::timings;
 use crate::store::fence;
 use crate::store::leadership::{leader_reply, read};
 use crate::store::lease;
-use crate::store::lock_key::NewValue;
+use crate::store::lock_key::{LockKey, NewValue};
+use crate::store::session;
 
-/// LOCK.ELECT key token ttl-ms value [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms]
+/// LOCK.ELECT key token ttl-ms value [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms] [SESSION id]
 pub fn elect(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, ttl, value, ref options @ ..] = argv else { return Err(Failure::Arity) };
     check_key_and_token(bytes(key), bytes(token))?;
@@ -34,9 +37,7 @@ pub fn elect(ctx: Ctx, argv: Argv) -> Outcome {
     // ACQUIRE's options; FENCE is implied (the term is the fence), so
     // naming it is refused rather than silently meaningless.
     let mut opts = parse_grant_options(Grammar::Acquire, options.iter().map(|&o| bytes(o)))?;
-    // SESSION is not taken here yet (docs/sessions.md): refused, never
-    // ignored.
-    if opts.fence || opts.session.is_some() {
+    if opts.fence {
         return Err(Failure::Arg(ArgError::Syntax));
     }
     opts.fence = true;
@@ -44,12 +45,27 @@ pub fn elect(ctx: Ctx, argv: Argv) -> Outcome {
     let terms = Terms::of(&opts);
     let now = ctx.now_ms();
     let grant = rules_lease::grant(now, ttl, terms)?;
+    // SESSION id: the session keeps the leadership (docs/sessions.md).
+    let held = match opts.session {
+        Some(id) => {
+            held::check_options(&opts)?;
+            Some((id, session::held_grant(id, bytes(token), now, opts.max_hold)?))
+        }
+        None => None,
+    };
     let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
     fence::check_space(ctx, opts.fence)?;
     eviction::refusal(ctx)?;
     let mut k = queue::open_behind_waiters(ctx, key, now);
     if lock::may_acquire(k.entry()) && !queue::reserved(ctx, key) {
         let term = fence::issue(ctx, now)?;
+        if let Some((id, (held_value, pxat))) = &held {
+            k.set_maybe_expiring(NewValue::Composed(&held::elected(held_value, term, value_str)), *pxat);
+            session::attach(ctx, *id, key);
+            timings::hold_started(ctx, key, timings::Family::Election, now);
+            stats::ELECTIONS.add();
+            return Ok(Reply::Int(fence::grant_value(ctx, Some(term))));
+        }
         let stored = if terms.stores_fields() {
             lease::elect_value(bytes(token), term, bytes(value), &grant)
         } else {
@@ -71,7 +87,7 @@ pub fn elect(ctx: Ctx, argv: Argv) -> Outcome {
             ctx,
             key,
             token,
-            queue::Request { claim, ttl, fence: true, deadline, terms, session: None },
+            queue::Request { claim, ttl, fence: true, deadline, terms, session: opts.session },
             holder,
         );
         return Ok(Reply::Blocked);
@@ -93,7 +109,14 @@ pub fn proclaim(ctx: Ctx, argv: Argv) -> Outcome {
     let stored = match k.entry() {
         Entry::Absent => None,
         Entry::OtherType => return Err(Failure::WrongType),
-        Entry::Str(v) => led_by(v, bytes(token)),
+        Entry::Str(v) => {
+            // A session's leader: its key's expiry (none, or its hold
+            // limit's) is kept.
+            if let Some(leads) = held_led_by(v, bytes(token)) {
+                return proclaim_held(ctx, k, leads, value);
+            }
+            led_by(v, bytes(token))
+        }
     };
     // The key's absolute expiry is kept; a hand-written election value
     // without one is no lease the module can keep.
@@ -115,6 +138,25 @@ pub fn proclaim(ctx: Ctx, argv: Argv) -> Outcome {
             Ok(Reply::Int(0))
         }
     }
+}
+
+/// LOCK.PROCLAIM on a session's leader, by its leader (`leads`) or not;
+/// the revision is issued only when it leads.
+fn proclaim_held(ctx: Ctx, mut k: LockKey, leads: bool, value: &str) -> Outcome {
+    let rev = if leads { fence::issue(ctx, ctx.now_ms())? } else { 0 };
+    let new = match k.entry() {
+        Entry::Str(v) if leads => proclaimed_held(v, value, rev),
+        _ => Proclaim::NotLeader,
+    };
+    let Proclaim::Store(new) = new else {
+        stats::REFUSALS.add();
+        return Ok(Reply::Int(0));
+    };
+    let at = k.expires_at();
+    k.set_maybe_expiring(NewValue::Composed(&new), at);
+    fence::replicate_floor(ctx, rev);
+    stats::PROCLAIMS.add();
+    Ok(Reply::Int(1))
 }
 
 /// LOCK.LEADER key

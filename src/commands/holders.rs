@@ -13,6 +13,7 @@ use redis_lock_rules::args::{
     check_holder_key_and_token, check_lease_terms, parse_grant_options, parse_ttl, wait_deadline, Grammar, GrantOptions,
 };
 use redis_lock_rules::encode::decimal;
+use redis_lock_rules::held::{self, SessionState};
 use redis_lock_rules::holders::{
     admit, check_tag, grant, held_off_by_delay, parse_info_options, parse_limit, parse_mode, place_end, refused_early,
     renew as renewal, tag_after_grant, Admit, Family, Kind, Renewal, Summary, Want,
@@ -27,9 +28,10 @@ use crate::boundary::reply::{Argv, Failure, Outcome, Reply, Value};
 use crate::server::counters::{holder_counters, holder_grants, FamilyCounters};
 use crate::server::{eviction, revoked};
 use crate::store::fence;
-use crate::store::holders_key::{count_scores, Edit, Hold, HoldersKey};
+use crate::store::holders_key::{count_scores, Edit, Hold, HoldersKey, Mark};
+use crate::store::session;
 
-/// SEM.ACQUIRE key token limit ttl-ms [FENCE] [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms]
+/// SEM.ACQUIRE key token limit ttl-ms [FENCE] [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms] [SESSION id]
 pub fn sem_acquire(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, limit, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
     check_holder_key_and_token(bytes(key), bytes(token))?;
@@ -55,7 +57,7 @@ pub fn sem_info(ctx: Ctx, argv: Argv) -> Outcome {
     info(ctx, Family::Semaphore, argv)
 }
 
-/// RWLOCK.ACQUIRE key token READ|WRITE ttl-ms [FENCE] [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms]
+/// RWLOCK.ACQUIRE key token READ|WRITE ttl-ms [FENCE] [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms] [SESSION id]
 pub fn rw_acquire(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, key, token, mode, ttl, ref options @ ..] = argv else { return Err(Failure::Arity) };
     check_holder_key_and_token(bytes(key), bytes(token))?;
@@ -97,6 +99,15 @@ fn acquire(
     check_tag(want, delay)?;
     check_lease_terms(&opts, ttl)?;
     let granted = grant(now, ttl, delay, opts.max_hold)?;
+    // SESSION id: the session keeps the place (docs/sessions.md); ttl-ms
+    // is checked as always, but the session, not it, decides how long.
+    let granted = match opts.session {
+        Some(id) => {
+            session::alive(id, now)?;
+            held::holder_place(now, delay, opts.max_hold)?
+        }
+        None => granted,
+    };
     let wait_until = opts.wait.map(|timeout| wait_deadline(now, timeout)).transpose()?;
     fence::check_space(ctx, opts.fence)?;
     eviction::refusal(ctx)?;
@@ -122,7 +133,13 @@ fn acquire(
             let fence = opts.fence.then(|| fence::issue(ctx, now)).transpose()?;
             let tag = tag_after_grant(summary.as_ref(), want, delay);
             let hold = Hold::of(granted.hold_until);
+            if let Some(id) = opts.session {
+                k.mark_session(Mark::Set(held::short(id)));
+            }
             k.commit(summary.as_ref(), Edit::Put { token, at: granted.at, tag, hold }, counters.expired);
+            if let Some(id) = opts.session {
+                session::attach_holder(ctx, id, key, token);
+            }
             holder_grants(want).add();
             return Ok(Reply::Int(fence::grant_value(ctx, fence)));
         }
@@ -142,7 +159,7 @@ fn acquire(
                     fence: opts.fence,
                     deadline,
                     terms: Terms::of(&opts),
-                    session: None,
+                    session: opts.session,
                 };
                 queue::block(ctx, key, token, request, next);
                 return Ok(Reply::Blocked);
@@ -215,6 +232,17 @@ fn renew(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     // A place in its lock-delay, or past its hold limit, is no longer its
     // holder's to renew. The key's delay follows the new lease end
     // (nothing is written on error).
+    // A session keeps its holders: a renewal by the holder changes nothing
+    // while its session lives, and is refused from its end on.
+    if let Some(short) = live.filter(|s| s.own.is_some()).and_then(|s| s.session) {
+        k.commit(summary.as_ref(), Edit::Keep, counters.expired);
+        if session_ended(short, now) {
+            counters.refusals.add();
+            return Ok(Reply::Int(0));
+        }
+        counters.renewals.add();
+        return Ok(Reply::Int(1));
+    }
     match live.map(|s| renewal(&s, now, ttl).map(|r| (s, r))).transpose()? {
         Some((live, Renewal::Renewed { at, capped })) => {
             k.commit(Some(&live), Edit::Put { token, at, tag: None, hold: Hold::Keep }, counters.expired);
@@ -245,7 +273,8 @@ fn release(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     let summary = k.scan(now, Some(token)).map_err(|_| Failure::WrongType)?;
     match live_of(family, summary)? {
         // A lease that ended keeps its place through the delay: not released.
-        Some(live) if live.own_lease(now).is_some() => {
+        // So does one whose session ended, even before its place is released.
+        Some(live) if live.own_lease(now).is_some() && !live.session.is_some_and(|s| session_ended(s, now)) => {
             if live.revoked {
                 // Released before its deadline: an ordinary release.
                 revoked::forget(ctx, key);
@@ -253,6 +282,9 @@ fn release(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
             let _quiet = queue::serving();
             k.commit(Some(&live), Edit::Remove { token }, counters.expired);
             drop(k);
+            if let Some(short) = live.session {
+                session::detach_holder(ctx, short, key, token);
+            }
             counters.releases.add();
             queue::grant_next(ctx, key);
             Ok(Reply::Int(1))
@@ -290,10 +322,24 @@ fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     };
     let hold_limits = k.hold_limits(&holders);
     let revoked = k.revoked_of(&holders);
+    // Session-held holders: their lease is their session's (its TTL left).
+    let sessions: Vec<(Vec<u8>, i64)> = if k.any_hold() {
+        let left = |token: &Vec<u8>| Some((token.clone(), session::ttl_left_of_short(k.session_of(token)?, now)));
+        holders.iter().filter_map(|(token, _)| left(token)).collect()
+    } else {
+        Vec::new()
+    };
     drop(k);
     // What is left of each lease: negative for a place in its lock-delay
     // (its lease ended that long ago; the place is free `lock-delay-ms` later).
-    let holders = holders.into_iter().map(|(token, end)| (token, end - tag.delay - now)).collect();
+    let holders = holders
+        .into_iter()
+        .map(|(token, end)| {
+            let held = sessions.iter().find(|(t, _)| *t == token).map(|&(_, left)| left);
+            let left = held.unwrap_or(end - tag.delay - now);
+            (token, left)
+        })
+        .collect();
     Ok(Reply::Fields(vec![
         (name, value),
         (c"holders", Value::Holders(holders)),
@@ -301,5 +347,12 @@ fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
         (c"lock-delay-ms", Value::Int(tag.delay)),
         (c"hold-until", Value::Holders(hold_limits)),
         (c"revoked", Value::Holders(revoked)),
+        (c"sessions", Value::Holders(sessions)),
     ]))
+}
+
+/// Whether the session of short id `short` has ended (a session this node
+/// does not know keeps its places, as a session-held lock's).
+fn session_ended(short: u64, now: i64) -> bool {
+    matches!(session::state_of_short(short, now).0, SessionState::Ended { .. })
 }

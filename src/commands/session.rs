@@ -94,7 +94,14 @@ pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
         None if info.deadline <= now => b"expired",
         None => b"alive",
     };
-    let holds = info.first.iter().map(|(db, key)| (key.to_vec(), i64::from(*db))).collect();
+    let holds = info
+        .first
+        .iter()
+        .map(|hold| {
+            let (db, key, _) = hold.split();
+            (key.to_vec(), i64::from(db))
+        })
+        .collect();
     Ok(Reply::Fields(vec![
         (c"id", Value::Bytes(session_id_text(id).into_bytes())),
         (c"state", Value::Bytes(state.to_vec())),
@@ -125,7 +132,7 @@ pub fn list(_ctx: Ctx, argv: Argv) -> Outcome {
     Ok(Reply::Strings(ids.into_iter().take(count).map(|id| session_id_text(id).into_bytes()).collect()))
 }
 
-/// SESSION.APPLY GRANT id ttl-ms lock-delay-ms deadline | END id at EXPIRED|REVOKED | FORGET id | ATTACH id key | DETACH id key
+/// SESSION.APPLY GRANT id ttl-ms lock-delay-ms deadline | END id at EXPIRED|REVOKED | FORGET id | ATTACH id key [token] | DETACH id key [token]
 ///
 /// Internal: what a master's session changed, as replicas and the AOF
 /// apply it (absolute times). Refused from clients.
@@ -147,8 +154,12 @@ pub fn apply(ctx: Ctx, argv: Argv) -> Outcome {
             Apply::End { id, at: int(*at)?, reason }
         }
         [] if op.eq_ignore_ascii_case(b"FORGET") => Apply::Forget { id },
-        [key] if op.eq_ignore_ascii_case(b"ATTACH") => Apply::Attach { id, key: bytes(*key) },
-        [key] if op.eq_ignore_ascii_case(b"DETACH") => Apply::Detach { id, key: bytes(*key) },
+        [key, token @ ..] if token.len() <= 1 && op.eq_ignore_ascii_case(b"ATTACH") => {
+            Apply::Attach { id, key: bytes(*key), token: token.first().map(|&t| bytes(t)) }
+        }
+        [key, token @ ..] if token.len() <= 1 && op.eq_ignore_ascii_case(b"DETACH") => {
+            Apply::Detach { id, key: bytes(*key), token: token.first().map(|&t| bytes(t)) }
+        }
         _ => return Err(ArgError::Syntax.into()),
     };
     session::apply(ctx, entry);

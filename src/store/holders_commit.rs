@@ -7,6 +7,7 @@
 use std::ffi::c_int;
 
 use redis_lock_rules::encode::decimal;
+use redis_lock_rules::held::{session_member, session_score};
 use redis_lock_rules::holders::{hold_member, hold_score, last_after, Last, Summary};
 use redis_lock_rules::revoke::{is_revoked_score, revoked_hold_score};
 use redis_module::raw::{self, RedisModuleString};
@@ -16,7 +17,7 @@ use crate::boundary::ctx::bytes;
 use crate::server::counters::{self as stats, Counter};
 use crate::server::timings::{self, Commit};
 use crate::server::{eviction, revoked};
-use crate::store::holders_key::{tag_member, Edit, Hold, HoldersKey};
+use crate::store::holders_key::{tag_member, Edit, Hold, HoldersKey, Mark};
 
 impl HoldersKey {
     /// Writes `edit` to the key `scan` summarized (`None`: absent), with
@@ -67,14 +68,17 @@ impl HoldersKey {
         }
         if self.holds > 0 {
             // A pruned place's hold limit goes with it (a revoked one's end
-            // is counted: the server ended it at its deadline).
+            // is counted: the server ended it at its deadline), and so
+            // does its session member.
             let holds: Vec<_> = removed.iter().filter_map(|&m| self.hold_member_of(bytes(m))).collect();
             let ended = holds.iter().filter(|&&m| self.score(m).is_some_and(is_revoked_score)).count();
             if ended > 0 {
                 stats::REVOKED_ENDS.add_n(ended as u64);
                 revoked::forget(ctx, self.name);
             }
+            let sessions: Vec<_> = removed.iter().filter_map(|&m| self.session_member_of(bytes(m))).collect();
             removed.extend(holds);
+            removed.extend(sessions);
         }
         let own_hold = summary.and_then(|s| s.hold);
         // A release, or a grant without MAXHOLD to a token that had one
@@ -85,6 +89,18 @@ impl HoldersKey {
         };
         if let Some(token) = clears.filter(|_| own_hold.is_some()) {
             removed.extend(self.hold_member_of(bytes(token)));
+        }
+        // The caller's session member: it leaves with its place, when its
+        // session ended, and when a grant finds one left over.
+        let mark = std::mem::take(&mut self.session);
+        let own_session = summary.and_then(|s| s.session);
+        let drops_session = match (edit, mark) {
+            (Edit::Remove { token }, _) | (Edit::Put { token, .. }, Mark::Clear) => Some(token),
+            (Edit::Put { token, .. }, Mark::Keep) if summary.is_some_and(|s| s.own.is_none()) => Some(token),
+            _ => None,
+        };
+        if let Some(token) = drops_session.filter(|_| own_session.is_some()) {
+            removed.extend(self.session_member_of(bytes(token)));
         }
         let owned = removed.len();
         if let Edit::Remove { token } = edit {
@@ -111,7 +127,13 @@ impl HoldersKey {
                 Hold::Revoked(d) => Some((revoked_hold_score(d), ctx.string(&hold_member(bytes(token))))),
                 _ => None,
             };
-            let hold_string = hold.map(|(_, m)| m);
+            let session = match mark {
+                Mark::Set(short) if own_session != Some(short) => {
+                    Some((session_score(short), ctx.string(&session_member(bytes(token)))))
+                }
+                _ => None,
+            };
+            let hold_string = hold.map(|(_, m)| m).into_iter().chain(session.map(|(_, m)| m));
             for (score, member) in tag
                 .map(|t| (t.score(), tag_member()))
                 .into_iter()
@@ -121,6 +143,7 @@ impl HoldersKey {
                     (own != Some(at)).then_some((at as f64, token)),
                 )
                 .chain(hold)
+                .chain(session)
             {
                 let score_str = if score.fract() == 0.0 {
                     ctx.string(decimal(score as i64, &mut digits))

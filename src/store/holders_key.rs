@@ -30,6 +30,7 @@ use std::ffi::c_int;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_lock_rules::encode::decimal;
+use redis_lock_rules::held::{session_from_score, session_member};
 use redis_lock_rules::holders::{
     hold_from_score, hold_member, Change, NotOurs, Summary, Tag, HOLD_FLOOR, PRUNE_BOUND, TAG,
 };
@@ -64,6 +65,21 @@ pub enum Hold {
     Clear,
     /// A revocation (`LOCK.REVOKE`): the limit becomes its deadline, marked.
     Revoked(i64),
+}
+
+/// What a commit does to the caller's session member
+/// (`redis_lock_rules::held::session_member`), set by
+/// [`HoldersKey::mark_session`] before it.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub enum Mark {
+    /// A renewal keeps it; a grant (its place was not live) drops any
+    /// left over; a release drops it.
+    #[default]
+    Keep,
+    /// A grant held by the session of this short id.
+    Set(u64),
+    /// Its session ended: the place stays (its lock-delay), unheld.
+    Clear,
 }
 
 impl Hold {
@@ -104,8 +120,11 @@ pub struct HoldersKey {
     pub(super) ended: Vec<*mut RedisModuleString>,
     /// Ended leases beyond those: left for later commands, but counted.
     pub(super) left: u64,
-    /// Hold-limit members the last scan counted (0: the key has none).
+    /// Hold-limit and session members the last scan counted (0: the key
+    /// has none).
     pub(super) holds: u64,
+    /// What the next commit does to the caller's session member.
+    pub(super) session: Mark,
 }
 
 /// `""`, created once (on the main thread) and never freed.
@@ -133,7 +152,7 @@ impl HoldersKey {
 
     pub(super) fn open_mode(ctx: Ctx, name: *mut RedisModuleString, mode: c_int) -> HoldersKey {
         let key = unsafe { rm!(RedisModule_OpenKey)(ctx.0, name, mode) };
-        HoldersKey { ctx, name, key, mode, now: 0, ended: Vec::new(), left: 0, holds: 0 }
+        HoldersKey { ctx, name, key, mode, now: 0, ended: Vec::new(), left: 0, holds: 0, session: Mark::Keep }
     }
 
     pub(super) fn key_type(&self) -> u32 {
@@ -185,8 +204,33 @@ impl HoldersKey {
         let own = token.and_then(|t| self.score(t)).filter(|&s| s >= now as f64).map(|s| s as i64);
         let hold = token.filter(|_| self.holds > 0).and_then(|t| self.hold_score(bytes(t)));
         let (hold, revoked) = (hold.and_then(hold_from_score), hold.is_some_and(is_revoked_score));
+        let session = token.filter(|_| self.holds > 0).and_then(|t| self.session_of(bytes(t)));
         let last = if live > 0 { self.edge_live(now, true) } else { None };
-        Ok(Some(Summary { kind: tag.kind, delay: tag.delay, live, own, last, hold, revoked }))
+        Ok(Some(Summary { kind: tag.kind, delay: tag.delay, live, own, last, hold, revoked, session }))
+    }
+
+    /// Sets what the next commit does to the caller's session member.
+    pub fn mark_session(&mut self, mark: Mark) {
+        self.session = mark;
+    }
+
+    /// The short id of the session holding `token`'s place, if its session
+    /// member is there (O(1)).
+    pub fn session_of(&self, token: &[u8]) -> Option<u64> {
+        let member = self.ctx.string(&session_member(token));
+        let score = self.score(member);
+        self.ctx.free(member);
+        score.and_then(session_from_score)
+    }
+
+    /// `token`'s session member, owned, if it is in the set.
+    pub(super) fn session_member_of(&self, token: &[u8]) -> Option<*mut RedisModuleString> {
+        let member = self.ctx.string(&session_member(token));
+        if self.score(member).is_some() {
+            return Some(member);
+        }
+        self.ctx.free(member);
+        None
     }
 
     /// Whether any member scores below [`HOLD_FLOOR`] (a hold limit): the

@@ -4,13 +4,15 @@
 //! (`crate::blocked::observers`) all read it.
 
 use redis_lock_rules::election::{leadership, seen_rev, Leadership};
-use redis_lock_rules::lease::{self as rules_lease, Settle};
+use redis_lock_rules::lease::{self as rules_lease, Settle, Shown};
 use redis_lock_rules::{revoke, value, Entry};
 use redis_module::raw::RedisModuleString;
 
 use crate::boundary::ctx::Ctx;
 use crate::boundary::reply::{Failure, Reply, Value};
+use crate::store::lease;
 use crate::store::lock_key::LockKey;
+use crate::store::session;
 
 /// A key's leadership and when its lease ends (Unix ms; none: no expiry):
 /// with LOCKDELAY, before the key's own expiry (`docs/lease.md`).
@@ -31,6 +33,14 @@ pub fn read(ctx: Ctx, name: *mut RedisModuleString) -> Result<Option<Led>, Failu
     let (leadership, expires_at, revoked) = match k.entry() {
         Entry::Absent => return Ok(None),
         Entry::OtherType => return Err(Failure::WrongType),
+        // A session's leader: while its session lives, until its deadline.
+        Entry::Str(value) if value.starts_with(value::HELD_PREFIX) => match lease::shown(value, pxat, ctx.now_ms()) {
+            Shown::Value { bytes: None, .. } => {
+                let deadline = value::parse_held(value).and_then(|h| session::deadline_of(&h.session));
+                (leadership(value), deadline.into_iter().chain(pxat).min(), None)
+            }
+            _ => return Ok(None),
+        },
         Entry::Str(value) if rules_lease::settle(value, pxat, ctx.now_ms()) != Settle::Keep => return Ok(None),
         Entry::Str(value) => (leadership(value), rules_lease::held_until(value, pxat), revoked(value)),
     };

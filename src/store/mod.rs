@@ -4,10 +4,12 @@
 //! (`holders_key`), several lock keys granted together (`lock_set`), the
 //! fence mark (`fence`), and who leads an election's key (`leadership`);
 //! the node's sessions (`session`: the table and its replication,
-//! `session_rdb`: their RDB aux data). It imports the server layer and the
+//! `hold_key`: one hold as the table keeps it, `session_rdb`: their RDB
+//! aux data). It imports the server layer and the
 //! boundary.
 
 pub mod fence;
+pub mod hold_key;
 pub mod holders_commit;
 pub mod holders_key;
 pub mod leadership;

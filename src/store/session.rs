@@ -20,8 +20,10 @@ use crate::boundary::ctx::{bytes, Ctx};
 use crate::server::counters as stats;
 use crate::server::events::{self, Changed, DbEvent};
 
-/// A held key: its database and name.
-pub type HoldKey = (c_int, Box<[u8]>);
+pub use crate::store::hold_key::HoldKey;
+
+/// The database bit of a holder's hold in the RDB (`crate::store::session_rdb`).
+pub const HOLDER: c_int = 1 << 30;
 
 static TABLE: LazyLock<Mutex<Sessions<HoldKey>>> = LazyLock::new(|| Mutex::new(Sessions::default()));
 
@@ -41,7 +43,8 @@ fn new_id() -> Id {
         let mut b = [0u8; 16];
         unsafe { rm!(RedisModule_GetRandomBytes)(b.as_mut_ptr(), b.len()) };
         let id = u128::from_le_bytes(b);
-        if id != 0 && !table().contains(id) {
+        // Its short id too: it names the session in holders' keys.
+        if id != 0 && !table().taken(id) {
             return id;
         }
     }
@@ -97,6 +100,44 @@ pub fn state(id: Id, now: i64) -> SessionState {
     table().state(id, now)
 }
 
+/// What this node knows of the session whose short id is `short` (a
+/// holder's session member), and its whole id.
+pub fn state_of_short(short: u64, now: i64) -> (SessionState, Option<Id>) {
+    let t = table();
+    match t.by_short(short) {
+        Some(id) => (t.state(id, now), Some(id)),
+        None => (SessionState::Unknown, None),
+    }
+}
+
+/// The deadline of the live session named by a stored value's `session`
+/// field (`None`: ended, or unknown here).
+pub fn deadline_of(session: &str) -> Option<i64> {
+    let id = redis_lock_rules::args::parse_session_id(session.as_bytes()).ok()?;
+    let t = table();
+    t.info(id, 0).filter(|i| i.ended.is_none()).map(|i| i.deadline)
+}
+
+/// The TTL left at `now` (ms, 0 once ended) of the session whose short id
+/// is `short`; -1 for a session this node does not know.
+pub fn ttl_left_of_short(short: u64, now: i64) -> i64 {
+    let t = table();
+    let Some(info) = t.by_short(short).and_then(|id| t.info(id, 0)) else { return -1 };
+    if info.ended.is_some() {
+        return 0;
+    }
+    (info.deadline - now).max(0)
+}
+
+/// What a holder's grant at `now` in session `id` needs: its session alive
+/// here (else the error, before the key is opened).
+pub fn alive(id: Id, now: i64) -> Result<(), ArgError> {
+    match state(id, now) {
+        SessionState::Alive { .. } => Ok(()),
+        _ => Err(ArgError::SessionUnknown),
+    }
+}
+
 /// The session named by a stored value's `session` field.
 pub fn state_of(session: &str, now: i64) -> SessionState {
     match redis_lock_rules::args::parse_session_id(session.as_bytes()) {
@@ -118,15 +159,55 @@ pub fn held_grant(id: Id, token: &[u8], now: i64, max_hold: Option<i64>) -> Resu
 /// Notes that `id` now holds `name` (in the context's database), and
 /// tells replicas and the AOF, next to the key's own effect.
 pub fn attach(ctx: Ctx, id: Id, name: *mut RedisModuleString) {
-    if table().attach(id, (ctx.db(), bytes(name).into())) {
+    if table().attach(id, HoldKey::new(ctx.db(), bytes(name), None)) {
         replicate_hold(ctx, c"ATTACH", id, name);
+    }
+}
+
+/// Notes that `id` now holds `token`'s place among `name`'s holders, and
+/// tells replicas and the AOF, after the key's own effect.
+pub fn attach_holder(ctx: Ctx, id: Id, name: *mut RedisModuleString, token: *mut RedisModuleString) {
+    if table().attach(id, HoldKey::new(ctx.db(), bytes(name), Some(bytes(token)))) {
+        replicate_holder(ctx, c"ATTACH", id, name, token);
+    }
+}
+
+/// Notes that the session of short id `short` no longer holds `token`'s
+/// place among `name`'s holders (released by its holder).
+pub fn detach_holder(ctx: Ctx, short: u64, name: *mut RedisModuleString, token: *mut RedisModuleString) {
+    let mut t = table();
+    let Some(id) = t.by_short(short) else { return };
+    t.detach(id, &HoldKey::new(ctx.db(), bytes(name), Some(bytes(token))));
+    drop(t);
+    replicate_holder(ctx, c"DETACH", id, name, token);
+}
+
+fn replicate_holder(
+    ctx: Ctx,
+    op: &std::ffi::CStr,
+    id: Id,
+    name: *mut RedisModuleString,
+    token: *mut RedisModuleString,
+) {
+    let id = session_id_text(id);
+    unsafe {
+        rm!(RedisModule_Replicate)(
+            ctx.0,
+            c"SESSION.APPLY".as_ptr(),
+            c"cbss".as_ptr(),
+            op.as_ptr(),
+            id.as_ptr(),
+            id.len(),
+            name,
+            token,
+        );
     }
 }
 
 /// Notes that `session` no longer holds `name` (released by its holder).
 pub fn detach(ctx: Ctx, session: &str, name: *mut RedisModuleString) {
     let Ok(id) = redis_lock_rules::args::parse_session_id(session.as_bytes()) else { return };
-    table().detach(id, &(ctx.db(), bytes(name).into()));
+    table().detach(id, &HoldKey::new(ctx.db(), bytes(name), None));
     replicate_hold(ctx, c"DETACH", id, name);
 }
 
@@ -209,11 +290,31 @@ fn replicate_hold(ctx: Ctx, op: &std::ffi::CStr, id: Id, name: *mut RedisModuleS
 
 /// One `SESSION.APPLY` entry, from the master's stream or the AOF.
 pub enum Apply<'a> {
-    Grant { id: Id, ttl: i64, lock_delay: i64, deadline: i64 },
-    End { id: Id, at: i64, reason: Reason },
-    Forget { id: Id },
-    Attach { id: Id, key: &'a [u8] },
-    Detach { id: Id, key: &'a [u8] },
+    Grant {
+        id: Id,
+        ttl: i64,
+        lock_delay: i64,
+        deadline: i64,
+    },
+    End {
+        id: Id,
+        at: i64,
+        reason: Reason,
+    },
+    Forget {
+        id: Id,
+    },
+    /// `token`: a holder's hold (`ATTACH id key token`).
+    Attach {
+        id: Id,
+        key: &'a [u8],
+        token: Option<&'a [u8]>,
+    },
+    Detach {
+        id: Id,
+        key: &'a [u8],
+        token: Option<&'a [u8]>,
+    },
 }
 
 /// Applies what the master decided (in the context's database).
@@ -228,10 +329,10 @@ pub fn apply(ctx: Ctx, entry: Apply) {
             t.end(id, at, reason);
         }
         Apply::Forget { id } => t.forget(id),
-        Apply::Attach { id, key } => {
-            t.attach(id, (ctx.db(), key.into()));
+        Apply::Attach { id, key, token } => {
+            t.attach(id, HoldKey::new(ctx.db(), key, token));
         }
-        Apply::Detach { id, key } => t.detach(id, &(ctx.db(), key.into())),
+        Apply::Detach { id, key, token } => t.detach(id, &HoldKey::new(ctx.db(), key, token)),
     }
     counted(&t);
 }

@@ -6,7 +6,9 @@
 //! Format (encoding version 0): the count, then per session its id (two
 //! unsigned halves), TTL, lock-delay, absolute deadline, how it ended (0:
 //! alive, 1: expired, 2: revoked) and when, and its holds (count, then
-//! database and key name each).
+//! database and key name each; a semaphore's or read-write lock's holder:
+//! its database with bit 30 set, and its key name, token and the token's
+//! length as 4 little-endian bytes).
 
 use std::collections::BTreeSet;
 use std::ffi::c_int;
@@ -18,7 +20,7 @@ use redis_module::raw::{self, RedisModuleIO};
 use crate::boundary::aux::aux_only;
 use crate::boundary::ctx::Ctx;
 use crate::server::events;
-use crate::store::session::{counted, table, HoldKey};
+use crate::store::session::{counted, table, HoldKey, HOLDER};
 
 unsafe extern "C" fn aux_save(rdb: *mut RedisModuleIO, _when: c_int) {
     let t = table();
@@ -28,7 +30,7 @@ unsafe extern "C" fn aux_save(rdb: *mut RedisModuleIO, _when: c_int) {
         raw::save_unsigned(rdb, id as u64);
         raw::save_signed(rdb, s.ttl);
         raw::save_signed(rdb, s.lock_delay);
-        raw::save_signed(rdb, t.deadline(s));
+        raw::save_signed(rdb, s.deadline);
         let (how, at) = match s.ended {
             None => (0, 0),
             Some(Ended { at, reason: Reason::Expired }) => (1, at),
@@ -37,9 +39,21 @@ unsafe extern "C" fn aux_save(rdb: *mut RedisModuleIO, _when: c_int) {
         raw::save_unsigned(rdb, how);
         raw::save_signed(rdb, at);
         raw::save_unsigned(rdb, s.holds.len() as u64);
-        for (db, key) in &s.holds {
-            raw::save_signed(rdb, i64::from(*db));
-            raw::save_slice(rdb, key);
+        for hold in s.holds {
+            // A holder's: its database with HOLDER set, and its key name,
+            // token and token length (4 bytes, little-endian).
+            let (db, name, token) = hold.split();
+            match token {
+                None => {
+                    raw::save_signed(rdb, i64::from(db));
+                    raw::save_slice(rdb, name);
+                }
+                Some(token) => {
+                    raw::save_signed(rdb, i64::from(db | HOLDER));
+                    let len = (token.len() as u32).to_le_bytes();
+                    raw::save_slice(rdb, &[name, token, &len].concat());
+                }
+            }
         }
     }
 }
@@ -86,12 +100,23 @@ fn load(rdb: *mut RedisModuleIO) -> Result<(), redis_module::error::Error> {
         for _ in 0..raw::load_unsigned(rdb)? {
             let db = raw::load_signed(rdb)? as c_int;
             let key = raw::load_string_buffer(rdb)?;
-            holds.insert((db, key.as_ref().into()));
+            holds.insert(loaded_hold(db, key.as_ref()));
         }
-        t.restore(id, Session { ttl, lock_delay, deadline, ended, holds });
+        t.restore(id, Session { id, ttl, lock_delay, deadline, ended, holds });
     }
     counted(&t);
     Ok(())
+}
+
+/// A hold as saved: see `aux_save`.
+fn loaded_hold(db: c_int, b: &[u8]) -> HoldKey {
+    if db & HOLDER == 0 || b.len() < 4 {
+        return HoldKey::new(db, b, None);
+    }
+    let (rest, len) = b.split_at(b.len() - 4);
+    let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+    let (name, token) = rest.split_at(rest.len().saturating_sub(len));
+    HoldKey::new(db & !HOLDER, name, Some(token))
 }
 
 /// A data type with no keys, only aux data: the RDB home of the sessions.
