@@ -395,7 +395,16 @@ class Server:
 
     def cg_stop(self, keep_as: Optional[str] = None, own: Optional[list] = None) -> int:
         """Dumps the counters, switches instrumentation off, returns total Ir.
-        With `own` (a list), appends the module's own Ir to it (module_own_cost)."""
+        With `own` (a list), appends the module's own Ir to it (module_own_cost).
+        With REDIS_LOCK_BENCH_IR=module in the environment, the total returned
+        is the module's own Ir instead: every bench built on this class then
+        compares module builds without the server's share (the command
+        table's hash layout, event-loop listeners), e.g. two commits'
+        holders_scale.py tables."""
+        if own is None and os.environ.get("REDIS_LOCK_BENCH_IR") == "module" and self.module:
+            mine: list = []
+            self.cg_stop(keep_as, own=mine)
+            return sum(mine)
         before = set(glob.glob(os.path.join(self.dir, "callgrind.out.*")))
         self._cg("-d")
         self._cg("-i", "off")

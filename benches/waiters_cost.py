@@ -77,6 +77,9 @@ def measure(server: sc.Server, payload: bytes, count: int, expect) -> int:
     bad = [r for r in replies if not ok(r)]
     if bad:
         raise SystemExit(f"unexpected replies: {bad[:3]}")
+    if sc.os.environ.get("REDIS_LOCK_BENCH_IR") == "module" and server.module:
+        # The module's own share (server_cost.module_own_cost), to compare two module builds.
+        return sc.module_own_cost(str(profile), sc.os.path.basename(server.module)) // count
     return process_command_ir(profile) // count
 
 
