@@ -30,7 +30,7 @@ use redis_module::{redis_module, Context, RedisString, Status};
 use blocked::{machine, observers::Observers, queue, waiters::Waiters};
 use boundary::api::{self, rm};
 use server::events::{self, Also, Listener};
-use server::{cluster_fence, config, eviction, info, migration, revoked, timings};
+use server::{cluster_fence, config, counters, eviction, info, migration, revoked, timings};
 use store::fence::FENCE_TYPE;
 use store::session_rdb::SESSION_TYPE;
 
@@ -42,17 +42,38 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // Who hears the server's events, in this order (each subscription is
     // taken when a listener first needs it).
     events::listen(vec![
-        Listener { also: Also::Zset, on_key: Some(queue::on_key_event), on_db: machine::on_db_event::<Waiters> },
+        Listener {
+            also: Also::Zset,
+            on_key: Some(queue::on_key_event),
+            gate: Some(&counters::WAITING),
+            on_db: machine::on_db_event::<Waiters>,
+        },
         Listener {
             also: Also::String,
             on_key: Some(machine::on_key_event::<Observers>),
+            gate: Some(&counters::OBSERVING),
             on_db: machine::on_db_event::<Observers>,
         },
-        Listener { also: Also::Nothing, on_key: Some(timings::on_key_event), on_db: timings::on_db_event },
-        Listener { also: Also::EvictedOnly, on_key: Some(eviction::on_key_event), on_db: eviction::on_db_event },
-        Listener { also: Also::Nothing, on_key: None, on_db: store::fence::on_db_event },
-        Listener { also: Also::Nothing, on_key: Some(revoked::on_key_event), on_db: revoked::on_db_event },
-        Listener { also: Also::Nothing, on_key: None, on_db: store::session::on_db_event },
+        Listener {
+            also: Also::Nothing,
+            on_key: Some(timings::on_key_event),
+            gate: Some(&timings::TRACKED),
+            on_db: timings::on_db_event,
+        },
+        Listener {
+            also: Also::EvictedOnly,
+            on_key: Some(eviction::on_key_event),
+            gate: None,
+            on_db: eviction::on_db_event,
+        },
+        Listener { also: Also::Nothing, on_key: None, gate: None, on_db: store::fence::on_db_event },
+        Listener {
+            also: Also::Nothing,
+            on_key: Some(revoked::on_key_event),
+            gate: Some(&revoked::COUNT),
+            on_db: revoked::on_db_event,
+        },
+        Listener { also: Also::Nothing, on_key: None, gate: None, on_db: store::session::on_db_event },
     ]);
     // Sessions: their timer runs from now on (once a second while there is
     // nothing to do); the first session subscribes to the database events

@@ -25,7 +25,7 @@
 //! check.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use redis_lock_rules::cluster::{key_slot, slot_state};
@@ -149,6 +149,10 @@ pub struct Listener {
     pub also: Also,
     /// None: it reads no key event.
     pub on_key: Option<fn(Ctx, &KeyEvent)>,
+    /// A counter that is 0 while the listener has nothing to look for in
+    /// a key event (no waiter, no timed hold…): the event is then not
+    /// handed to it, a load instead of a call. None: always called.
+    pub gate: Option<&'static AtomicU64>,
     pub on_db: fn(Ctx, &DbEvent),
 }
 
@@ -160,15 +164,46 @@ pub fn dispatch_db(ctx: Ctx, ev: &DbEvent) {
     }
 }
 
-static LISTENERS: OnceLock<Vec<Listener>> = OnceLock::new();
+type KeyFn = (fn(Ctx, &KeyEvent), Option<&'static AtomicU64>);
+
+/// The listeners, and for each class of key event the key-event functions
+/// that read it, in the listeners' order: a key event (several per write
+/// while anyone waits) calls only those, with no test per listener.
+struct Registered {
+    all: Vec<Listener>,
+    core: Vec<KeyFn>,
+    zset: Vec<KeyFn>,
+    string: Vec<KeyFn>,
+    evicted: Vec<KeyFn>,
+}
+
+static LISTENERS: OnceLock<Registered> = OnceLock::new();
 
 /// Registers the listeners, in the order they are called. Once, at load.
-pub fn listen(listeners: Vec<Listener>) {
-    let _ = LISTENERS.set(listeners);
+pub fn listen(all: Vec<Listener>) {
+    let reading = |f: &dyn Fn(Also) -> bool| -> Vec<KeyFn> {
+        all.iter().filter(|l| f(l.also)).filter_map(|l| Some((l.on_key?, l.gate))).collect()
+    };
+    let core = reading(&|a| a != Also::EvictedOnly);
+    let zset = reading(&|a| a == Also::Zset);
+    let string = reading(&|a| a == Also::String);
+    let evicted = reading(&|a| a == Also::EvictedOnly);
+    let _ = LISTENERS.set(Registered { all, core, zset, string, evicted });
 }
 
 fn listeners() -> &'static [Listener] {
-    LISTENERS.get().map_or(&[], Vec::as_slice)
+    LISTENERS.get().map_or(&[], |r| r.all.as_slice())
+}
+
+/// The key-event functions that read events of `only` (none: [`CORE`]).
+fn key_listeners(only: Option<Also>) -> &'static [KeyFn] {
+    let Some(r) = LISTENERS.get() else { return &[] };
+    match only {
+        None | Some(Also::Nothing) => &r.core,
+        Some(Also::Zset) => &r.zset,
+        Some(Also::String) => &r.string,
+        Some(Also::EvictedOnly) => &r.evicted,
+    }
 }
 
 static DB_TAKEN: AtomicBool = AtomicBool::new(false);
@@ -242,14 +277,10 @@ unsafe fn dispatch(
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let name = if event.is_null() { &b""[..] } else { CStr::from_ptr(event).to_bytes() };
         let ev = KeyEvent { class, name, key };
-        for l in listeners() {
-            let reads = match only {
-                Some(a) => a == l.also,
-                None => l.also != Also::EvictedOnly,
-            };
-            match l.on_key {
-                Some(on_key) if reads => on_key(Ctx(ctx), &ev),
-                _ => {}
+        for &(on_key, gate) in key_listeners(only) {
+            match gate {
+                Some(g) if g.load(Ordering::Relaxed) == 0 => {}
+                _ => on_key(Ctx(ctx), &ev),
             }
         }
     }));

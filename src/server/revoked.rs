@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use redis_module::raw::RedisModuleString;
@@ -24,14 +24,16 @@ use crate::server::events::{self, Also, DbEvent, KeyEvent};
 type Key = (c_int, Vec<u8>);
 
 static PENDING: LazyLock<Mutex<HashMap<Key, i64>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
-static COUNT: AtomicUsize = AtomicUsize::new(0);
+/// How many notes are kept: the key-event listener's gate (0: it has
+/// nothing to look for).
+pub static COUNT: AtomicU64 = AtomicU64::new(0);
 
 fn pending() -> MutexGuard<'static, HashMap<Key, i64>> {
     PENDING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn publish(p: &HashMap<Key, i64>) {
-    COUNT.store(p.len(), Ordering::Relaxed);
+    COUNT.store(p.len() as u64, Ordering::Relaxed);
 }
 
 /// `name` (in the context's database) holds a hold revoked until

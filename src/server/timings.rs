@@ -139,7 +139,7 @@ impl Default for Timings {
 }
 
 /// Tells `INFO lock` readers nothing was tracked, without taking the lock.
-static TRACKED: AtomicU64 = AtomicU64::new(0);
+pub static TRACKED: AtomicU64 = AtomicU64::new(0);
 
 /// Statics are touched on the main thread only; the mutex is uncontended.
 static STATE: LazyLock<Mutex<Timings>> = LazyLock::new(|| Mutex::new(Timings::default()));
