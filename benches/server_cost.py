@@ -203,7 +203,8 @@ def free_port() -> int:
 # A server's dict hash seed comes from /dev/urandom at start; with another
 # seed, other command names and keys share hash buckets, and a case's cost
 # moved by 100-450 Ir between two runs of the same module. Under callgrind
-# the server reads a fixed seed instead, through this LD_PRELOAD shim (a
+# the server reads a fixed seed instead (and rand()/random() start from a
+# fixed seed: a sorted set's skiplist levels), through this LD_PRELOAD shim (a
 # dynamically linked server; a static one ignores it and runs as before).
 # With it, and with serverCron left out, two runs of one module agree within
 # ~20 Ir an operation.
@@ -224,6 +225,10 @@ FILE *fopen64(const char *path, const char *mode) {
     FILE *f = fixed(path);
     return f ? f : ((FILE *(*)(const char *, const char *))dlsym(RTLD_NEXT, "fopen64"))(path, mode);
 }
+/* The server seeds rand() and random() with time ^ pid: a sorted set's
+ * skiplist levels (random()) then differ between runs. */
+void srand(unsigned seed) { (void)seed; ((void (*)(unsigned))dlsym(RTLD_NEXT, "srand"))(1); }
+void srandom(unsigned seed) { (void)seed; ((void (*)(unsigned))dlsym(RTLD_NEXT, "srandom"))(1); }
 """
 
 
@@ -273,7 +278,7 @@ def cron_cost(profile: str) -> int:
 
 def fixed_seed_env() -> dict:
     """The environment of a server under callgrind: LD_PRELOAD of the seed shim, compiled once into target/."""
-    out = ROOT / "target" / "bench-seed" / "seed.so"
+    out = ROOT / "target" / "bench-seed" / f"seed-{hashlib.sha1(SEED_SHIM.encode()).hexdigest()[:8]}.so"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         src = out.with_suffix(".c")
