@@ -25,9 +25,11 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use tokio::sync::Notify;
 
+use crate::attach::SessionLease;
 use crate::error::{Error, Result};
 use crate::options::WatchdogOptions;
 use crate::runtime;
+use crate::session::{self, SessionCalls, Sessions};
 use crate::state::{Shared, Status};
 use crate::watchdog::{self, Outcome, Schedule};
 
@@ -52,7 +54,7 @@ pub(crate) struct Due {
 pub(crate) type Renewed = (Instant, Result<bool>);
 
 /// How a kind of client sends many renewals and releases at once.
-pub(crate) trait Renewer: Send + Sync + 'static {
+pub(crate) trait Renewer: SessionCalls {
     /// Renews every lock of `due`; answers in the same order.
     fn renew_all(self: Arc<Self>, due: Vec<Due>, batch: usize) -> BoxFuture<'static, Vec<Renewed>>;
 
@@ -106,6 +108,8 @@ impl Drop for EngineSlot {
 /// One client's renewal engine.
 pub(crate) struct Engine {
     state: Mutex<State>,
+    /// The client's sessions, and the locks they hold.
+    sessions: Arc<Sessions>,
     renew_wake: Notify,
     release_wake: Notify,
     batch: usize,
@@ -116,13 +120,26 @@ impl Engine {
     pub(crate) fn start(renewer: Weak<dyn Renewer>, batch: usize) -> Result<Arc<Engine>> {
         let engine = Arc::new(Engine {
             state: Mutex::default(),
+            sessions: Arc::default(),
             renew_wake: Notify::new(),
             release_wake: Notify::new(),
             batch: batch.max(1),
         });
-        runtime::spawn(renewals(engine.clone(), renewer))?;
+        runtime::spawn(renewals(engine.clone(), renewer.clone()))?;
         runtime::spawn(releases(engine.clone()))?;
+        runtime::spawn(session::keepalives(engine.sessions.clone(), renewer))?;
         Ok(engine)
+    }
+
+    /// The client's sessions.
+    pub(crate) fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    /// Keeps `shared` (just granted on `session`) alive with its session
+    /// instead of renewing it on its own.
+    pub(crate) fn attach(&self, session: &Arc<SessionLease>, shared: Arc<Shared>) {
+        self.sessions.attach(session, shared);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -165,6 +182,7 @@ impl Engine {
 
     /// Stops both tasks (the client is gone); queued releases still go out.
     pub(crate) fn close(&self) {
+        self.sessions.close();
         self.lock().closed = true;
         self.renew_wake.notify_one();
         self.release_wake.notify_one();
@@ -335,7 +353,13 @@ mod tests {
 
     #[test]
     fn due_renewals_are_taken_with_their_early_window() {
-        let e = Engine { state: Mutex::default(), renew_wake: Notify::new(), release_wake: Notify::new(), batch: 100 };
+        let e = Engine {
+            state: Mutex::default(),
+            sessions: Arc::default(),
+            renew_wake: Notify::new(),
+            release_wake: Notify::new(),
+            batch: 100,
+        };
         let now = Instant::now();
         let ttl = Duration::from_millis(3000); // early window: 100 ms
         let add = |at: Instant| {

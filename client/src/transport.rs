@@ -20,6 +20,7 @@ use crate::info::{HoldersInfo, LockInfo};
 use crate::options::ClientOptions;
 use crate::revocation::{deadline_of, reason_of};
 use crate::send::BackendCell;
+use crate::session::SessionCalls;
 use crate::state::Shared;
 use crate::wait::Waited;
 
@@ -79,6 +80,15 @@ pub(crate) trait Transport: Send + Sync + 'static {
     fn call<'a>(&'a self, key: &'a str, cmd: &'a redis::Cmd) -> BoxFuture<'a, Result<redis::Value>>;
 
     fn is_cluster(&self) -> bool;
+
+    /// The node that serves `key`, as sessions name it (`host:port`);
+    /// `None` when no session can hold it there (a server known to lack
+    /// the module, a given sync connection).
+    fn node_of<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<String>>;
+
+    /// A session command on `node` (one [`Transport::node_of`] named), its
+    /// reply as the server sent it, error replies as [`Error::Redis`].
+    fn node_call<'a>(&'a self, node: &'a str, cmd: &'a redis::Cmd) -> BoxFuture<'a, Result<redis::Value>>;
 
     /// The server of `key` as traces name it (`host:port`), from what is
     /// known already: never a round trip.
@@ -167,6 +177,22 @@ impl Renewer for Core {
             let cmds = locks.iter().filter_map(|l| LockCmd::release_of(l.kind, &l.key, &l.token).ok()).collect();
             self.transport.clone().run_batch(cmds, batch).await;
         })
+    }
+}
+
+/// Sessions on the client's one server, or on each master of its cluster.
+impl SessionCalls for Core {
+    fn session_node(self: Arc<Self>, key: String) -> BoxFuture<'static, Option<String>> {
+        Box::pin(async move {
+            if !self.opts.sessions {
+                return None;
+            }
+            self.transport.node_of(&key).await
+        })
+    }
+
+    fn session_call(self: Arc<Self>, node: String, cmd: redis::Cmd) -> BoxFuture<'static, Result<redis::Value>> {
+        Box::pin(async move { bounded(&self.opts, self.transport.node_call(&node, &cmd)).await })
     }
 }
 
