@@ -92,8 +92,13 @@ impl EngineSlot {
     /// the engine holds weakly); `None` if the background runtime cannot
     /// start: then watchdog locks are not renewed, and report their loss
     /// when their TTL runs out.
-    pub(crate) fn get(&self, owner: impl FnOnce() -> Arc<dyn Renewer>, batch: usize) -> Option<&Arc<Engine>> {
-        self.0.get_or_init(|| Engine::start(Arc::downgrade(&owner()), batch).ok()).as_ref()
+    pub(crate) fn get(
+        &self,
+        owner: impl FnOnce() -> Arc<dyn Renewer>,
+        batch: usize,
+        checks: u32,
+    ) -> Option<&Arc<Engine>> {
+        self.0.get_or_init(|| Engine::start(Arc::downgrade(&owner()), batch, checks).ok()).as_ref()
     }
 }
 
@@ -113,17 +118,21 @@ pub(crate) struct Engine {
     renew_wake: Notify,
     release_wake: Notify,
     batch: usize,
+    /// Session-held locks checked one by one per second, at most
+    /// (`ClientOptions::session_checks`).
+    checks: u32,
 }
 
 impl Engine {
     /// Starts the engine of `renewer` on the background runtime.
-    pub(crate) fn start(renewer: Weak<dyn Renewer>, batch: usize) -> Result<Arc<Engine>> {
+    pub(crate) fn start(renewer: Weak<dyn Renewer>, batch: usize, checks: u32) -> Result<Arc<Engine>> {
         let engine = Arc::new(Engine {
             state: Mutex::default(),
             sessions: Arc::default(),
             renew_wake: Notify::new(),
             release_wake: Notify::new(),
             batch: batch.max(1),
+            checks,
         });
         runtime::spawn(renewals(engine.clone(), renewer.clone()))?;
         runtime::spawn(releases(engine.clone()))?;
@@ -147,10 +156,17 @@ impl Engine {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts renewing `shared` (just acquired) on its schedule.
+    /// Starts renewing `shared` (just acquired) on its schedule; a lock
+    /// held by a session is checked instead, on a schedule stretched to
+    /// the engine's checks a second (see [`Engine::check_spacing`]).
     pub(crate) fn add(&self, shared: Arc<Shared>, opts: &WatchdogOptions, fence: Option<u64>) {
-        let schedule = Schedule::new(opts, Instant::now());
-        let at = schedule.first(shared.ttl());
+        let now = Instant::now();
+        let schedule = Schedule::new(opts, now);
+        let mut at = schedule.first(shared.ttl());
+        if shared.session().is_some() {
+            let Some(spacing) = self.check_spacing() else { return };
+            at = at.max(now + spacing);
+        }
         let mut st = self.lock();
         let id = st.next_id;
         st.next_id += 1;
@@ -161,6 +177,13 @@ impl Engine {
             // Stored as a permit if the task is not asleep yet.
             self.renew_wake.notify_one();
         }
+    }
+
+    /// How long a session-held lock waits between its checks, beyond its
+    /// TTL/3: long enough that all of them together make at most
+    /// `checks` a second. `None`: no checks.
+    fn check_spacing(&self) -> Option<Duration> {
+        (self.checks > 0).then(|| Duration::from_secs_f64(self.sessions.held() as f64 / f64::from(self.checks)))
     }
 
     /// Queues the release of a dropped lock. False when the queue is full
@@ -276,6 +299,13 @@ async fn renewals(engine: Arc<Engine>, renewer: Weak<dyn Renewer>) {
             let (sent, r) =
                 results.next().unwrap_or_else(|| (now, Err(Error::InvalidArgument("no renewal answer".into()))));
             if let Outcome::Next(at) = e.schedule.after(&e.shared, sent, ttl, r, now) {
+                // A session's lock: checked again no sooner than its share
+                // of the engine's checks allows.
+                let at = match e.shared.session().map(|_| engine.check_spacing()) {
+                    Some(Some(spacing)) => at.max(now + spacing),
+                    Some(None) => continue,
+                    None => at,
+                };
                 again.push((e, at));
             }
         }
@@ -359,6 +389,7 @@ mod tests {
             renew_wake: Notify::new(),
             release_wake: Notify::new(),
             batch: 100,
+            checks: 0,
         };
         let now = Instant::now();
         let ttl = Duration::from_millis(3000); // early window: 100 ms

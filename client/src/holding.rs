@@ -65,11 +65,12 @@ impl<H: Holder> Holding<H> {
     pub(crate) fn new(holder: Arc<H>, shared: Shared, opts: &LockOptions, flavor: Flavor, fence: Option<u64>) -> Self {
         let shared = Arc::new(shared);
         if let (Some(w), Some(engine)) = (&opts.watchdog, opts.watchdog.as_ref().and_then(|_| holder.engine())) {
-            // A session's lock is kept by its session's keepalives.
-            match shared.session() {
-                Some(s) => engine.attach(&s, shared.clone()),
-                None => engine.add(shared.clone(), w, fence),
+            // A session's lock is kept by its session's keepalives, and
+            // only checked on its own (see `Engine::add`).
+            if let Some(s) = shared.session() {
+                engine.attach(&s, shared.clone());
             }
+            engine.add(shared.clone(), w, fence);
         }
         // Without an engine there are no renewals; the state still turns
         // Lost(Expired) at the end of the validity, so the loss is not silent.

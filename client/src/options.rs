@@ -6,6 +6,9 @@ use std::time::Duration;
 /// `lockWatchdogBatchSize`.
 pub(crate) const DEFAULT_WATCHDOG_BATCH: usize = 100;
 
+/// The default of [`ClientOptions::session_checks`].
+pub(crate) const DEFAULT_SESSION_CHECKS: u32 = 2;
+
 /// Connection-level options of a [`LockClient`](crate::LockClient).
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
@@ -14,6 +17,7 @@ pub struct ClientOptions {
     pub(crate) watchdog_batch: usize,
     pub(crate) sessions: bool,
     pub(crate) session_ttl: Option<Duration>,
+    pub(crate) session_checks: u32,
 }
 
 impl Default for ClientOptions {
@@ -24,6 +28,7 @@ impl Default for ClientOptions {
             watchdog_batch: DEFAULT_WATCHDOG_BATCH,
             sessions: true,
             session_ttl: None,
+            session_checks: DEFAULT_SESSION_CHECKS,
         }
     }
 }
@@ -91,6 +96,23 @@ impl ClientOptions {
     /// would). 0 counts as 1 ms.
     pub fn session_ttl(mut self, ttl: Duration) -> Self {
         self.session_ttl = Some(ttl.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// How many session-held locks the renewal engine checks one by one
+    /// each second, at most (all of the client's nodes together): a
+    /// `LOCK.RENEW`, which changes nothing on a session's lock but answers
+    /// that it was deleted behind its holder's back (`DEL`, `FLUSHDB`, an
+    /// eviction, a release by its token elsewhere) or revoked, each lock
+    /// at most once per TTL/3. So a client holding a few locks hears of
+    /// such a loss as fast as without a session ([`LossReason::NotOwner`](crate::LossReason::NotOwner),
+    /// `Evicted`, `Revoked`), and one holding N of them within about
+    /// N/`per_second` seconds, while the server's cost stays one keepalive
+    /// per node per TTL/3 plus `per_second`. A session's own end is heard
+    /// by its keepalives whatever this is. Default: 2; 0: no checks (such
+    /// a loss is then heard by the lock's release).
+    pub fn session_checks(mut self, per_second: u32) -> Self {
+        self.session_checks = per_second;
         self
     }
 }

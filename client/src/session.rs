@@ -218,6 +218,11 @@ impl Sessions {
         e.attached.push(lock);
     }
 
+    /// How many locks the client's sessions hold, all together.
+    pub(crate) fn held(&self) -> usize {
+        self.lock().sessions.values().map(|e| e.lease.held()).sum()
+    }
+
     pub(crate) fn close(&self) {
         self.lock().closed = true;
         self.wake.notify_one();

@@ -139,7 +139,7 @@ impl Core {
 
     /// This client's renewal engine (see [`EngineSlot::get`]).
     pub(crate) fn engine(self: &Arc<Self>) -> Option<&Arc<Engine>> {
-        self.engine.get(|| self.clone(), self.opts.watchdog_batch)
+        self.engine.get(|| self.clone(), self.opts.watchdog_batch, self.opts.session_checks)
     }
 }
 

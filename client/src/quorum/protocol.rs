@@ -53,7 +53,7 @@ pub(crate) struct Ctx {
 impl Ctx {
     /// The client's renewal engine (see [`EngineSlot::get`]).
     pub(crate) fn engine(self: &Arc<Self>) -> Option<&Arc<Engine>> {
-        self.engine.get(|| self.clone(), self.opts.watchdog_batch)
+        self.engine.get(|| self.clone(), self.opts.watchdog_batch, 0)
     }
 }
 

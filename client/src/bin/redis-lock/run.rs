@@ -180,6 +180,7 @@ pub fn lost_exit(reason: LossReason) -> (u8, &'static str) {
     match reason {
         LossReason::Evicted => (EXIT_EVICTED, "evicted by the server (maxmemory-policy)"),
         LossReason::Revoked => (EXIT_LOST, "revoked and its deadline passed"),
+        LossReason::SessionEnded => (EXIT_LOST, "lost with its session (expired or revoked on the server)"),
         _ => (EXIT_LOST, "lost"),
     }
 }
