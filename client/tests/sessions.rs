@@ -32,9 +32,11 @@ fn sessions(con: &mut redis::Connection) -> Vec<String> {
     redis::cmd("SESSION.LIST").query(con).expect("SESSION.LIST")
 }
 
-/// `SESSION.INFO id`'s `holds`.
+/// `SESSION.INFO id`'s `holds` (0 once the session is gone: an idle one
+/// is revoked by its client).
 fn holds(con: &mut redis::Connection, id: &str) -> i64 {
-    let v: Vec<redis::Value> = redis::cmd("SESSION.INFO").arg(id).query(con).expect("SESSION.INFO");
+    let v: Option<Vec<redis::Value>> = redis::cmd("SESSION.INFO").arg(id).query(con).expect("SESSION.INFO");
+    let Some(v) = v else { return 0 };
     let at = v.iter().position(|f| matches!(f, redis::Value::BulkString(b) if b == b"holds")).expect("holds");
     redis::from_redis_value(v[at + 1].clone()).expect("holds is a number")
 }
@@ -115,6 +117,8 @@ fn a_hundred_thousand_locks_on_one_server_cost_a_few_calls_a_second() {
         "every lock released"
     );
     assert!(eventually(ms(10_000), || holds(&mut con, &ids[0]) == 0), "the session holds nothing");
+    // Idle, it is revoked by the client at its second keepalive after.
+    assert!(eventually(ms(10_000), || sessions(&mut con).is_empty()), "the idle session is revoked");
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use redis_lock_client::{ClientOptions, Error, Leadership};
+use redis_lock_client::{Error, Leadership};
 
 use crate::args::ElectArgs;
 use crate::fail::{usage, Fail};
@@ -16,7 +16,8 @@ use crate::target::Servers;
 const CAMPAIGN_ROUND: Duration = Duration::from_secs(86_400);
 
 /// `redis-lock elect [--url URL]... [--cluster] --value V [--ttl MS] [--wait MS | -w SECONDS | -n] [-E CODE]
-/// [--grace MS] [--max-lifetime MS] [--lock-delay MS] [--max-hold MS] [--token TOKEN] KEY -- CMD [ARGS...]`
+/// [--grace MS] [--max-lifetime MS] [--lock-delay MS] [--max-hold MS] [--token TOKEN]
+/// [--on-revoke SIGNAL] [--no-session] KEY -- CMD [ARGS...]`
 pub fn cmd_elect(a: ElectArgs) -> Result<ExitCode, Fail> {
     if a.command.is_empty() {
         return Err(usage("elect needs a command after --"));
@@ -27,9 +28,7 @@ pub fn cmd_elect(a: ElectArgs) -> Result<ExitCode, Fail> {
     }
     let ttl = Duration::from_millis(a.ttl);
     let lopts = a.hold.lock_options();
-    // As `run`: a reply slower than a third of the TTL fails and is retried.
-    let timeout = (ttl / 3).clamp(Duration::from_millis(10), Duration::from_secs(2));
-    let client = a.target.open(ClientOptions::new().response_timeout(timeout))?;
+    let client = a.target.open(a.hold.client_options(ttl))?;
     let election = client.election(&a.key);
     let won: Result<Leadership, Error> = match a.wait() {
         Some(wait) => election.campaign_with(&a.value, ttl, wait, &lopts),

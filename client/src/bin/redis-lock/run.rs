@@ -3,7 +3,7 @@
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use redis_lock_client::{ClientOptions, Error, HeldLock, LockClient, LockOptions, LossReason, LostSignal};
+use redis_lock_client::{Error, HeldLock, LockClient, LockOptions, LossReason, LostSignal};
 
 use crate::args::{HoldArgs, Mode, RunArgs};
 use crate::fail::{redis_fail, usage, Fail, EXIT_EVICTED, EXIT_LOST};
@@ -12,7 +12,7 @@ use crate::target::{open_quorum, Servers};
 
 /// `redis-lock run [--url URL]... [--cluster] [--ttl MS] [--wait MS | -w SECONDS | -n] [-E CODE]
 /// [--grace MS] [--max-lifetime MS] [--lock-delay MS] [--max-hold MS] [--token TOKEN]
-/// [--run-id RUN_ID | --permits N | -s | -x] KEY [KEY...] -- CMD [ARGS...]`
+/// [--on-revoke SIGNAL] [--no-session] [--run-id RUN_ID | --permits N | -s | -x] KEY [KEY...] -- CMD [ARGS...]`
 pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
     if a.command.is_empty() {
         return Err(usage("run needs a command after --"));
@@ -79,12 +79,10 @@ fn run_all(a: &RunArgs, ttl: Duration, wait: Duration, lopts: &LockOptions) -> R
     run_under(&held, &a.command, &a.hold, None)
 }
 
-/// The client of a run on one server or a cluster. A reply slower than a
-/// third of the TTL would make the watchdog miss its cadence anyway; such
-/// a call fails and is retried instead.
+/// The client of a run on one server or a cluster (see
+/// `HoldArgs::client_options`).
 fn open_client(a: &RunArgs, ttl: Duration) -> Result<LockClient, Fail> {
-    let timeout = (ttl / 3).clamp(Duration::from_millis(10), Duration::from_secs(2));
-    a.target.open(ClientOptions::new().response_timeout(timeout))
+    a.target.open(a.hold.client_options(ttl))
 }
 
 /// An acquire's failure other than "held": a bad argument is a usage
