@@ -27,9 +27,10 @@ fn run_passes_exit_status_through_and_releases() {
 #[test]
 fn run_holds_the_lock_while_cmd_runs() {
     let s = Server::start();
-    // The command itself checks the lock: the key holds a token with a TTL.
+    // The command itself checks the lock: the key holds its token (held
+    // by the run's session: no TTL of its own).
     let script = format!(
-        "redis-cli -p {} GET job | grep -Eq '^[0-9a-f]{{32}}$' && [ \"$(redis-cli -p {} PTTL job)\" -gt 0 ]",
+        "redis-cli -p {} GET job | grep -q \"\\\"token\\\":\\\"$REDIS_LOCK_TOKEN\\\"\" && [ \"$(redis-cli -p {} PTTL job)\" = -1 ]",
         s.port(),
         s.port()
     );
