@@ -59,6 +59,16 @@ pub(crate) trait SessionCalls: Send + Sync + 'static {
     fn session_call(self: Arc<Self>, _node: String, _cmd: redis::Cmd) -> BoxFuture<'static, Result<redis::Value>> {
         Box::pin(async { Err(Error::Unsupported { command: "SESSION.GRANT" }) })
     }
+
+    /// A node stopped answering its sessions' keepalives: the next
+    /// [`SessionCalls::session_node`] reads the topology afresh.
+    fn nodes_changed(&self) {}
+
+    /// Checks each of `locks` on its own (a `LOCK.RENEW`, which changes
+    /// nothing on a session's lock): whether its key still holds it.
+    fn check(self: Arc<Self>, locks: Vec<Arc<Shared>>) -> BoxFuture<'static, Vec<Result<bool>>> {
+        Box::pin(async move { locks.iter().map(|_| Ok(true)).collect() })
+    }
 }
 
 /// The TTL of the session a lock of `cmd` (granted for `ttl`) can be held
@@ -90,6 +100,9 @@ struct SessionKey {
 
 struct Entry {
     key: SessionKey,
+    /// The key of the lock it was granted for: where to look for its node
+    /// again when that node stops answering (a failover).
+    home: String,
     lease: Arc<SessionLease>,
     /// Its locks (those released or lost are pruned as the vector grows).
     attached: Vec<Arc<Shared>>,
@@ -190,7 +203,8 @@ impl Sessions {
         let next = sent + interval(lease.ttl);
         let mut t = self.lock();
         t.current.insert(key.clone(), id.clone());
-        t.sessions.insert(id, Entry { key, lease, attached: Vec::new(), next, idle: 0 });
+        let home = lock_key.to_string();
+        t.sessions.insert(id, Entry { key, home, lease, attached: Vec::new(), next, idle: 0 });
         drop(t);
         self.wake.notify_one();
         Some(use_)
@@ -318,6 +332,76 @@ impl Sessions {
     }
 }
 
+impl Sessions {
+    /// Lock keys of `node`'s sessions, to find the node again: each
+    /// session's first, and its latest held ones (a slot may have moved
+    /// away since).
+    fn homes_of(&self, node: &str) -> Vec<String> {
+        let t = self.lock();
+        let mut keys = Vec::new();
+        for e in t.sessions.values().filter(|e| e.key.node == node) {
+            keys.push(e.home.clone());
+            let held = e.attached.iter().rev().filter(|l| l.status() == Status::Held).take(4);
+            keys.extend(held.map(|l| l.key.clone()));
+        }
+        keys
+    }
+
+    /// `to` kept alive (at `sent`) those of `k`'s sessions it answered
+    /// for: it has them (ids are the node's own: it is a replica of their
+    /// node, promoted), so they live there from now on. Returns their
+    /// held locks, which the caller checks one by one: a grant made just
+    /// before the failover may not have reached the promoted replica.
+    fn moved(&self, k: &NodeKeepalive, to: &str, sent: Instant, kept: &[Kept]) -> Vec<Arc<Shared>> {
+        let mut t = self.lock();
+        let mut locks = Vec::new();
+        for (lease, kept) in k.sessions.iter().zip(kept) {
+            if *kept != Kept::Alive {
+                continue;
+            }
+            let Some(e) = t.sessions.get_mut(&lease.id).filter(|e| Arc::ptr_eq(&e.lease, lease)) else { continue };
+            lease.kept(sent);
+            e.next = sent + interval(lease.ttl);
+            let old = std::mem::replace(&mut e.key.node, to.to_string());
+            let key = e.key.clone();
+            locks.extend(e.attached.iter().filter(|l| l.status() == Status::Held).cloned());
+            let was = SessionKey { node: old, ..key.clone() };
+            if t.current.get(&was).is_some_and(|c| *c == lease.id) {
+                t.current.remove(&was);
+            }
+            t.current.entry(key).or_insert_with(|| lease.id.clone());
+        }
+        locks
+    }
+}
+
+/// After `k`'s keepalive failed: the master that serves its sessions' keys
+/// now, if another one (a failover promoted a replica), is asked to keep
+/// them alive, and takes those it knows. One it does not know (the slot
+/// moved to a master of its own) is left to run out on its node.
+async fn follow(sessions: &Sessions, calls: &Arc<dyn SessionCalls>, k: &NodeKeepalive) {
+    calls.nodes_changed();
+    let mut tried = vec![k.node.clone()];
+    for home in sessions.homes_of(&k.node) {
+        let Some(node) = calls.clone().session_node(home).await.filter(|n| !tried.contains(n)) else { continue };
+        tried.push(node.clone());
+        let sent = Instant::now();
+        let ids = k.sessions.iter().map(|s| s.id.as_str());
+        let reply = calls.clone().session_call(node.clone(), keepalive_cmd(ids)).await;
+        let Ok(kept) = reply.and_then(|v| Ok(keepalive_reply(v, k.sessions.len())?)) else { continue };
+        let locks = sessions.moved(k, &node, sent, &kept);
+        let checked = calls.clone().check(locks.clone()).await;
+        for (lock, r) in locks.iter().zip(checked) {
+            if matches!(r, Ok(false)) {
+                lock.mark_lost(LossReason::NotOwner);
+            }
+        }
+        if kept.contains(&Kept::Alive) {
+            return;
+        }
+    }
+}
+
 /// One node's keepalive: all of its sessions, in the order sent.
 struct NodeKeepalive {
     node: String,
@@ -365,11 +449,18 @@ pub(crate) async fn keepalives(sessions: Arc<Sessions>, renewer: Weak<dyn Sessio
         let (answers, _) =
             futures_util::future::join(futures_util::future::join_all(calls), futures_util::future::join_all(revokes))
                 .await;
-        drop(r);
+        let mut failed = Vec::new();
         for (k, (sent, reply)) in due.iter().zip(answers) {
+            if reply.is_err() {
+                failed.push(k);
+            }
             for lock in sessions.apply(k, sent, reply) {
                 lock.mark_lost(LossReason::SessionEnded);
             }
         }
+        for k in failed {
+            follow(&sessions, &r, k).await;
+        }
+        drop(r);
     }
 }

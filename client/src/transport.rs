@@ -90,6 +90,10 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// reply as the server sent it, error replies as [`Error::Redis`].
     fn node_call<'a>(&'a self, node: &'a str, cmd: &'a redis::Cmd) -> BoxFuture<'a, Result<redis::Value>>;
 
+    /// A node stopped answering its sessions' keepalives: the next
+    /// [`Transport::node_of`] reads the topology afresh.
+    fn nodes_changed(&self) {}
+
     /// The server of `key` as traces name it (`host:port`), from what is
     /// known already: never a round trip.
     fn server_of(&self, key: &str) -> String;
@@ -193,6 +197,26 @@ impl SessionCalls for Core {
 
     fn session_call(self: Arc<Self>, node: String, cmd: redis::Cmd) -> BoxFuture<'static, Result<redis::Value>> {
         Box::pin(async move { bounded(&self.opts, self.transport.node_call(&node, &cmd)).await })
+    }
+
+    fn nodes_changed(&self) {
+        self.transport.nodes_changed();
+    }
+
+    fn check(self: Arc<Self>, locks: Vec<Arc<Shared>>) -> BoxFuture<'static, Vec<Result<bool>>> {
+        Box::pin(async move {
+            let cmds: Vec<Result<LockCmd>> =
+                locks.iter().map(|l| LockCmd::renew_of(l.kind, &l.key, &l.token, l.ttl())).collect();
+            let ok: Vec<LockCmd> = cmds.iter().filter_map(|c| c.as_ref().ok().cloned()).collect();
+            let mut ran = self.transport.clone().run_batch(ok, self.opts.watchdog_batch).await.into_iter();
+            cmds.into_iter()
+                .map(|c| match (c, ran.next()) {
+                    (Ok(_), Some((_, r))) => r.map(Grant::took_effect),
+                    (Err(e), _) => Err(e),
+                    (Ok(_), None) => Err(Error::InvalidArgument("no check answer".into())),
+                })
+                .collect()
+        })
     }
 }
 

@@ -288,3 +288,28 @@ fn a_session_held_key_moved_to_another_master_stays_held_and_released_safely() {
     assert!(value.contains(next.token()), "held on the new master: {value}");
     assert!(matches!(other.try_acquire("moved:{slot}:2", ttl), Err(Error::NotAcquired { .. })));
 }
+
+/// A failover promotes a replica, which has the session (replicated):
+/// the keepalives follow it there, and the locks stay held.
+#[test]
+fn a_session_follows_its_master_through_a_failover() {
+    let c = Cluster::start(3, 1);
+    let m = c.masters()[1];
+    let client = LockClient::open_cluster(&c.urls()).unwrap();
+    let ttl = ms(2000);
+    let locks: Vec<Lock> =
+        (0..3).map(|i| client.try_acquire_with(&c.key_on(&format!("fo{i}:"), m), ttl, &watchdog()).unwrap()).collect();
+    let ids = sessions(&mut c.node(m).conn());
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let promoted = c.failover(m, "");
+    std::thread::sleep(ttl * 2);
+    for l in &locks {
+        assert!(l.is_held(), "{}: {:?}", l.key(), l.loss_reason());
+    }
+    let mut con = c.node(promoted).conn();
+    assert!(sessions(&mut con).contains(&ids[0]), "the promoted replica has the session");
+    let before = calls(&mut con, "session.keepalive");
+    std::thread::sleep(ttl);
+    assert!(calls(&mut con, "session.keepalive") > before, "kept alive on the promoted replica");
+    assert_eq!(holds(&mut con, &ids[0]), 3);
+}

@@ -81,7 +81,7 @@ impl Cluster {
         Some(map)
     }
 
-    fn slot_map_stale(&self) {
+    pub(crate) fn slot_map_stale(&self) {
         *lock(&self.slot_map) = None;
     }
 

@@ -453,6 +453,10 @@ impl Transport for Cluster {
         })
     }
 
+    fn nodes_changed(&self) {
+        self.slot_map_stale();
+    }
+
     /// To the node by its address, whatever slots it serves now: a
     /// session lives on the node that granted it.
     fn node_call<'a>(&'a self, node: &'a str, cmd: &'a redis::Cmd) -> BoxFuture<'a, Result<Value>> {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use clap_complete::Shell;
-use redis_lock_client::{ClientOptions, LockOptions, WatchdogOptions};
+use redis_lock_client::{LockOptions, WatchdogOptions};
 
 use crate::fail::EXIT_HELD;
 use crate::stats::Sort;
@@ -283,9 +283,7 @@ pub struct HoldArgs {
     /// deadline, the group gets SIGKILL.
     #[arg(long, value_name = "SIGNAL", default_value = "SIGTERM", value_parser = signal)]
     pub on_revoke: Sig,
-    /// Renew the lock on its own every TTL/3 rather than hold it with the
-    /// client's session on its node (default: a session where the module
-    /// has them; docs/sessions.md).
+    /// Renew the lock on its own every TTL/3, not with a session on its node.
     #[arg(long)]
     pub no_session: bool,
 }
@@ -318,15 +316,6 @@ fn signal(s: &str) -> Result<Sig, String> {
 impl HoldArgs {
     pub fn grace(&self) -> Duration {
         Duration::from_millis(self.grace)
-    }
-
-    /// The client options of a run or campaign of `ttl`: a reply slower
-    /// than a third of the TTL would make the watchdog miss its cadence
-    /// anyway, so such a call fails and is retried instead; sessions
-    /// unless `--no-session`.
-    pub fn client_options(&self, ttl: Duration) -> ClientOptions {
-        let timeout = (ttl / 3).clamp(Duration::from_millis(10), Duration::from_secs(2));
-        ClientOptions::new().response_timeout(timeout).sessions(!self.no_session)
     }
 
     /// The signal a revocation sends CMD's group (`None`: none).

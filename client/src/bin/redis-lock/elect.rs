@@ -7,7 +7,7 @@ use redis_lock_client::{Error, Leadership};
 
 use crate::args::ElectArgs;
 use crate::fail::{usage, Fail};
-use crate::run::{acquire_fail, run_under};
+use crate::run::{acquire_fail, client_options, run_under};
 use crate::target::Servers;
 
 /// Without a wait, a campaign waits in the server's queue for as long as it
@@ -28,7 +28,7 @@ pub fn cmd_elect(a: ElectArgs) -> Result<ExitCode, Fail> {
     }
     let ttl = Duration::from_millis(a.ttl);
     let lopts = a.hold.lock_options();
-    let client = a.target.open(a.hold.client_options(ttl))?;
+    let client = a.target.open(client_options(&a.hold, ttl))?;
     let election = client.election(&a.key);
     let won: Result<Leadership, Error> = match a.wait() {
         Some(wait) => election.campaign_with(&a.value, ttl, wait, &lopts),

@@ -3,7 +3,7 @@
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use redis_lock_client::{Error, HeldLock, LockClient, LockOptions, LossReason, LostSignal};
+use redis_lock_client::{ClientOptions, Error, HeldLock, LockClient, LockOptions, LossReason, LostSignal};
 
 use crate::args::{HoldArgs, Mode, RunArgs};
 use crate::fail::{redis_fail, usage, Fail, EXIT_EVICTED, EXIT_LOST};
@@ -79,10 +79,18 @@ fn run_all(a: &RunArgs, ttl: Duration, wait: Duration, lopts: &LockOptions) -> R
     run_under(&held, &a.command, &a.hold, None)
 }
 
-/// The client of a run on one server or a cluster (see
-/// `HoldArgs::client_options`).
+/// The client of a run on one server or a cluster.
 fn open_client(a: &RunArgs, ttl: Duration) -> Result<LockClient, Fail> {
-    a.target.open(a.hold.client_options(ttl))
+    a.target.open(client_options(&a.hold, ttl))
+}
+
+/// The client options of a run or campaign of `ttl`: a reply slower than
+/// a third of the TTL would make the watchdog miss its cadence anyway, so
+/// such a call fails and is retried instead; sessions unless
+/// `--no-session`.
+pub fn client_options(hold: &HoldArgs, ttl: Duration) -> ClientOptions {
+    let timeout = (ttl / 3).clamp(Duration::from_millis(10), Duration::from_secs(2));
+    ClientOptions::new().response_timeout(timeout).sessions(!hold.no_session)
 }
 
 /// An acquire's failure other than "held": a bad argument is a usage
