@@ -37,6 +37,10 @@ use crate::watchdog::{self, Outcome, Schedule};
 /// releases on its own (see [`Engine::queue_release`]).
 const MAX_QUEUED_RELEASES: usize = 1 << 17;
 
+/// The schedule's size below which released locks are never pruned from
+/// it early (they leave when they come due).
+const MIN_PRUNE: usize = 1024;
+
 /// Pipelines one engine keeps in flight at once.
 pub(crate) const MAX_IN_FLIGHT: usize = 16;
 
@@ -80,6 +84,9 @@ struct State {
     /// out even when the last handle is dropped right after.
     release_owner: Option<Arc<dyn Renewer>>,
     closed: bool,
+    /// `due`'s size at which the locks no longer held are pruned from it
+    /// (a session's lock may come due only hours later).
+    prune_at: usize,
 }
 
 /// Where a client keeps its engine: started by its first watchdog lock,
@@ -168,6 +175,12 @@ impl Engine {
             at = at.max(now + spacing);
         }
         let mut st = self.lock();
+        if st.due.len() >= st.prune_at.max(MIN_PRUNE) {
+            // Amortized O(1) a lock: the schedule stays within twice the
+            // locks held.
+            st.due.retain(|_, e| e.shared.status() == Status::Held);
+            st.prune_at = 2 * st.due.len();
+        }
         let id = st.next_id;
         st.next_id += 1;
         let earliest = st.due.first_key_value().is_none_or(|((first, _), _)| at < *first);
