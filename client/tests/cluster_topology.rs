@@ -23,8 +23,7 @@ fn assert_held(c: &Cluster, lock: &Lock, what: &str) {
     assert!(lock.is_held(), "{what}: lost ({:?})", lock.loss_reason());
     let owner = c.owner_of(lock.key());
     let value = get(c, owner, lock.key()).unwrap_or_default();
-    let by_session =
-        value.contains(&format!("\"session\":")) && value.contains(&format!("\"token\":\"{}\"", lock.token()));
+    let by_session = value.contains("\"session\":") && value.contains(&format!("\"token\":\"{}\"", lock.token()));
     assert!(value == lock.token() || by_session, "{what}: token on node {owner}: {value}");
     assert!(by_session || pttl(c, owner, lock.key()) > 0, "{what}");
 }

@@ -313,3 +313,27 @@ fn a_session_follows_its_master_through_a_failover() {
     assert!(calls(&mut con, "session.keepalive") > before, "kept alive on the promoted replica");
     assert_eq!(holds(&mut con, &ids[0]), 3);
 }
+
+/// Semaphores (and read-write locks, elections) ask for the session too;
+/// a module that does not take `SESSION` on their command answers a
+/// syntax error, which writes nothing, and the permit is taken again on
+/// its own lease. Either way it is held.
+#[test]
+fn a_permit_is_held_by_the_session_or_on_its_own() {
+    let s = Server::start();
+    let client = LockClient::open(&s.url()).unwrap();
+    let ttl = ms(1500);
+    let permit = client.semaphore("sem", 2).try_acquire_with(ttl, &watchdog()).unwrap();
+    let lock = client.try_acquire_with("plain", ttl, &watchdog()).unwrap();
+    let mut con = s.conn();
+    let renews = calls(&mut con, "sem.renew");
+    std::thread::sleep(ttl * 2);
+    assert!(permit.is_held() && lock.is_held());
+    let ids = sessions(&mut con);
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let on_session = holds(&mut con, &ids[0]);
+    let renewed = calls(&mut con, "sem.renew") - renews;
+    assert!(on_session == 2 || (on_session == 1 && renewed >= 3), "holds {on_session}, SEM.RENEW {renewed}");
+    permit.release().unwrap();
+    lock.release().unwrap();
+}
