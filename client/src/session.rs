@@ -40,8 +40,7 @@ use futures_util::future::BoxFuture;
 /// asked again.
 pub(crate) const SESSION_RECHECK: Duration = Duration::from_secs(60);
 
-/// How long a node whose grant failed (a connection error) is not asked
-/// again: its locks renew on their own meanwhile.
+/// How long a node whose grant failed is not asked again.
 const GRANT_RETRY: Duration = Duration::from_secs(1);
 
 /// How the engine's sessions reach the client's nodes (the renewal
@@ -462,5 +461,39 @@ pub(crate) async fn keepalives(sessions: Arc<Sessions>, renewer: Weak<dyn Sessio
             follow(&sessions, &r, k).await;
         }
         drop(r);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn which_locks_a_session_holds() {
+        let ttl = Duration::from_millis(1500);
+        let acquire = LockCmd::acquire("k", "t", ttl).unwrap();
+        let watched = LockOptions::new().watchdog(crate::WatchdogOptions::new());
+        let on = ClientOptions::new();
+        assert_eq!(session_ttl(&acquire, ttl, &watched, &on), Some(ttl), "a session of the lock's TTL");
+        assert_eq!(session_ttl(&acquire, ttl, &LockOptions::new(), &on), None, "no watchdog: its own lease");
+        let lifetime = LockOptions::new().watchdog(crate::WatchdogOptions::new().max_lifetime(ttl * 10));
+        assert_eq!(session_ttl(&acquire, ttl, &lifetime, &on), None, "a session would outlive max_lifetime");
+        assert_eq!(session_ttl(&acquire, ttl, &watched, &ClientOptions::new().sessions(false)), None);
+        let takeover = LockCmd::takeover("k", "t", "run", ttl).unwrap();
+        assert_eq!(session_ttl(&takeover, ttl, &watched, &on), None, "LOCK.TAKEOVER takes no session");
+        let fixed = ClientOptions::new().session_ttl(Duration::from_millis(1000));
+        assert_eq!(session_ttl(&acquire, ttl, &watched, &fixed), Some(Duration::from_millis(1000)));
+        let short = ClientOptions::new().session_ttl(Duration::from_millis(2000));
+        assert_eq!(session_ttl(&acquire, ttl, &watched, &short), None, "never held longer than its TTL");
+        let lease = Arc::new(SessionLease::new("id".into(), ttl, Instant::now()));
+        let attached = acquire.with_session(lease);
+        assert_eq!(session_ttl(&attached, ttl, &watched, &on), None, "attached already");
+        assert!(!attached.has_fallback(), "a session's grant never falls back to the scripts");
+        let packed = |c: &LockCmd| String::from_utf8_lossy(&c.module_cmd().get_packed_command()).replace("\r\n", " ");
+        assert!(packed(&attached).ends_with("$5 FENCE $7 SESSION $2 id "), "{}", packed(&attached));
+        let delayed = crate::cmd::Lease::new(Some(Duration::from_millis(200)), None, ttl).unwrap();
+        let delayed =
+            acquire.with_lease(delayed).with_session(Arc::new(SessionLease::new("id".into(), ttl, Instant::now())));
+        assert!(!packed(&delayed).contains("LOCKDELAY"), "the session's lock-delay is the lock's");
     }
 }
