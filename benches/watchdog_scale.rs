@@ -24,6 +24,11 @@
 //! - `release s`: from dropping all N locks (releases queued with the
 //!   client's engine and pipelined) until the server has no keys.
 //!
+//! The locks renew lock by lock (`ClientOptions::sessions(false)`): this
+//! measures the engine's batched renewals. With sessions (the default) the
+//! server's cost of keeping them is one keepalive per node per TTL/3
+//! instead, whatever N (`client/tests/sessions.rs`).
+//!
 //! `cargo bench --bench watchdog_scale` (about 2 minutes). Without
 //! `--bench` (as under `cargo test --benches`) it runs N = 1,000 alone, to
 //! check that it works. `REDIS_SERVER` names another redis-server binary.
@@ -31,7 +36,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use redis_lock_client::{Lock, LockClient, LockOptions, WatchdogOptions};
+use redis_lock_client::{ClientOptions, Lock, LockClient, LockOptions, WatchdogOptions};
 use redis_lock_harness::{Cluster, Server};
 
 const TTL: Duration = Duration::from_secs(6);
@@ -219,19 +224,24 @@ fn run(setup: &str, n: usize, client: LockClient, mut servers: Servers) -> Row {
     }
 }
 
+/// Each lock renewed on its own (no session).
+fn lock_by_lock() -> ClientOptions {
+    ClientOptions::new().sessions(false)
+}
+
 fn main() {
     let full = std::env::args().any(|a| a == "--bench");
     let sizes: &[usize] = if full { &[1_000, 10_000, 100_000] } else { &[1_000] };
     let mut rows = Vec::new();
     let server = Server::start();
     for &n in sizes {
-        let client = LockClient::open(&server.url()).expect("client");
+        let client = LockClient::open_with(&server.url(), lock_by_lock()).expect("client");
         rows.push(run(&format!("1 server, N = {n}"), n, client, Servers { cons: vec![server.conn()] }));
         eprintln!("done: N = {n}");
     }
     if full {
         let c = Cluster::start(3, 0);
-        let client = LockClient::open_cluster(&c.urls()).expect("cluster client");
+        let client = LockClient::open_cluster_with(&c.urls(), lock_by_lock()).expect("cluster client");
         let cons = c.masters().into_iter().map(|m| c.node(m).conn()).collect();
         rows.push(run("3-master cluster, N = 10000", 10_000, client, Servers { cons }));
     }

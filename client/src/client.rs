@@ -10,7 +10,7 @@ use redis::aio::{ConnectionManager, MultiplexedConnection};
 use tracing::Instrument as _;
 
 use crate::cluster::{self, Cluster};
-use crate::cmd::{random_token, Backend, Grant, Lease, LockCmd, LockKind};
+use crate::cmd::{random_token, session_refusal, Backend, Grant, Lease, LockCmd, LockKind};
 use crate::error::{Error, Result};
 use crate::holding::Flavor;
 use crate::info::LockInfo;
@@ -20,6 +20,7 @@ use crate::replicas;
 use crate::retry::Backoff;
 use crate::revocation::{parse_revoke, revoke_cmd, RevokeOptions, RevokeReply};
 use crate::runtime;
+use crate::session::{self, SessionCalls, SessionUse};
 use crate::single::{AsyncConn, Single};
 use crate::trace;
 use crate::transport::{Api, Core};
@@ -334,8 +335,44 @@ impl LockClient {
     }
 
     /// An acquire of `cmd` (any grant: a lock of any kind, a campaign),
-    /// waiting up to `wait`.
+    /// waiting up to `wait`; held by the client's session on the key's
+    /// node where one can hold it (`session.rs`). A node that refuses the
+    /// session (it does not know it, or this command takes none there)
+    /// wrote nothing: the acquire is then made again without it, in what
+    /// is left of the wait, and the lock renews on its own.
     pub(crate) async fn acquire_cmd(
+        &self,
+        cmd: &LockCmd,
+        ttl: Duration,
+        wait: Duration,
+        opts: &LockOptions,
+        flavor: Flavor,
+    ) -> Result<Lock> {
+        let started = Instant::now();
+        if let Some(used) = self.session_for(cmd, ttl, opts).await {
+            let held = cmd.with_session(used.lease.clone());
+            let r = self.acquire_once(&held, ttl, wait, opts, flavor.clone()).await;
+            let refusal = match &r {
+                Err(Error::Redis(e)) => session_refusal(e),
+                _ => None,
+            };
+            match (refusal, self.core.engine()) {
+                (Some(why), Some(engine)) => engine.sessions().refused(&used, why, cmd.name()),
+                _ => return r,
+            }
+        }
+        self.acquire_once(cmd, ttl, wait.saturating_sub(started.elapsed()), opts, flavor).await
+    }
+
+    /// The session a lock of `cmd` can be held by, if any (`session.rs`).
+    async fn session_for(&self, cmd: &LockCmd, ttl: Duration, opts: &LockOptions) -> Option<SessionUse> {
+        let session_ttl = session::session_ttl(cmd, ttl, opts, &self.core.opts)?;
+        let (engine, calls) = (self.core.engine()?, self.core.clone() as Arc<dyn SessionCalls>);
+        engine.sessions().session_for(calls, cmd.key(), session_ttl, cmd.lease().lock_delay_ms, cmd.name()).await
+    }
+
+    /// [`LockClient::acquire_cmd`] as it is sent.
+    async fn acquire_once(
         &self,
         cmd: &LockCmd,
         ttl: Duration,

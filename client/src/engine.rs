@@ -25,15 +25,21 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use tokio::sync::Notify;
 
+use crate::attach::SessionLease;
 use crate::error::{Error, Result};
 use crate::options::WatchdogOptions;
 use crate::runtime;
+use crate::session::{self, SessionCalls, Sessions};
 use crate::state::{Shared, Status};
 use crate::watchdog::{self, Outcome, Schedule};
 
 /// Dropped locks whose release may wait in the queue; past it a drop
 /// releases on its own (see [`Engine::queue_release`]).
 const MAX_QUEUED_RELEASES: usize = 1 << 17;
+
+/// The schedule's size below which released locks are never pruned from
+/// it early (they leave when they come due).
+const MIN_PRUNE: usize = 1024;
 
 /// Pipelines one engine keeps in flight at once.
 pub(crate) const MAX_IN_FLIGHT: usize = 16;
@@ -52,7 +58,7 @@ pub(crate) struct Due {
 pub(crate) type Renewed = (Instant, Result<bool>);
 
 /// How a kind of client sends many renewals and releases at once.
-pub(crate) trait Renewer: Send + Sync + 'static {
+pub(crate) trait Renewer: SessionCalls {
     /// Renews every lock of `due`; answers in the same order.
     fn renew_all(self: Arc<Self>, due: Vec<Due>, batch: usize) -> BoxFuture<'static, Vec<Renewed>>;
 
@@ -78,6 +84,9 @@ struct State {
     /// out even when the last handle is dropped right after.
     release_owner: Option<Arc<dyn Renewer>>,
     closed: bool,
+    /// `due`'s size at which the locks no longer held are pruned from it
+    /// (a session's lock may come due only hours later).
+    prune_at: usize,
 }
 
 /// Where a client keeps its engine: started by its first watchdog lock,
@@ -90,8 +99,13 @@ impl EngineSlot {
     /// the engine holds weakly); `None` if the background runtime cannot
     /// start: then watchdog locks are not renewed, and report their loss
     /// when their TTL runs out.
-    pub(crate) fn get(&self, owner: impl FnOnce() -> Arc<dyn Renewer>, batch: usize) -> Option<&Arc<Engine>> {
-        self.0.get_or_init(|| Engine::start(Arc::downgrade(&owner()), batch).ok()).as_ref()
+    pub(crate) fn get(
+        &self,
+        owner: impl FnOnce() -> Arc<dyn Renewer>,
+        batch: usize,
+        checks: u32,
+    ) -> Option<&Arc<Engine>> {
+        self.0.get_or_init(|| Engine::start(Arc::downgrade(&owner()), batch, checks).ok()).as_ref()
     }
 }
 
@@ -106,23 +120,42 @@ impl Drop for EngineSlot {
 /// One client's renewal engine.
 pub(crate) struct Engine {
     state: Mutex<State>,
+    /// The client's sessions, and the locks they hold.
+    sessions: Arc<Sessions>,
     renew_wake: Notify,
     release_wake: Notify,
     batch: usize,
+    /// Session-held locks checked one by one per second, at most
+    /// (`ClientOptions::session_checks`).
+    checks: u32,
 }
 
 impl Engine {
     /// Starts the engine of `renewer` on the background runtime.
-    pub(crate) fn start(renewer: Weak<dyn Renewer>, batch: usize) -> Result<Arc<Engine>> {
+    pub(crate) fn start(renewer: Weak<dyn Renewer>, batch: usize, checks: u32) -> Result<Arc<Engine>> {
         let engine = Arc::new(Engine {
             state: Mutex::default(),
+            sessions: Arc::default(),
             renew_wake: Notify::new(),
             release_wake: Notify::new(),
             batch: batch.max(1),
+            checks,
         });
-        runtime::spawn(renewals(engine.clone(), renewer))?;
+        runtime::spawn(renewals(engine.clone(), renewer.clone()))?;
         runtime::spawn(releases(engine.clone()))?;
+        runtime::spawn(session::keepalives(engine.sessions.clone(), renewer))?;
         Ok(engine)
+    }
+
+    /// The client's sessions.
+    pub(crate) fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    /// Keeps `shared` (just granted on `session`) alive with its session
+    /// instead of renewing it on its own.
+    pub(crate) fn attach(&self, session: &Arc<SessionLease>, shared: Arc<Shared>) {
+        self.sessions.attach(session, shared);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -130,11 +163,24 @@ impl Engine {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts renewing `shared` (just acquired) on its schedule.
+    /// Starts renewing `shared` (just acquired) on its schedule; a lock
+    /// held by a session is checked instead, on a schedule stretched to
+    /// the engine's checks a second (see [`Engine::check_spacing`]).
     pub(crate) fn add(&self, shared: Arc<Shared>, opts: &WatchdogOptions, fence: Option<u64>) {
-        let schedule = Schedule::new(opts, Instant::now());
-        let at = schedule.first(shared.ttl());
+        let now = Instant::now();
+        let schedule = Schedule::new(opts, now);
+        let mut at = schedule.first(shared.ttl());
+        if shared.session().is_some() {
+            let Some(spacing) = self.check_spacing() else { return };
+            at = at.max(now + spacing);
+        }
         let mut st = self.lock();
+        if st.due.len() >= st.prune_at.max(MIN_PRUNE) {
+            // Amortized O(1) a lock: the schedule stays within twice the
+            // locks held.
+            st.due.retain(|_, e| e.shared.status() == Status::Held);
+            st.prune_at = 2 * st.due.len();
+        }
         let id = st.next_id;
         st.next_id += 1;
         let earliest = st.due.first_key_value().is_none_or(|((first, _), _)| at < *first);
@@ -144,6 +190,13 @@ impl Engine {
             // Stored as a permit if the task is not asleep yet.
             self.renew_wake.notify_one();
         }
+    }
+
+    /// How long a session-held lock waits between its checks, beyond its
+    /// TTL/3: long enough that all of them together make at most
+    /// `checks` a second. `None`: no checks.
+    fn check_spacing(&self) -> Option<Duration> {
+        (self.checks > 0).then(|| Duration::from_secs_f64(self.sessions.held() as f64 / f64::from(self.checks)))
     }
 
     /// Queues the release of a dropped lock. False when the queue is full
@@ -165,6 +218,7 @@ impl Engine {
 
     /// Stops both tasks (the client is gone); queued releases still go out.
     pub(crate) fn close(&self) {
+        self.sessions.close();
         self.lock().closed = true;
         self.renew_wake.notify_one();
         self.release_wake.notify_one();
@@ -258,6 +312,13 @@ async fn renewals(engine: Arc<Engine>, renewer: Weak<dyn Renewer>) {
             let (sent, r) =
                 results.next().unwrap_or_else(|| (now, Err(Error::InvalidArgument("no renewal answer".into()))));
             if let Outcome::Next(at) = e.schedule.after(&e.shared, sent, ttl, r, now) {
+                // A session's lock: checked again no sooner than its share
+                // of the engine's checks allows.
+                let at = match e.shared.session().map(|_| engine.check_spacing()) {
+                    Some(Some(spacing)) => at.max(now + spacing),
+                    Some(None) => continue,
+                    None => at,
+                };
                 again.push((e, at));
             }
         }
@@ -335,7 +396,14 @@ mod tests {
 
     #[test]
     fn due_renewals_are_taken_with_their_early_window() {
-        let e = Engine { state: Mutex::default(), renew_wake: Notify::new(), release_wake: Notify::new(), batch: 100 };
+        let e = Engine {
+            state: Mutex::default(),
+            sessions: Arc::default(),
+            renew_wake: Notify::new(),
+            release_wake: Notify::new(),
+            batch: 100,
+            checks: 0,
+        };
         let now = Instant::now();
         let ttl = Duration::from_millis(3000); // early window: 100 ms
         let add = |at: Instant| {

@@ -21,7 +21,7 @@ use crate::state::{LossReason, LostSignal, Shared, Status};
 use crate::transport::Api;
 
 /// How the lock was taken, which decides how drop releases it.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Flavor {
     /// Sync API: drop releases on the dropping thread (bounded by the
     /// response or node timeout).
@@ -65,6 +65,11 @@ impl<H: Holder> Holding<H> {
     pub(crate) fn new(holder: Arc<H>, shared: Shared, opts: &LockOptions, flavor: Flavor, fence: Option<u64>) -> Self {
         let shared = Arc::new(shared);
         if let (Some(w), Some(engine)) = (&opts.watchdog, opts.watchdog.as_ref().and_then(|_| holder.engine())) {
+            // A session's lock is kept by its session's keepalives, and
+            // only checked on its own (see `Engine::add`).
+            if let Some(s) = shared.session() {
+                engine.attach(&s, shared.clone());
+            }
             engine.add(shared.clone(), w, fence);
         }
         // Without an engine there are no renewals; the state still turns
@@ -252,7 +257,7 @@ impl LostSignal {
                 if g.status != Status::Held {
                     return None;
                 }
-                g.valid_until
+                g.until()
             };
             tokio::select! {
                 _ = notified => {}
@@ -274,7 +279,7 @@ impl LostSignal {
             if g.status != Status::Held || now >= deadline {
                 return None;
             }
-            let wake = deadline.min(g.valid_until);
+            let wake = deadline.min(g.until());
             g = self.shared.sleep(g, wake);
         }
     }

@@ -194,6 +194,7 @@
 //! server's queue is confirmed by a renewal, so its validity is not counted
 //! from the start of the wait.
 
+mod attach;
 mod client;
 mod cluster;
 mod cmd;
@@ -204,6 +205,7 @@ mod failure;
 mod holding;
 mod info;
 mod lock;
+mod loss;
 mod multi;
 mod named;
 mod observe;
@@ -214,6 +216,7 @@ mod retry;
 mod revocation;
 mod runtime;
 mod send;
+mod session;
 mod single;
 mod state;
 pub mod trace;

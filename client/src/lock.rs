@@ -102,7 +102,10 @@ impl Lock {
         flavor: Flavor,
         fence: Option<u64>,
     ) -> Lock {
-        let shared = Shared::new(cmd.key().into(), cmd.token().into(), cmd.kind(), sent, ttl);
+        let mut shared = Shared::new(cmd.key().into(), cmd.token().into(), cmd.kind(), sent, ttl);
+        if let Some(s) = cmd.session() {
+            shared = shared.with_session(s.clone());
+        }
         Lock { held: Holding::new(core, shared, opts, flavor, fence) }
     }
 

@@ -6,12 +6,18 @@ use std::time::Duration;
 /// `lockWatchdogBatchSize`.
 pub(crate) const DEFAULT_WATCHDOG_BATCH: usize = 100;
 
+/// The default of [`ClientOptions::session_checks`].
+pub(crate) const DEFAULT_SESSION_CHECKS: u32 = 2;
+
 /// Connection-level options of a [`LockClient`](crate::LockClient).
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) watchdog_batch: usize,
+    pub(crate) sessions: bool,
+    pub(crate) session_ttl: Option<Duration>,
+    pub(crate) session_checks: u32,
 }
 
 impl Default for ClientOptions {
@@ -20,6 +26,9 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
             watchdog_batch: DEFAULT_WATCHDOG_BATCH,
+            sessions: true,
+            session_ttl: None,
+            session_checks: DEFAULT_SESSION_CHECKS,
         }
     }
 }
@@ -54,6 +63,56 @@ impl ClientOptions {
     /// `lockWatchdogBatchSize`); 0 counts as 1.
     pub fn watchdog_batch(mut self, n: usize) -> Self {
         self.watchdog_batch = n.max(1);
+        self
+    }
+
+    /// Whether the renewal engine holds watchdog locks with a session
+    /// (docs/sessions.md): one `SESSION.GRANT` per node, granted when the
+    /// first lock that can use it is taken, each lock attached to it with
+    /// its acquire (`SESSION id`), and all of them kept by one
+    /// `SESSION.KEEPALIVE` per node every TTL/3, whatever their number,
+    /// instead of a `LOCK.RENEW` per lock. Where the module serves the key
+    /// and the lock can be held so: a watchdog lock without
+    /// [`WatchdogOptions::max_lifetime`] (the session would outlive it),
+    /// not a takeover or [`lock_all`](crate::LockClient::lock_all), on a
+    /// client built from a URL, a `redis::Client` or an async connection.
+    /// Every other lock, and every lock on a server without the module (or
+    /// without sessions), is renewed on its own as before. A lock's loss
+    /// when its session ends reads
+    /// [`LossReason::SessionEnded`](crate::LossReason::SessionEnded).
+    /// Default: on.
+    pub fn sessions(mut self, on: bool) -> Self {
+        self.sessions = on;
+        self
+    }
+
+    /// One TTL for the client's sessions: each node gets one session of
+    /// this TTL (per lock-delay in use), kept alive every `ttl`/3, which
+    /// the watchdog locks whose own TTL is at least `ttl` attach to (a
+    /// shorter one renews on its own: a session never keeps a lock longer
+    /// after its holder stopped than the lock's TTL). Default: none: each
+    /// lock is held by the session of its own TTL on its node (one session
+    /// per node and TTL in use, so a lock ends exactly as its own lease
+    /// would). 0 counts as 1 ms.
+    pub fn session_ttl(mut self, ttl: Duration) -> Self {
+        self.session_ttl = Some(ttl.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// How many session-held locks the renewal engine checks one by one
+    /// each second, at most (all of the client's nodes together): a
+    /// `LOCK.RENEW`, which changes nothing on a session's lock but answers
+    /// that it was deleted behind its holder's back (`DEL`, `FLUSHDB`, an
+    /// eviction, a release by its token elsewhere) or revoked, each lock
+    /// at most once per TTL/3. So a client holding a few locks hears of
+    /// such a loss as fast as without a session ([`LossReason::NotOwner`](crate::LossReason::NotOwner),
+    /// `Evicted`, `Revoked`), and one holding N of them within about
+    /// N/`per_second` seconds, while the server's cost stays one keepalive
+    /// per node per TTL/3 plus `per_second`. A session's own end is heard
+    /// by its keepalives whatever this is. Default: 2; 0: no checks (such
+    /// a loss is then heard by the lock's release).
+    pub fn session_checks(mut self, per_second: u32) -> Self {
+        self.session_checks = per_second;
         self
     }
 }

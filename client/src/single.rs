@@ -397,6 +397,18 @@ impl Transport for Single {
         false
     }
 
+    /// The one server, unless it is known to lack the module or the
+    /// client has only a given sync connection (which would block the
+    /// engine's thread).
+    fn node_of<'a>(&'a self, _key: &'a str) -> BoxFuture<'a, Option<String>> {
+        let usable = !self.blocking() && self.backend.get() != crate::cmd::Backend::Scripts;
+        Box::pin(async move { usable.then(|| self.server.clone()) })
+    }
+
+    fn node_call<'a>(&'a self, _node: &'a str, cmd: &'a redis::Cmd) -> BoxFuture<'a, Result<Value>> {
+        Box::pin(Single::call(self, cmd))
+    }
+
     fn server_of(&self, _key: &str) -> String {
         self.server.clone()
     }

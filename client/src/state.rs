@@ -2,69 +2,17 @@
 //! is surely valid. The handle, its watchdog and every [`LostSignal`] read
 //! the same state, so a loss is seen by all of them at once.
 
-use std::fmt;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+use crate::attach::SessionLease;
 use crate::cmd::LockKind;
 use crate::revocation::Revocation;
 use crate::trace;
 
-/// Why a lock stopped being held without being released.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LossReason {
-    /// A renewal (or release) found the key gone or owned by another token:
-    /// it expired, was deleted, or was taken over.
-    NotOwner,
-    /// No renewal succeeded within the TTL (the server was unreachable, or
-    /// nothing renewed it), so the key may have expired.
-    Expired,
-    /// The watchdog reached its maximum lifetime, stopped renewing, and the
-    /// lock then ran out its TTL.
-    MaxLifetime,
-    /// The server's hold limit ([`LockOptions::max_hold`](crate::LockOptions::max_hold))
-    /// cut the last renewal short, and the lease then ended at that limit.
-    MaxHold,
-    /// The server evicted the key while it was held (its `maxmemory`
-    /// policy; see docs/eviction.md): the next caller could take it at
-    /// once. Told by the module (`LOCK.EVICTED`) when a renewal or release
-    /// found the lock gone; without the module, or on a quorum, such a
-    /// loss reads [`LossReason::NotOwner`].
-    Evicted,
-    /// The hold was revoked (`LOCK.REVOKE`; [`LostSignal::revoked`]) and
-    /// its deadline came before it was released.
-    Revoked,
-}
-
-impl LossReason {
-    /// Its name in traces (`trace::REASON`).
-    fn trace_name(self) -> &'static str {
-        match self {
-            LossReason::NotOwner => "not_owner",
-            LossReason::Expired => "expired",
-            LossReason::MaxLifetime => "max_lifetime",
-            LossReason::MaxHold => "max_hold",
-            LossReason::Evicted => "evicted",
-            LossReason::Revoked => "revoked",
-        }
-    }
-}
-
-impl fmt::Display for LossReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LossReason::NotOwner => "the key was deleted, expired or taken by another owner",
-            LossReason::Expired => "no renewal succeeded within the TTL",
-            LossReason::MaxLifetime => "the watchdog reached its maximum lifetime and the TTL ran out",
-            LossReason::MaxHold => "the server's hold limit (max-hold) ended the lease",
-            LossReason::Evicted => "the server evicted the key (maxmemory-policy) while it was held",
-            LossReason::Revoked => "the hold was revoked and its deadline passed",
-        })
-    }
-}
+pub use crate::loss::LossReason;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Status {
@@ -107,6 +55,9 @@ pub(crate) struct Inner {
     /// The hold's `trace::HELD` span, while held and traced (boxed: a
     /// pointer per lock when tracing is off).
     held: Option<Box<Held>>,
+    /// The session that holds it, if any: its validity is the session's
+    /// (capped by `hold_until`), and its end is the lock's.
+    pub(crate) session: Option<Arc<SessionLease>>,
 }
 
 /// A traced hold: its span and when it began.
@@ -117,9 +68,48 @@ struct Held {
 }
 
 impl Inner {
+    /// Until when the lock is surely held: its own validity, or for a
+    /// session's lock the session's, never past a hold limit or a
+    /// revocation's deadline.
+    pub(crate) fn until(&self) -> Instant {
+        match &self.session {
+            Some(s) => {
+                let end = s.valid_until();
+                self.hold_until.map_or(end, |h| h.min(end))
+            }
+            None => self.valid_until,
+        }
+    }
+
+    /// Why a held lock is lost at `now`, if it is.
+    fn lost_at(&self, now: Instant) -> Option<LossReason> {
+        if self.session.as_ref().is_some_and(|s| s.ended()) {
+            return Some(LossReason::SessionEnded);
+        }
+        if now < self.until() {
+            return None;
+        }
+        // A session's lock is capped when its limit came before the
+        // session's validity did.
+        let capped =
+            self.capped || self.session.as_ref().is_some_and(|s| self.hold_until.is_some_and(|h| h <= s.valid_until()));
+        Some(if self.revoked.is_some() {
+            LossReason::Revoked
+        } else if capped {
+            LossReason::MaxHold
+        } else if self.retired {
+            LossReason::MaxLifetime
+        } else {
+            LossReason::Expired
+        })
+    }
+
     /// Ends the hold's span and reports a loss, on the status's first
     /// change from `Held` (`how`: `released` or `dropped` when not lost).
     fn ended(&mut self, key: &str, how: &'static str) {
+        if let Some(s) = &self.session {
+            s.let_go();
+        }
         let held = self.held.take();
         if let Some(h) = &held {
             h.span.record(trace::HELD_MS, trace::ms(h.since.elapsed()));
@@ -179,10 +169,27 @@ impl Shared {
                 stop: false,
                 sleepers: 0,
                 held: None,
+                session: None,
             }),
             cond: Condvar::new(),
             notify: Notify::new(),
         }
+    }
+
+    /// The same lock, held by `session` (see [`Inner::until`]).
+    pub(crate) fn with_session(mut self, session: Arc<SessionLease>) -> Self {
+        let g = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+        if g.session.is_none() && g.status == Status::Held {
+            // Counted down by `Inner::ended`, on the first change from held.
+            session.hold();
+            g.session = Some(session);
+        }
+        self
+    }
+
+    /// The session that holds it, if any.
+    pub(crate) fn session(&self) -> Option<Arc<SessionLease>> {
+        self.lock().session.clone()
     }
 
     /// The state, with expiry applied: a held lock past its validity is lost.
@@ -190,18 +197,12 @@ impl Shared {
         // A panic elsewhere while holding this mutex leaves consistent data
         // (every update is a single assignment), so poisoning is ignored.
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if g.status == Status::Held && Instant::now() >= g.valid_until {
-            g.status = Status::Lost(if g.revoked.is_some() {
-                LossReason::Revoked
-            } else if g.capped {
-                LossReason::MaxHold
-            } else if g.retired {
-                LossReason::MaxLifetime
-            } else {
-                LossReason::Expired
-            });
-            g.ended(&self.key, "");
-            self.wake(&g);
+        if g.status == Status::Held {
+            if let Some(reason) = g.lost_at(Instant::now()) {
+                g.status = Status::Lost(reason);
+                g.ended(&self.key, "");
+                self.wake(&g);
+            }
         }
         g
     }
@@ -427,7 +428,7 @@ impl Shared {
             if deadline.is_some_and(|d| now >= d) {
                 return g.status;
             }
-            let wake = deadline.map_or(g.valid_until, |d| d.min(g.valid_until));
+            let wake = deadline.map_or(g.until(), |d| d.min(g.until()));
             g = self.sleep(g, wake);
         }
     }
@@ -444,7 +445,7 @@ impl Shared {
                 if g.status != Status::Held {
                     return g.status;
                 }
-                g.valid_until
+                g.until()
             };
             tokio::select! {
                 _ = notified => {}

@@ -20,6 +20,7 @@ use crate::info::{HoldersInfo, LockInfo};
 use crate::options::ClientOptions;
 use crate::revocation::{deadline_of, reason_of};
 use crate::send::BackendCell;
+use crate::session::SessionCalls;
 use crate::state::Shared;
 use crate::wait::Waited;
 
@@ -80,6 +81,19 @@ pub(crate) trait Transport: Send + Sync + 'static {
 
     fn is_cluster(&self) -> bool;
 
+    /// The node that serves `key`, as sessions name it (`host:port`);
+    /// `None` when no session can hold it there (a server known to lack
+    /// the module, a given sync connection).
+    fn node_of<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<String>>;
+
+    /// A session command on `node` (one [`Transport::node_of`] named), its
+    /// reply as the server sent it, error replies as [`Error::Redis`].
+    fn node_call<'a>(&'a self, node: &'a str, cmd: &'a redis::Cmd) -> BoxFuture<'a, Result<redis::Value>>;
+
+    /// A node stopped answering its sessions' keepalives: the next
+    /// [`Transport::node_of`] reads the topology afresh.
+    fn nodes_changed(&self) {}
+
     /// The server of `key` as traces name it (`host:port`), from what is
     /// known already: never a round trip.
     fn server_of(&self, key: &str) -> String;
@@ -129,7 +143,7 @@ impl Core {
 
     /// This client's renewal engine (see [`EngineSlot::get`]).
     pub(crate) fn engine(self: &Arc<Self>) -> Option<&Arc<Engine>> {
-        self.engine.get(|| self.clone(), self.opts.watchdog_batch)
+        self.engine.get(|| self.clone(), self.opts.watchdog_batch, self.opts.session_checks)
     }
 }
 
@@ -166,6 +180,42 @@ impl Renewer for Core {
         Box::pin(async move {
             let cmds = locks.iter().filter_map(|l| LockCmd::release_of(l.kind, &l.key, &l.token).ok()).collect();
             self.transport.clone().run_batch(cmds, batch).await;
+        })
+    }
+}
+
+/// Sessions on the client's one server, or on each master of its cluster.
+impl SessionCalls for Core {
+    fn session_node(self: Arc<Self>, key: String) -> BoxFuture<'static, Option<String>> {
+        Box::pin(async move {
+            if !self.opts.sessions {
+                return None;
+            }
+            self.transport.node_of(&key).await
+        })
+    }
+
+    fn session_call(self: Arc<Self>, node: String, cmd: redis::Cmd) -> BoxFuture<'static, Result<redis::Value>> {
+        Box::pin(async move { bounded(&self.opts, self.transport.node_call(&node, &cmd)).await })
+    }
+
+    fn nodes_changed(&self) {
+        self.transport.nodes_changed();
+    }
+
+    fn check(self: Arc<Self>, locks: Vec<Arc<Shared>>) -> BoxFuture<'static, Vec<Result<bool>>> {
+        Box::pin(async move {
+            let cmds: Vec<Result<LockCmd>> =
+                locks.iter().map(|l| LockCmd::renew_of(l.kind, &l.key, &l.token, l.ttl())).collect();
+            let ok: Vec<LockCmd> = cmds.iter().filter_map(|c| c.as_ref().ok().cloned()).collect();
+            let mut ran = self.transport.clone().run_batch(ok, self.opts.watchdog_batch).await.into_iter();
+            cmds.into_iter()
+                .map(|c| match (c, ran.next()) {
+                    (Ok(_), Some((_, r))) => r.map(Grant::took_effect),
+                    (Err(e), _) => Err(e),
+                    (Ok(_), None) => Err(Error::InvalidArgument("no check answer".into())),
+                })
+                .collect()
         })
     }
 }

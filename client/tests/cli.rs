@@ -27,9 +27,10 @@ fn run_passes_exit_status_through_and_releases() {
 #[test]
 fn run_holds_the_lock_while_cmd_runs() {
     let s = Server::start();
-    // The command itself checks the lock: the key holds a token with a TTL.
+    // The command itself checks the lock: the key holds its token (held
+    // by the run's session: no TTL of its own).
     let script = format!(
-        "redis-cli -p {} GET job | grep -Eq '^[0-9a-f]{{32}}$' && [ \"$(redis-cli -p {} PTTL job)\" -gt 0 ]",
+        "redis-cli -p {} GET job | grep -q \"\\\"token\\\":\\\"$REDIS_LOCK_TOKEN\\\"\" && [ \"$(redis-cli -p {} PTTL job)\" = -1 ]",
         s.port(),
         s.port()
     );
@@ -202,4 +203,37 @@ fn usage_and_unreachable_server() {
     let o =
         Command::new(BIN).args(["run", "--url", "redis://127.0.0.1:1/", "job", "--", "true"]).output().expect("run");
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+}
+
+/// `run` holds its lock with a session (one on the server, holding the
+/// key); the session's end (`SESSION.REVOKE` by an operator) is a lost
+/// lock: CMD's group is ended and `run` exits 79, naming the session.
+#[test]
+fn run_holds_its_lock_with_a_session_and_exits_79_when_it_ends() {
+    let s = Server::start();
+    let child = Command::new(BIN)
+        .args(["run", "--ttl", "1500", "--grace", "500", "job", "--", "sleep", "30"])
+        .env("REDIS_URL", s.url())
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run redis-lock");
+    let mut con = s.conn();
+    let end = Instant::now() + Duration::from_secs(10);
+    let ids = loop {
+        let ids: Vec<String> = redis::cmd("SESSION.LIST").query(&mut con).expect("SESSION.LIST");
+        if !ids.is_empty() && con.exists::<_, bool>("job").expect("EXISTS") {
+            break ids;
+        }
+        assert!(Instant::now() < end, "run never took the lock with a session");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let value: String = con.get("job").expect("GET");
+    assert!(value.contains(&format!("\"session\":\"{}\"", ids[0])), "{value}");
+    let revoked: i64 = redis::cmd("SESSION.REVOKE").arg(&ids[0]).query(&mut con).expect("SESSION.REVOKE");
+    assert_eq!(revoked, 1);
+    let out = child.wait_with_output().expect("wait for redis-lock");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(79), "{err}");
+    assert!(err.contains("session"), "the reason is told: {err}");
 }

@@ -82,7 +82,9 @@ fn run_passes_a_revocation_to_cmd_and_frees_the_key_when_cmd_exits() {
     let dir = scratch("term");
     let d = dir.to_str().unwrap();
     let script = format!("trap 'echo term > {d}/got; exit 0' TERM; touch {d}/started; while :; do sleep 0.05; done");
-    let mut run = spawn(&dir, &["run", "--url", &url, "--ttl", "1500", "rv:job", "--", "sh", "-c", &script]);
+    // Its own lease: LOCK.REVOKE does not take a session-held lock yet.
+    let mut run =
+        spawn(&dir, &["run", "--url", &url, "--ttl", "1500", "--no-session", "rv:job", "--", "sh", "-c", &script]);
     until_exists(&dir.join("started"), &mut run, &dir);
     let o = cli(&["revoke", "--url", &url, "--grace", "60000", "--reason", "drain", "rv:job"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
@@ -111,7 +113,21 @@ fn a_cmd_that_ignores_the_signal_is_killed_at_the_deadline() {
     // A grace far past the revocation's: the kill comes from the deadline.
     let mut run = spawn(
         &dir,
-        &["run", "--url", &url, "--ttl", "1500", "--grace", "600000", "rv:stubborn", "--", "sh", "-c", &script],
+        &[
+            "run",
+            "--url",
+            &url,
+            "--ttl",
+            "1500",
+            "--grace",
+            "600000",
+            "--no-session",
+            "rv:stubborn",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
     );
     until_exists(&dir.join("pid"), &mut run, &dir);
     let pid: i32 = std::fs::read_to_string(dir.join("pid")).unwrap().trim().parse().unwrap();

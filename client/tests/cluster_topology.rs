@@ -17,12 +17,15 @@ use redis_lock_harness::Cluster;
 use support::cluster::{get, pttl};
 use support::ms;
 
-/// The lock is held, and its owner (wherever the slot is now) has its token.
+/// The lock is held, and its owner (wherever the slot is now) has its
+/// token: as its own lease (a TTL), or as a session's lock (no TTL).
 fn assert_held(c: &Cluster, lock: &Lock, what: &str) {
     assert!(lock.is_held(), "{what}: lost ({:?})", lock.loss_reason());
     let owner = c.owner_of(lock.key());
-    assert_eq!(get(c, owner, lock.key()).as_deref(), Some(lock.token()), "{what}: token on node {owner}");
-    assert!(pttl(c, owner, lock.key()) > 0, "{what}");
+    let value = get(c, owner, lock.key()).unwrap_or_default();
+    let by_session = value.contains("\"session\":") && value.contains(&format!("\"token\":\"{}\"", lock.token()));
+    assert!(value == lock.token() || by_session, "{what}: token on node {owner}: {value}");
+    assert!(by_session || pttl(c, owner, lock.key()) > 0, "{what}");
 }
 
 /// Waits until `client` sees a waiter queued on `key`.

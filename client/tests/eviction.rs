@@ -75,11 +75,41 @@ fn a_watched_lock_and_a_permit_whose_keys_are_evicted_are_lost_as_evicted() {
 }
 
 #[test]
+fn a_session_held_lock_is_not_evicted_by_a_volatile_policy() {
+    let s = evicting_server();
+    let c = redis_lock_client::LockClient::open(&s.url()).unwrap();
+    let watched = LockOptions::new().watchdog(WatchdogOptions::new());
+    let lock = c.try_acquire_with("evict:session", ms(900), &watched).expect("acquire");
+    let mut conn = s.conn();
+    assert_eq!(redis::cmd("PTTL").arg("evict:session").query::<i64>(&mut conn).unwrap(), -1, "held by a session");
+    fill_until_oom(&mut conn);
+    assert_eq!(redis::cmd("EXISTS").arg("evict:session").query::<i64>(&mut conn).unwrap(), 1);
+    std::thread::sleep(ms(1800));
+    assert!(lock.is_held(), "{:?}", lock.loss_reason());
+    assert_eq!(evicted_count(&mut conn), 0);
+}
+
+#[test]
 fn run_exits_78_when_the_server_evicts_its_lock() {
     let s = evicting_server();
     let url = s.url();
     let child = Command::new(cli_support::BIN)
-        .args(["run", "--url", &url, "--ttl", "900", "--grace", "2000", "evict:run", "--", "sleep", "60"])
+        // Its own lease: a session-held key has no TTL, which volatile-lru
+        // never evicts (a_session_held_lock_is_not_evicted_by_a_volatile_policy).
+        .args([
+            "run",
+            "--url",
+            &url,
+            "--ttl",
+            "900",
+            "--grace",
+            "2000",
+            "--no-session",
+            "evict:run",
+            "--",
+            "sleep",
+            "60",
+        ])
         .env_remove("REDIS_URL")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -60,7 +60,7 @@ fn retry_alone(v: &Value) -> bool {
 
 impl Cluster {
     /// The slot map, read again when stale.
-    async fn slot_map(&self) -> Option<Arc<SlotMap>> {
+    pub(crate) async fn slot_map(&self) -> Option<Arc<SlotMap>> {
         if let Some((at, map)) = lock(&self.slot_map).as_ref() {
             if at.elapsed() < SLOT_MAP_MAX_AGE {
                 return Some(map.clone());
@@ -81,7 +81,7 @@ impl Cluster {
         Some(map)
     }
 
-    fn slot_map_stale(&self) {
+    pub(crate) fn slot_map_stale(&self) {
         *lock(&self.slot_map) = None;
     }
 

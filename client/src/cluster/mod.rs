@@ -439,6 +439,38 @@ impl Transport for Cluster {
         true
     }
 
+    /// The master of the key's slot in the slot map read for batches,
+    /// unless the slot's node lacks the module.
+    fn node_of<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<String>> {
+        Box::pin(async move {
+            let scripts = lock(&self.scripts).get(&Slot::for_key(key)).is_some_and(|until| *until > Instant::now());
+            if scripts {
+                return None;
+            }
+            let map = self.slot_map().await?;
+            let (host, port) = batch::owner_of(&map, redis_lock_rules::cluster::key_slot(key.as_bytes()))?;
+            Some(format!("{host}:{port}"))
+        })
+    }
+
+    fn nodes_changed(&self) {
+        self.slot_map_stale();
+    }
+
+    /// To the node by its address, whatever slots it serves now: a
+    /// session lives on the node that granted it.
+    fn node_call<'a>(&'a self, node: &'a str, cmd: &'a redis::Cmd) -> BoxFuture<'a, Result<Value>> {
+        Box::pin(async move {
+            let (host, port) = node
+                .rsplit_once(':')
+                .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
+                .ok_or_else(|| Error::InvalidArgument(format!("not a node address: {node}")))?;
+            let mut con = self.conn().await?;
+            let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
+            Ok(con.route_command(cmd.clone(), to).await?.extract_error()?)
+        })
+    }
+
     /// The master a wait last reached for the key's slot, else the one of
     /// the slot map read for batches, else `cluster`.
     fn server_of(&self, key: &str) -> String {

@@ -20,7 +20,11 @@ impl LockCmd {
     /// the exclusive lock's commands, without what only the module has (a
     /// leader's value, a lock-delay, a hold limit).
     pub(crate) fn has_fallback(&self) -> bool {
-        let module_only = matches!(self, LockCmd::Acquire { elect: Some(_), .. }) || !self.lease().is_empty();
+        // A session-held grant never falls back: the scripts' lease would
+        // expire with nothing renewing it.
+        let module_only =
+            matches!(self, LockCmd::Acquire { elect: Some(_), .. } | LockCmd::Acquire { session: Some(_), .. })
+                || !self.lease().is_empty();
         self.kind().has_fallback() && !module_only
     }
 

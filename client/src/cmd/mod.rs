@@ -16,6 +16,7 @@ mod kind;
 mod lease;
 mod module;
 mod reply;
+mod session;
 
 pub(crate) use all::{acquire_all_cmd, groups};
 pub(crate) use elect::{leader_cmd, observe_cmd, proclaim_cmd, proclaim_reply};
@@ -25,13 +26,18 @@ pub(crate) use lease::Lease;
 pub(crate) use reply::{
     fallback_reply, is_unknown_command, is_wait_unsupported, module_reply, no_fallback, unexpected, Grant,
 };
+pub(crate) use session::{
+    grant_cmd, grant_reply, keepalive_cmd, keepalive_reply, revoke_cmd, session_refusal, Kept, Refusal,
+};
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::RngCore;
 use redis::Cmd;
 use redis_lock_rules::{args, holders, ArgError};
 
+use crate::attach::SessionLease;
 use crate::error::{Error, Result};
 
 /// Which commands a connection's server understands.
@@ -61,6 +67,8 @@ pub(crate) enum LockCmd {
         wait_ms: Option<u64>,
         lease: Lease,
         elect: Option<String>,
+        /// `SESSION id`: held by this session of the node (module only).
+        session: Option<Arc<SessionLease>>,
     },
     /// `floor`: also raise the server's fence mark to at least this
     /// (`LOCK.RENEW ... FLOOR f`, for quorum locks; exclusive locks only).
@@ -111,6 +119,7 @@ impl LockCmd {
             wait_ms: None,
             lease: Lease::default(),
             elect: None,
+            session: None,
         })
     }
 
@@ -131,6 +140,25 @@ impl LockCmd {
             *lease = l;
         }
         self
+    }
+
+    /// The same acquire held by `session` (`SESSION id`). The session's
+    /// lock-delay is the lock's: the grant names none of its own.
+    pub(crate) fn with_session(&self, s: Arc<SessionLease>) -> Self {
+        let mut c = self.clone();
+        if let LockCmd::Acquire { session, lease, .. } = &mut c {
+            *session = Some(s);
+            lease.lock_delay_ms = None;
+        }
+        c
+    }
+
+    /// The session an acquire attaches to, if any.
+    pub(crate) fn session(&self) -> Option<&Arc<SessionLease>> {
+        match self {
+            LockCmd::Acquire { session, .. } => session.as_ref(),
+            _ => None,
+        }
     }
 
     /// The lease options of a grant (none for renew and release).

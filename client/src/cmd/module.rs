@@ -20,15 +20,18 @@ impl LockCmd {
         let mut c = Cmd::with_capacity(12, 100 + self.key().len() + self.token().len() + extra);
         c.arg(self.name());
         match self {
-            LockCmd::Acquire { key, token, ttl_ms, wait_ms, lease, elect: Some(value), .. } => {
+            LockCmd::Acquire { key, token, ttl_ms, wait_ms, lease, elect: Some(value), session, .. } => {
                 // Always fenced: the reply is the term or nil.
                 c.arg(key).arg(token).arg(ttl_ms).arg(value);
                 if let Some(ms) = wait_ms {
                     c.arg("WAIT").arg(ms);
                 }
                 lease.append(&mut c);
+                if let Some(s) = session {
+                    c.arg("SESSION").arg(&s.id);
+                }
             }
-            LockCmd::Acquire { kind, key, token, ttl_ms, wait_ms, lease, elect: None } => {
+            LockCmd::Acquire { kind, key, token, ttl_ms, wait_ms, lease, elect: None, session } => {
                 c.arg(key).arg(token);
                 match kind {
                     LockKind::Exclusive => {}
@@ -47,6 +50,9 @@ impl LockCmd {
                     c.arg("WAIT").arg(ms);
                 }
                 lease.append(&mut c);
+                if let Some(s) = session {
+                    c.arg("SESSION").arg(&s.id);
+                }
             }
             LockCmd::Renew { key, token, ttl_ms, floor, .. } => {
                 c.arg(key).arg(token).arg(ttl_ms);

@@ -140,7 +140,7 @@ impl QuorumLock {
     /// of the last successful acquire or renewal + TTL − drift allowance.
     /// Do not start guarded work that cannot finish before it.
     pub fn valid_until(&self) -> Instant {
-        self.held.shared.lock().valid_until
+        self.held.shared.lock().until()
     }
 
     /// Why the lock was lost, if it was.

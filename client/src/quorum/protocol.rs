@@ -37,6 +37,7 @@ use crate::failure::QuorumFailure;
 use crate::quorum::node::{Answer, Node};
 use crate::quorum::options::QuorumOptions;
 use crate::quorum::round::{round, Tally};
+use crate::session::SessionCalls;
 use crate::state::Shared;
 
 /// What a quorum client shares with its locks.
@@ -52,9 +53,12 @@ pub(crate) struct Ctx {
 impl Ctx {
     /// The client's renewal engine (see [`EngineSlot::get`]).
     pub(crate) fn engine(self: &Arc<Self>) -> Option<&Arc<Engine>> {
-        self.engine.get(|| self.clone(), self.opts.watchdog_batch)
+        self.engine.get(|| self.clone(), self.opts.watchdog_batch, 0)
     }
 }
+
+/// No sessions on a quorum's servers (yet): its locks renew on their own.
+impl SessionCalls for Ctx {}
 
 impl Renewer for Ctx {
     fn renew_all(self: Arc<Self>, due: Vec<Due>, batch: usize) -> BoxFuture<'static, Vec<Renewed>> {

@@ -27,10 +27,13 @@ pub fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
-/// A client of `s` whose commands and connects fail after 2 s.
+/// A client of `s` whose commands and connects fail after 2 s, its
+/// watchdog locks each on its own lease (sessions off): the scenarios
+/// compare the module with the scripts, which have no sessions, lock by
+/// lock (tests/sessions.rs tests the sessions).
 pub fn client(s: &Server) -> LockClient {
-    LockClient::open_with(&s.url(), ClientOptions::new().response_timeout(ms(2000)).connect_timeout(ms(2000)))
-        .expect("client")
+    let opts = ClientOptions::new().response_timeout(ms(2000)).connect_timeout(ms(2000)).sessions(false);
+    LockClient::open_with(&s.url(), opts).expect("client")
 }
 
 /// A runtime for the `_async` API (two workers: a test's task and the

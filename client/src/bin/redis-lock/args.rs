@@ -283,6 +283,9 @@ pub struct HoldArgs {
     /// deadline, the group gets SIGKILL.
     #[arg(long, value_name = "SIGNAL", default_value = "SIGTERM", value_parser = signal)]
     pub on_revoke: Sig,
+    /// Renew the lock on its own every TTL/3, not with a session on its node.
+    #[arg(long)]
+    pub no_session: bool,
 }
 
 /// A signal number; 0: none.

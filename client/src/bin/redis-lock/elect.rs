@@ -3,11 +3,11 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use redis_lock_client::{ClientOptions, Error, Leadership};
+use redis_lock_client::{Error, Leadership};
 
 use crate::args::ElectArgs;
 use crate::fail::{usage, Fail};
-use crate::run::{acquire_fail, run_under};
+use crate::run::{acquire_fail, client_options, run_under};
 use crate::target::Servers;
 
 /// Without a wait, a campaign waits in the server's queue for as long as it
@@ -16,7 +16,8 @@ use crate::target::Servers;
 const CAMPAIGN_ROUND: Duration = Duration::from_secs(86_400);
 
 /// `redis-lock elect [--url URL]... [--cluster] --value V [--ttl MS] [--wait MS | -w SECONDS | -n] [-E CODE]
-/// [--grace MS] [--max-lifetime MS] [--lock-delay MS] [--max-hold MS] [--token TOKEN] KEY -- CMD [ARGS...]`
+/// [--grace MS] [--max-lifetime MS] [--lock-delay MS] [--max-hold MS] [--token TOKEN]
+/// [--on-revoke SIGNAL] [--no-session] KEY -- CMD [ARGS...]`
 pub fn cmd_elect(a: ElectArgs) -> Result<ExitCode, Fail> {
     if a.command.is_empty() {
         return Err(usage("elect needs a command after --"));
@@ -27,9 +28,7 @@ pub fn cmd_elect(a: ElectArgs) -> Result<ExitCode, Fail> {
     }
     let ttl = Duration::from_millis(a.ttl);
     let lopts = a.hold.lock_options();
-    // As `run`: a reply slower than a third of the TTL fails and is retried.
-    let timeout = (ttl / 3).clamp(Duration::from_millis(10), Duration::from_secs(2));
-    let client = a.target.open(ClientOptions::new().response_timeout(timeout))?;
+    let client = a.target.open(client_options(&a.hold, ttl))?;
     let election = client.election(&a.key);
     let won: Result<Leadership, Error> = match a.wait() {
         Some(wait) => election.campaign_with(&a.value, ttl, wait, &lopts),

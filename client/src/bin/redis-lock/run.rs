@@ -12,7 +12,7 @@ use crate::target::{open_quorum, Servers};
 
 /// `redis-lock run [--url URL]... [--cluster] [--ttl MS] [--wait MS | -w SECONDS | -n] [-E CODE]
 /// [--grace MS] [--max-lifetime MS] [--lock-delay MS] [--max-hold MS] [--token TOKEN]
-/// [--run-id RUN_ID | --permits N | -s | -x] KEY [KEY...] -- CMD [ARGS...]`
+/// [--on-revoke SIGNAL] [--no-session] [--run-id RUN_ID | --permits N | -s | -x] KEY [KEY...] -- CMD [ARGS...]`
 pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
     if a.command.is_empty() {
         return Err(usage("run needs a command after --"));
@@ -79,12 +79,18 @@ fn run_all(a: &RunArgs, ttl: Duration, wait: Duration, lopts: &LockOptions) -> R
     run_under(&held, &a.command, &a.hold, None)
 }
 
-/// The client of a run on one server or a cluster. A reply slower than a
-/// third of the TTL would make the watchdog miss its cadence anyway; such
-/// a call fails and is retried instead.
+/// The client of a run on one server or a cluster.
 fn open_client(a: &RunArgs, ttl: Duration) -> Result<LockClient, Fail> {
+    a.target.open(client_options(&a.hold, ttl))
+}
+
+/// The client options of a run or campaign of `ttl`: a reply slower than
+/// a third of the TTL would make the watchdog miss its cadence anyway, so
+/// such a call fails and is retried instead; sessions unless
+/// `--no-session`.
+pub fn client_options(hold: &HoldArgs, ttl: Duration) -> ClientOptions {
     let timeout = (ttl / 3).clamp(Duration::from_millis(10), Duration::from_secs(2));
-    a.target.open(ClientOptions::new().response_timeout(timeout))
+    ClientOptions::new().response_timeout(timeout).sessions(!hold.no_session)
 }
 
 /// An acquire's failure other than "held": a bad argument is a usage
@@ -180,6 +186,7 @@ pub fn lost_exit(reason: LossReason) -> (u8, &'static str) {
     match reason {
         LossReason::Evicted => (EXIT_EVICTED, "evicted by the server (maxmemory-policy)"),
         LossReason::Revoked => (EXIT_LOST, "revoked and its deadline passed"),
+        LossReason::SessionEnded => (EXIT_LOST, "lost with its session (expired or revoked on the server)"),
         _ => (EXIT_LOST, "lost"),
     }
 }

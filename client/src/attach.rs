@@ -1,0 +1,139 @@
+//! A session as its locks see it ([`SessionLease`]): the one validity that
+//! every lock attached to the session shares, and whether the server said
+//! it ended. The renewal engine (`session.rs`) moves the validity on with
+//! each keepalive, once for all the session's locks; a lock's state
+//! (`state.rs`) reads it instead of a validity of its own, so a keepalive
+//! costs the client O(1) whatever the session holds.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// One session granted on one node (`SESSION.GRANT`).
+#[derive(Debug)]
+pub(crate) struct SessionLease {
+    /// The id the server issued.
+    pub(crate) id: String,
+    /// Its TTL as granted: each keepalive keeps it this long.
+    pub(crate) ttl: Duration,
+    /// When the last keepalive (or the grant) that the server answered was
+    /// sent, plus the TTL: the server keeps the session at least that long.
+    valid_until: Mutex<Instant>,
+    /// A keepalive answered that the server no longer has it (expired,
+    /// revoked, forgotten): every lock attached to it is lost.
+    ended: AtomicBool,
+    /// Acquires under way with this session (an idle session is revoked
+    /// only when none is).
+    in_use: AtomicUsize,
+    /// Its locks still held as far as this process knows: counted up when
+    /// a lock is made on it, down on that lock's first change from held
+    /// (released, dropped or lost).
+    held: AtomicUsize,
+}
+
+impl SessionLease {
+    /// A session granted by a command sent at `sent`.
+    pub(crate) fn new(id: String, ttl: Duration, sent: Instant) -> SessionLease {
+        SessionLease {
+            id,
+            ttl,
+            valid_until: Mutex::new(sent + ttl),
+            ended: AtomicBool::new(false),
+            in_use: AtomicUsize::new(0),
+            held: AtomicUsize::new(0),
+        }
+    }
+
+    /// Until when the server surely keeps the session.
+    pub(crate) fn valid_until(&self) -> Instant {
+        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A keepalive sent at `sent` was answered: the session lives at least
+    /// its TTL from then (never earlier than it already did).
+    pub(crate) fn kept(&self, sent: Instant) {
+        let mut g = self.valid_until.lock().unwrap_or_else(|p| p.into_inner());
+        *g = (*g).max(sent + self.ttl);
+    }
+
+    /// The server said the session ended.
+    pub(crate) fn end(&self) {
+        self.ended.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
+    /// Whether a lock can still be attached to it at `now`.
+    pub(crate) fn usable(&self, now: Instant) -> bool {
+        !self.ended() && now < self.valid_until()
+    }
+
+    /// A lock was made on it.
+    pub(crate) fn hold(&self) {
+        self.held.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// One of its locks stopped being held.
+    pub(crate) fn let_go(&self) {
+        self.held.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// How many of its locks are held.
+    pub(crate) fn held(&self) -> usize {
+        self.held.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn in_use(&self) -> usize {
+        self.in_use.load(Ordering::Acquire)
+    }
+
+    /// Counts an acquire under way with this session until the returned
+    /// guard is dropped.
+    pub(crate) fn start_use(self: &std::sync::Arc<Self>) -> InUse {
+        self.in_use.fetch_add(1, Ordering::AcqRel);
+        InUse(self.clone())
+    }
+}
+
+/// An acquire under way with a session (see [`SessionLease::start_use`]).
+#[derive(Debug)]
+pub(crate) struct InUse(pub(crate) std::sync::Arc<SessionLease>);
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        self.0.in_use.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keepalives_only_extend_and_an_end_is_final() {
+        let t0 = Instant::now();
+        let ttl = Duration::from_millis(300);
+        let s = std::sync::Arc::new(SessionLease::new("id".into(), ttl, t0));
+        assert_eq!(s.valid_until(), t0 + ttl);
+        s.kept(t0 + Duration::from_millis(100));
+        assert_eq!(s.valid_until(), t0 + Duration::from_millis(400));
+        s.kept(t0 + Duration::from_millis(50));
+        assert_eq!(s.valid_until(), t0 + Duration::from_millis(400), "a late answer never shortens it");
+        assert!(s.usable(t0));
+        assert!(!s.usable(t0 + Duration::from_millis(400)), "not past its validity");
+        {
+            let _a = s.start_use();
+            let _b = s.start_use();
+            assert_eq!(s.in_use(), 2);
+        }
+        assert_eq!(s.in_use(), 0);
+        s.hold();
+        s.hold();
+        s.let_go();
+        assert_eq!(s.held(), 1);
+        s.end();
+        assert!(s.ended() && !s.usable(t0));
+    }
+}
