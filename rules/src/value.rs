@@ -163,10 +163,12 @@ pub fn parse(value: &[u8]) -> Option<Stored> {
 }
 
 /// A lock held by a session (docs/sessions.md): its session's id (32
-/// lowercase hex digits), its holder's token and its hold limit.
+/// lowercase hex digits), its holder's token and its hold limit; once
+/// revoked (`LOCK.REVOKE`, docs/revocation.md), the reason before the
+/// hold limit, which is then the revocation's deadline.
 ///
 /// ```text
-/// {"owner":null,"session":"<id>","token":"<token>"[,"holdUntil":MS]}
+/// {"owner":null,"session":"<id>","token":"<token>"[,"revoked":REASON,"holdUntil":MS|,"holdUntil":MS]}
 /// ```
 ///
 /// `owner` is `null`, so the reference scripts see no token own it (as
@@ -176,6 +178,8 @@ pub fn parse(value: &[u8]) -> Option<Stored> {
 pub struct Held {
     pub session: String,
     pub token: String,
+    /// Revoked, for this reason: `hold_until` is the deadline (never without one).
+    pub revoked: Option<String>,
     pub hold_until: Option<i64>,
 }
 
@@ -191,6 +195,11 @@ impl Held {
         out.extend_from_slice(br#"","token":""#);
         push_go_string(&mut out, &self.token);
         out.push(b'"');
+        if let (Some(reason), Some(_)) = (&self.revoked, self.hold_until) {
+            out.extend_from_slice(br#","revoked":""#);
+            push_go_string(&mut out, reason);
+            out.push(b'"');
+        }
         if let Some(at) = self.hold_until {
             push_number(&mut out, br#","holdUntil":"#, at);
         }
@@ -222,10 +231,17 @@ fn held_parts(value: &[u8]) -> Option<(Held, &[u8])> {
     let token = c.string()?;
     // The raw token: between the opening quote and the closing one.
     let raw = before.get(1..before.len() - c.0.len() - 1)?;
-    let hold_until = if c.optional(br#","holdUntil":"#) { Some(c.number()? as i64) } else { None };
+    let revoked = if c.optional(br#","revoked":"#) { Some(c.string()?) } else { None };
+    let hold_until = if c.optional(br#","holdUntil":"#) {
+        Some(c.number()? as i64)
+    } else if revoked.is_some() {
+        return None;
+    } else {
+        None
+    };
     c.literal(b"}")?;
     c.end()?;
-    Some((Held { session, token, hold_until }, raw))
+    Some((Held { session, token, revoked, hold_until }, raw))
 }
 
 /// A strict reader of the grammar above. Every read either consumes
@@ -434,8 +450,10 @@ mod tests {
 
     #[test]
     fn a_held_value_round_trips_and_no_script_token_owns_it() {
-        for hold_until in [None, Some(1_700_000_000_000)] {
-            let h = Held { session: "0123456789abcdef0123456789abcdef".into(), token: "t<\"é".into(), hold_until };
+        let revoked = [(None, None), (None, Some(1_700_000_000_000)), (Some("drain \"n\" <7>"), Some(1_700_000_000_000))];
+        for (reason, hold_until) in revoked {
+            let revoked = reason.map(str::to_owned);
+            let h = Held { session: "0123456789abcdef0123456789abcdef".into(), token: "t<\"é".into(), revoked, hold_until };
             let bytes = h.encode();
             assert_eq!(parse_held(&bytes), Some(h.clone()), "{}", String::from_utf8_lossy(&bytes));
             assert_eq!(held_token(&bytes), Some(r#"t\u003c\"é"#.as_bytes()));
@@ -449,6 +467,8 @@ mod tests {
             br#"{"owner":null,"session":"s"}"#,
             br#"{"owner":null,"session":"s","token":"t""#,
             br#"{"owner":null,"session":"s","token":"t","runId":"r"}"#,
+            br#"{"owner":null,"session":"s","token":"t","revoked":"r"}"#,
+            br#"{"owner":null,"session":"s","token":"t","holdUntil":1,"revoked":"r"}"#,
         ] {
             assert_eq!(parse_held(bad), None, "{}", String::from_utf8_lossy(bad));
         }
