@@ -90,22 +90,34 @@ unsafe fn send_fields(ctx: *mut RedisModuleCtx, fields: Vec<(&'static std::ffi::
     for (name, value) in fields {
         let name = name.to_bytes();
         rm!(RedisModule_ReplyWithStringBuffer)(ctx, name.as_ptr().cast(), name.len());
-        match value {
-            Value::Int(n) => rm!(RedisModule_ReplyWithLongLong)(ctx, n),
-            Value::Bytes(b) => rm!(RedisModule_ReplyWithStringBuffer)(ctx, b.as_ptr().cast(), b.len()),
-            Value::Nil => rm!(RedisModule_ReplyWithNull)(ctx),
-            // A flat array: token, ttl-ms, token, ttl-ms, … (as ZRANGE … WITHSCORES).
-            Value::Holders(holders) => {
-                rm!(RedisModule_ReplyWithArray)(ctx, 2 * holders.len() as std::ffi::c_long);
-                for (token, ttl) in holders {
-                    rm!(RedisModule_ReplyWithStringBuffer)(ctx, token.as_ptr().cast(), token.len());
-                    rm!(RedisModule_ReplyWithLongLong)(ctx, ttl);
-                }
-                raw::REDISMODULE_OK as c_int
-            }
-        };
+        send_value(ctx, value);
     }
     raw::REDISMODULE_OK as c_int
+}
+
+/// Sends one field's value.
+unsafe fn send_value(ctx: *mut RedisModuleCtx, value: Value) -> c_int {
+    match value {
+        Value::Int(n) => rm!(RedisModule_ReplyWithLongLong)(ctx, n),
+        Value::Bytes(b) => rm!(RedisModule_ReplyWithStringBuffer)(ctx, b.as_ptr().cast(), b.len()),
+        Value::Nil => rm!(RedisModule_ReplyWithNull)(ctx),
+        // A flat array: token, ttl-ms, token, ttl-ms, … (as ZRANGE … WITHSCORES).
+        Value::Holders(holders) => {
+            rm!(RedisModule_ReplyWithArray)(ctx, 2 * holders.len() as std::ffi::c_long);
+            for (token, ttl) in holders {
+                rm!(RedisModule_ReplyWithStringBuffer)(ctx, token.as_ptr().cast(), token.len());
+                rm!(RedisModule_ReplyWithLongLong)(ctx, ttl);
+            }
+            raw::REDISMODULE_OK as c_int
+        }
+        Value::Items(items) => {
+            rm!(RedisModule_ReplyWithArray)(ctx, items.len() as std::ffi::c_long);
+            for item in items {
+                send_value(ctx, item);
+            }
+            raw::REDISMODULE_OK as c_int
+        }
+    }
 }
 
 /// Defines an `extern "C"` command function that enters through [`run`].

@@ -85,6 +85,9 @@ pub enum Value {
     Nil,
     /// Holders and their remaining lease in ms (SEM.INFO, RWLOCK.INFO).
     Holders(Vec<(Vec<u8>, i64)>),
+    /// A flat array of values (SESSION.INFO's revoked holds: key, db,
+    /// deadline, reason, …).
+    Items(Vec<Value>),
 }
 
 /// A reply of `RedisModule_Call`, freed on drop.

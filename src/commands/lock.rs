@@ -22,7 +22,7 @@ use crate::server::timings;
 use crate::store::fence;
 use crate::store::lease;
 use crate::store::lock_key::{LockKey, NewValue};
-use crate::store::session;
+use crate::store::{session, session_revoked};
 
 /// Counts the verdict and turns it into the 1/0 reply.
 fn verdict(granted: bool, on_grant: &Counter) -> Outcome {
@@ -136,14 +136,18 @@ pub fn renew(ctx: Ctx, argv: Argv) -> Outcome {
     }
     // A revoked hold renews up to its deadline only, and hears of it.
     let (renewal, revoked) = match k.entry() {
-        // A session keeps its locks: a renewal by the holder changes nothing.
+        // A session keeps its locks: a renewal by the holder changes
+        // nothing, but a revoked one hears of it.
         Entry::Str(v) if v.starts_with(value::HELD_PREFIX) => {
+            // Without a hold limit (it ends with the token) it is not revoked.
+            let limited = !v.ends_with(b"\"}");
+            let revoked = limited.then(|| value::parse_held(v)).flatten().and_then(|h| held::revoked_of(&h).map(|(_, d)| d));
             if let Some(f) = floor {
                 fence::raise(f);
                 fence::replicate_floor(ctx, f);
             }
             stats::RENEWALS.add();
-            return Ok(Reply::Int(1));
+            return Ok(Reply::Int(revoke::renew_reply(false, revoked, now)));
         }
         Entry::Str(v) if rules_lease::may_have_lease(v) => match value::parse(v) {
             Some(stored) => (rules_lease::renew(&stored, now, ttl)?, revoke::revoked_of(&stored).map(|(_, d)| d)),
@@ -202,7 +206,7 @@ pub fn release(ctx: Ctx, argv: Argv) -> Outcome {
             Entry::Str(v) => lease::held_by_session(v),
             _ => None,
         } {
-            session::detach(ctx, &held_by, key);
+            session_revoked::detach(ctx, &held_by, key);
         }
         let _quiet = queue::serving();
         k.delete();
@@ -312,7 +316,10 @@ pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
     let int_or_nil = |n: Option<i64>| n.map_or(Value::Nil, Value::Int);
     let View { lock_delay, hold_until, lease_end, delayed_until } = view;
     // Only a live lease with a hold limit can be a revoked one.
-    let revoked = hold_until.and_then(|_| value::parse(value)?.revoked).map(String::into_bytes);
+    let revoked = hold_until
+        .and_then(|_| value::parse(value).map(|s| s.revoked).or_else(|| value::parse_held(value).map(|h| h.revoked)))
+        .flatten()
+        .map(String::into_bytes);
     Ok(Reply::Fields(vec![
         (c"owner", bytes_or_nil(d.owner)),
         (c"run-id", bytes_or_nil(d.run_id)),

@@ -12,6 +12,7 @@ use crate::boundary::ctx::{bytes, Ctx};
 use crate::boundary::errors::SESSION_APPLY_INTERNAL;
 use crate::boundary::reply::{Argv, Failure, Outcome, Reply, Value};
 use crate::store::session::{self, table, Apply};
+use crate::store::session_revoked;
 
 /// How many holds SESSION.INFO lists without COUNT, and at most.
 const INFO_COUNT: usize = 10;
@@ -46,7 +47,9 @@ fn parse_lock_delay(arg: &[u8]) -> Result<i64, ArgError> {
 /// SESSION.KEEPALIVE id [id ...]
 ///
 /// Replies, per id in order, its TTL (ms) when it was kept alive, or 0
-/// when it is unknown or ended. O(1) per id, whatever it holds.
+/// when it is unknown or ended; `-ttl` when it was kept alive and some of
+/// its holds are revoked (LOCK.REVOKE: SESSION.INFO lists them). O(1) per
+/// id, whatever it holds.
 pub fn keepalive(ctx: Ctx, argv: Argv) -> Outcome {
     let [_, ids @ ..] = argv else { return Err(Failure::Arity) };
     if ids.is_empty() {
@@ -54,7 +57,14 @@ pub fn keepalive(ctx: Ctx, argv: Argv) -> Outcome {
     }
     let kept = ids
         .iter()
-        .map(|&id| parse_session_id(bytes(id)).ok().and_then(|id| session::keepalive(ctx, id)).unwrap_or(0))
+        .map(|&id| {
+            let Ok(id) = parse_session_id(bytes(id)) else { return 0 };
+            match session::keepalive(ctx, id) {
+                Some(ttl) if session_revoked::count(id) > 0 => -ttl,
+                Some(ttl) => ttl,
+                None => 0,
+            }
+        })
         .collect();
     Ok(Reply::Ints(kept))
 }
@@ -95,15 +105,27 @@ pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
         None => b"alive",
     };
     let holds = info.first.iter().map(|(db, key)| (key.to_vec(), i64::from(*db))).collect();
+    let (held, ttl, lock_delay, deadline) = (info.holds, info.ttl, info.lock_delay, info.deadline);
+    drop(t);
+    // Its revoked holds: key, database, deadline, reason each.
+    let revoked_holds = session_revoked::count(id);
+    let revoked = session_revoked::list(id, count)
+        .into_iter()
+        .flat_map(|((db, key), r)| {
+            [Value::Bytes(key.into()), Value::Int(i64::from(db)), Value::Int(r.deadline), Value::Bytes(r.reason.into())]
+        })
+        .collect();
     Ok(Reply::Fields(vec![
         (c"id", Value::Bytes(session_id_text(id).into_bytes())),
         (c"state", Value::Bytes(state.to_vec())),
-        (c"ttl-ms", Value::Int(info.ttl)),
-        (c"ttl-left-ms", Value::Int((info.deadline - now).max(0))),
-        (c"deadline", Value::Int(info.deadline)),
-        (c"lock-delay-ms", Value::Int(info.lock_delay)),
-        (c"holds", Value::Int(info.holds as i64)),
+        (c"ttl-ms", Value::Int(ttl)),
+        (c"ttl-left-ms", Value::Int((deadline - now).max(0))),
+        (c"deadline", Value::Int(deadline)),
+        (c"lock-delay-ms", Value::Int(lock_delay)),
+        (c"holds", Value::Int(held as i64)),
         (c"first", Value::Holders(holds)),
+        (c"revoked-holds", Value::Int(revoked_holds as i64)),
+        (c"revoked", Value::Items(revoked)),
     ]))
 }
 
@@ -125,7 +147,7 @@ pub fn list(_ctx: Ctx, argv: Argv) -> Outcome {
     Ok(Reply::Strings(ids.into_iter().take(count).map(|id| session_id_text(id).into_bytes()).collect()))
 }
 
-/// SESSION.APPLY GRANT id ttl-ms lock-delay-ms deadline | END id at EXPIRED|REVOKED | FORGET id | ATTACH id key | DETACH id key
+/// SESSION.APPLY GRANT id ttl-ms lock-delay-ms deadline | END id at EXPIRED|REVOKED | FORGET id | ATTACH id key | DETACH id key | REVOKEHOLD id key deadline reason
 ///
 /// Internal: what a master's session changed, as replicas and the AOF
 /// apply it (absolute times). Refused from clients.
@@ -146,9 +168,19 @@ pub fn apply(ctx: Ctx, argv: Argv) -> Outcome {
                 if bytes(*reason).eq_ignore_ascii_case(b"REVOKED") { Reason::Revoked } else { Reason::Expired };
             Apply::End { id, at: int(*at)?, reason }
         }
-        [] if op.eq_ignore_ascii_case(b"FORGET") => Apply::Forget { id },
         [key] if op.eq_ignore_ascii_case(b"ATTACH") => Apply::Attach { id, key: bytes(*key) },
-        [key] if op.eq_ignore_ascii_case(b"DETACH") => Apply::Detach { id, key: bytes(*key) },
+        [key] if op.eq_ignore_ascii_case(b"DETACH") => {
+            session_revoked::forget(ctx, id, bytes(*key));
+            Apply::Detach { id, key: bytes(*key) }
+        }
+        [key, deadline, reason] if op.eq_ignore_ascii_case(b"REVOKEHOLD") => {
+            session_revoked::apply_revoke(ctx, id, bytes(*key), int(*deadline)?, bytes(*reason));
+            return Ok(Reply::Ok);
+        }
+        [] if op.eq_ignore_ascii_case(b"FORGET") => {
+            session_revoked::forget_session(id);
+            Apply::Forget { id }
+        }
         _ => return Err(ArgError::Syntax.into()),
     };
     session::apply(ctx, entry);

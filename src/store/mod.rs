@@ -4,7 +4,8 @@
 //! (`holders_key`), several lock keys granted together (`lock_set`), the
 //! fence mark (`fence`), and who leads an election's key (`leadership`);
 //! the node's sessions (`session`: the table and its replication,
-//! `session_rdb`: their RDB aux data). It imports the server layer and the
+//! `session_rdb`: their RDB aux data; `session_revoked`: their revoked
+//! holds). It imports the server layer and the
 //! boundary.
 
 pub mod fence;
@@ -16,3 +17,4 @@ pub mod lock_key;
 pub mod lock_set;
 pub mod session;
 pub mod session_rdb;
+pub mod session_revoked;
