@@ -399,7 +399,10 @@ fn a_session_held_lock_is_revoked_alone_its_holder_hears_it_and_the_server_ends_
     assert!(deadline >= before + 3_000 && deadline <= server_now(&mut c) + 3_000, "{deadline}");
     let stored = get(&mut c, "a").unwrap();
     let held = value::parse_held(&stored).expect("still a session's hold");
-    assert_eq!((held.token.as_str(), held.revoked.as_deref(), held.hold_until), ("ta", Some("drain node-7"), Some(deadline)));
+    assert_eq!(
+        (held.token.as_str(), held.revoked.as_deref(), held.hold_until),
+        ("ta", Some("drain node-7"), Some(deadline))
+    );
     assert_eq!(pexpiretime(&mut c, "a"), deadline, "the key ends at the deadline (no lock-delay)");
     assert_eq!(pexpiretime(&mut c, "b"), -1, "the session's other hold is untouched");
     // The holder hears it on its next keepalive (O(1): the sign), then
@@ -457,7 +460,10 @@ fn a_session_held_revoke_by_token_applies_the_sessions_lock_delay() {
         assert_eq!(int(&mut c, &["LOCK.ACQUIRE", key, "t", "30000", "SESSION", &id]), 1);
     }
     let held = get(&mut c, "a");
-    assert_eq!(revoke(&mut c, &["a", "TOKEN", "other", "GRACE", "10"]), ("not-holder".into(), Some("other".into()), None));
+    assert_eq!(
+        revoke(&mut c, &["a", "TOKEN", "other", "GRACE", "10"]),
+        ("not-holder".into(), Some("other".into()), None)
+    );
     assert_eq!((get(&mut c, "a"), keepalive(&mut c, &id)), (held, 60_000), "nothing changed");
     // Without grace: ended now, the session's delay follows, detached at once.
     let (result, _, deadline) = revoke(&mut c, &["a", "TOKEN", "t"]);

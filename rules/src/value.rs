@@ -450,10 +450,14 @@ mod tests {
 
     #[test]
     fn a_held_value_round_trips_and_no_script_token_owns_it() {
-        let revoked = [(None, None), (None, Some(1_700_000_000_000)), (Some("drain \"n\" <7>"), Some(1_700_000_000_000))];
+        let revoked =
+            [(None, None), (None, Some(1_700_000_000_000)), (Some("drain \"n\" <7>"), Some(1_700_000_000_000))];
         for (reason, hold_until) in revoked {
             let revoked = reason.map(str::to_owned);
-            let h = Held { session: "0123456789abcdef0123456789abcdef".into(), token: "t<\"é".into(), revoked, hold_until };
+            let h =
+                Held {
+                    session: "0123456789abcdef0123456789abcdef".into(), token: "t<\"é".into(), revoked, hold_until
+                };
             let bytes = h.encode();
             assert_eq!(parse_held(&bytes), Some(h.clone()), "{}", String::from_utf8_lossy(&bytes));
             assert_eq!(held_token(&bytes), Some(r#"t\u003c\"é"#.as_bytes()));

@@ -141,7 +141,8 @@ pub fn renew(ctx: Ctx, argv: Argv) -> Outcome {
         Entry::Str(v) if v.starts_with(value::HELD_PREFIX) => {
             // Without a hold limit (it ends with the token) it is not revoked.
             let limited = !v.ends_with(b"\"}");
-            let revoked = limited.then(|| value::parse_held(v)).flatten().and_then(|h| held::revoked_of(&h).map(|(_, d)| d));
+            let revoked =
+                limited.then(|| value::parse_held(v)).flatten().and_then(|h| held::revoked_of(&h).map(|(_, d)| d));
             if let Some(f) = floor {
                 fence::raise(f);
                 fence::replicate_floor(ctx, f);

@@ -123,14 +123,7 @@ pub fn revoke(ctx: Ctx, argv: Argv) -> Outcome {
 /// and the session's table notes it, so that its keepalive and
 /// SESSION.INFO tell the holder, and the sessions' timer ends the hold at
 /// the deadline and detaches it.
-fn revoke_held(
-    ctx: Ctx,
-    mut k: LockKey,
-    key: *mut RedisModuleString,
-    held: Held,
-    opts: &Options,
-    now: i64,
-) -> Outcome {
+fn revoke_held(ctx: Ctx, mut k: LockKey, key: *mut RedisModuleString, held: Held, opts: &Options, now: i64) -> Outcome {
     if opts.token.is_some_and(|t| t != held.token.as_bytes()) {
         return reply(Did::NotHolder, opts.token.map(<[u8]>::to_vec), None);
     }
