@@ -32,6 +32,7 @@ command_fn!(rw_info_cmd => holders::rw_info);
 command_fn!(top_cmd => top::top);
 command_fn!(evicted_cmd => lock::evicted);
 command_fn!(revoke_cmd => revoke::revoke);
+command_fn!(revoke_note_cmd => revoke::note);
 command_fn!(session_grant_cmd => session::grant);
 command_fn!(session_keepalive_cmd => session::keepalive);
 command_fn!(session_revoke_cmd => session::revoke);
@@ -370,6 +371,16 @@ const COMMANDS: &[Command] = &[
             Arg::Option(c"grace-ms", c"GRACE"),
             Arg::Text(c"reason", c"REASON"),
         ],
+    },
+    Command {
+        name: c"lock.revokenote",
+        handler: revoke_note_cmd,
+        flags: c"write fast",
+        key: None,
+        acl: c"write fast admin dangerous",
+        summary: c"Notes a master's revoked hold that the key's expiry may end (replication and AOF plumbing; refused from clients)",
+        complexity: c"O(1)",
+        args: &[Arg::Str(c"key"), Arg::Int(c"deadline-ms")],
     },
     // Sessions (docs/sessions.md): node state, no key. GRANT can add to
     // memory (`deny-oom`, as SET); KEEPALIVE and REVOKE are not, as

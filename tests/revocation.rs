@@ -567,3 +567,39 @@ fn a_replica_a_promotion_and_restarts_carry_a_session_holds_revocation() {
     assert_eq!(holds(&mut c, &id), (Value::Int(1), Value::Int(0)));
     assert_eq!(get(&mut c, "b"), None);
 }
+
+/// A revoked lock without lock-delay ends by its key's expiry at the
+/// deadline: the master notes it (and counts that end), and so do a
+/// promoted replica and a server restarted from the AOF, through the
+/// replicated `LOCK.REVOKENOTE`.
+#[test]
+fn a_promoted_replica_and_an_aof_restart_count_an_expiry_ended_revoke() {
+    let aof = AofDir::new("revoke-note");
+    let master = aof.start();
+    let mut m = master.conn();
+    let (replica, mut r) = replica_of(&master);
+    for key in ["k", "j"] {
+        assert_eq!(int(&mut m, &["LOCK.ACQUIRE", key, "t", "600000"]), 1);
+    }
+    let (_, _, deadline) = revoke(&mut m, &["k", "GRACE", "6000"]);
+    let deadline = deadline.unwrap();
+    revoke(&mut m, &["j", "GRACE", "6000"]);
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    assert!(err(&mut m, &["LOCK.REVOKENOTE", "k", "1"]).contains("internal"), "refused from a client");
+    // The master is killed before the deadline: it neither ends nor counts them.
+    drop(m);
+    drop(master);
+    let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut r).unwrap();
+    let again = aof.start();
+    let mut c = again.conn();
+    assert!(server_now(&mut r) < deadline, "the test needs the promotion before the deadline");
+    until_server_time(&mut r, deadline);
+    for conn in [&mut r, &mut c] {
+        for key in ["k", "j"] {
+            eventually("the key expired", || !redis::cmd("EXISTS").arg(key).query::<bool>(conn).unwrap());
+        }
+        assert_eq!(info_field(conn, "revoked_ends"), 2, "both ends counted");
+    }
+    drop(replica);
+}

@@ -2,9 +2,12 @@
 //! (`LOCK.REVOKE`, `docs/revocation.md`): a lock without a lock-delay
 //! expires at its deadline, and a key that expires takes its value with
 //! it, so the module could not tell that hold's end from any other
-//! expiry. The revoke notes the key here (this server's memory only, not
-//! replicated); its `expired` event at or after the deadline is counted as
-//! the revocation's end (`lock_revoked_ends`). The module's own end of the
+//! expiry. The revoke notes the key here; its `expired` event at or after
+//! the deadline is counted as the revocation's end (`lock_revoked_ends`).
+//! The note is replicated (`LOCK.REVOKENOTE key deadline`, next to the
+//! key's `SET … PXAT`) and saved in the RDB with the sessions' revoked
+//! holds (`crate::store::session_revoked`), so that a promoted replica or
+//! a restarted server counts such an end too. The module's own end of the
 //! hold (settling, pruning, a revoke without grace) counts it itself and
 //! [`forget`]s the key; a `del` (a release, a settled delete) forgets it
 //! uncounted. Nothing is looked up while no revocation is pending: one
@@ -17,6 +20,9 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use redis_module::raw::RedisModuleString;
 
+use redis_lock_rules::encode::decimal;
+
+use crate::boundary::api::rm;
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::server::counters::REVOKED_ENDS;
 use crate::server::events::{self, Also, DbEvent, KeyEvent};
@@ -35,12 +41,43 @@ fn publish(p: &HashMap<Key, i64>) {
 }
 
 /// `name` (in the context's database) holds a hold revoked until
-/// `deadline` (Unix ms; an earlier one already noted is kept).
+/// `deadline` (Unix ms; an earlier one already noted is kept); replicated.
 pub fn noted(ctx: Ctx, name: *mut RedisModuleString, deadline: i64) {
+    apply(ctx, bytes(name), deadline);
+    let mut digits = [0u8; 20];
+    let at = decimal(deadline, &mut digits);
+    unsafe {
+        rm!(RedisModule_Replicate)(ctx.0, c"LOCK.REVOKENOTE".as_ptr(), c"sb".as_ptr(), name, at.as_ptr(), at.len());
+    }
+}
+
+/// Notes `key` (in the context's database) as [`noted`] does, without
+/// replicating: `LOCK.REVOKENOTE` from the master or the AOF.
+pub fn apply(ctx: Ctx, key: &[u8], deadline: i64) {
     events::need(ctx, Also::Nothing);
     let mut p = pending();
-    let at = p.entry((ctx.db(), bytes(name).to_vec())).or_insert(deadline);
+    let at = p.entry((ctx.db(), key.to_vec())).or_insert(deadline);
     *at = (*at).min(deadline);
+    publish(&p);
+}
+
+/// Every note: database, key, deadline (for the RDB).
+pub fn notes() -> Vec<(c_int, Vec<u8>, i64)> {
+    if COUNT.load(Ordering::Relaxed) == 0 {
+        return Vec::new();
+    }
+    pending().iter().map(|((db, key), &at)| (*db, key.clone(), at)).collect()
+}
+
+/// Puts back the notes an RDB carried (replacing any: the RDB holds every
+/// note of the node it was saved on).
+pub fn restore(ctx: Ctx, notes: Vec<(c_int, Vec<u8>, i64)>) {
+    if !notes.is_empty() {
+        events::need(ctx, Also::Nothing);
+    }
+    let mut p = pending();
+    p.clear();
+    p.extend(notes.into_iter().map(|(db, key, at)| ((db, key), at)));
     publish(&p);
 }
 
@@ -69,10 +106,12 @@ pub fn on_key_event(ctx: Ctx, ev: &KeyEvent) {
     }
 }
 
-/// Whole databases changed (flushed, swapped) or this master became a
-/// replica: the notes are dropped (their keys went, or are the master's).
+/// Whole databases changed (flushed, swapped): the notes are dropped
+/// (their keys went). A master that became a replica keeps them: its new
+/// master's notes arrive with its data (its RDB's aux data on a full
+/// resync, after the flush; `LOCK.REVOKENOTE` entries after that).
 pub fn on_db_event(_ctx: Ctx, ev: &DbEvent) {
-    if matches!(ev, DbEvent::Changed(_) | DbEvent::Demoted) && COUNT.load(Ordering::Relaxed) != 0 {
+    if matches!(ev, DbEvent::Changed(_)) && COUNT.load(Ordering::Relaxed) != 0 {
         let mut p = pending();
         p.clear();
         publish(&p);

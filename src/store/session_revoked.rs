@@ -12,7 +12,8 @@
 //! absolute deadline) next to the key's `SET … PXAT`; a `SESSION.APPLY
 //! DETACH` (a release, the end at the deadline) or `FORGET` drops the
 //! entry there too. Its RDB home is the aux data of the keyless type
-//! `lkrevoked`, written only while some hold is revoked.
+//! `lkrevoked`, written only while some hold is revoked, with the revoked
+//! keys that Redis's expiry may end (`crate::server::revoked`'s notes).
 
 use std::collections::BTreeMap;
 use std::ffi::c_int;
@@ -30,6 +31,7 @@ use crate::boundary::api::rm;
 use crate::boundary::aux::aux_only;
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::server::events::{Changed, DbEvent};
+use crate::server::revoked;
 use crate::store::session::{self, HoldKey};
 
 static TABLE: LazyLock<Mutex<RevokedHolds<HoldKey>>> = LazyLock::new(|| Mutex::new(RevokedHolds::default()));
@@ -160,9 +162,12 @@ pub fn on_db_event(_ctx: Ctx, ev: &DbEvent) {
 }
 
 // The RDB (encoding version 0): the count, then per revoked hold its
-// session (two unsigned halves), database, key name, deadline and reason.
+// session (two unsigned halves), database, key name, deadline and reason;
+// then the count of the revoked keys noted for their expiry, and per key
+// its database, name and deadline.
 
 unsafe extern "C" fn aux_save(rdb: *mut RedisModuleIO, _when: c_int) {
+    let notes = revoked::notes();
     let t = table();
     raw::save_unsigned(rdb, t.len() as u64);
     for (id, (db, key), r) in t.iter() {
@@ -173,11 +178,17 @@ unsafe extern "C" fn aux_save(rdb: *mut RedisModuleIO, _when: c_int) {
         raw::save_signed(rdb, r.deadline);
         raw::save_slice(rdb, r.reason.as_bytes());
     }
+    raw::save_unsigned(rdb, notes.len() as u64);
+    for (db, key, at) in notes {
+        raw::save_signed(rdb, i64::from(db));
+        raw::save_slice(rdb, &key);
+        raw::save_signed(rdb, at);
+    }
 }
 
 /// Redis 7.2+ calls this instead of `aux_save`: nothing without a revoked hold.
 unsafe extern "C" fn aux_save2(rdb: *mut RedisModuleIO, when: c_int) {
-    if !table().is_empty() {
+    if !table().is_empty() || !revoked::notes().is_empty() {
         aux_save(rdb, when);
     }
 }
@@ -199,6 +210,16 @@ fn load(rdb: *mut RedisModuleIO) -> Result<(), redis_module::error::Error> {
         let reason = raw::load_string_buffer(rdb)?;
         let reason = String::from_utf8_lossy(reason.as_ref()).into_owned();
         entries.insert((id, (db, Box::<[u8]>::from(key.as_ref()))), (deadline, reason));
+    }
+    let mut notes = Vec::new();
+    for _ in 0..raw::load_unsigned(rdb)? {
+        let db = raw::load_signed(rdb)? as c_int;
+        let key = raw::load_string_buffer(rdb)?;
+        notes.push((db, key.as_ref().to_vec(), raw::load_signed(rdb)?));
+    }
+    // SAFETY: the module API's function table, filled in at load.
+    if let Some(from_io) = unsafe { raw::RedisModule_GetContextFromIO } {
+        revoked::restore(Ctx(unsafe { from_io(rdb) }), notes);
     }
     // The RDB holds every revoked hold of the node it was saved on.
     let mut t = table();
