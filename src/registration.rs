@@ -380,7 +380,7 @@ const COMMANDS: &[Command] = &[
         acl: c"write fast admin dangerous",
         summary: c"Notes a master's revoked hold that the key's expiry may end (replication and AOF plumbing; refused from clients)",
         complexity: c"O(1)",
-        args: &[Arg::Str(c"key"), Arg::Int(c"deadline-ms")],
+        args: &[Arg::Str(c"key"), Arg::Int(c"deadline-ms"), Arg::Rest(c"token-and-reason")],
     },
     // Sessions (docs/sessions.md): node state, no key. GRANT can add to
     // memory (`deny-oom`, as SET); KEEPALIVE and REVOKE are not, as

@@ -603,3 +603,60 @@ fn a_promoted_replica_and_an_aof_restart_count_an_expiry_ended_revoke() {
     }
     drop(replica);
 }
+
+/// SEM.INFO's / RWLOCK.INFO's `revoked-reasons`.
+fn reasons(c: &mut Connection, info: &str, key: &str) -> Value {
+    field(&fields_of(c, &[info, key]).expect("held"), "revoked-reasons")
+}
+
+#[test]
+fn a_semaphore_or_read_write_holders_reason_is_kept_shown_replicated_and_dropped_with_the_hold() {
+    let aof = AofDir::new("revoke-reasons");
+    let master = aof.start();
+    let mut m = master.conn();
+    let (_replica, mut r) = replica_of(&master);
+    for token in ["a", "b", "c"] {
+        assert_eq!(int(&mut m, &["SEM.ACQUIRE", "s", token, "3", "600000"]), 1);
+    }
+    assert_eq!(int(&mut m, &["RWLOCK.ACQUIRE", "rw", "w", "WRITE", "600000"]), 1);
+    assert_eq!(reasons(&mut m, "SEM.INFO", "s"), Value::Array(vec![]));
+    revoke(&mut m, &["s", "TOKEN", "a", "GRACE", "300000", "REASON", "drain node-7"]);
+    revoke(&mut m, &["s", "TOKEN", "b", "GRACE", "300000"]);
+    revoke(&mut m, &["rw", "GRACE", "300000", "REASON", "maintenance"]);
+    let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+    let shown = Value::Array(vec![b("a"), b("drain node-7"), b("b"), b("")]);
+    assert_eq!(reasons(&mut m, "SEM.INFO", "s"), shown);
+    assert_eq!(reasons(&mut m, "RWLOCK.INFO", "rw"), Value::Array(vec![b("w"), b("maintenance")]));
+    assert_eq!(int(&mut m, &["SEM.RENEW", "s", "c", "600000"]), 1, "the others renew as before");
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    assert_eq!(reasons(&mut r, "SEM.INFO", "s"), shown, "the replica shows them");
+    // A release drops its reason; a revoke again without REASON shows "".
+    assert_eq!(int(&mut m, &["SEM.RELEASE", "s", "a"]), 1);
+    assert_eq!(reasons(&mut m, "SEM.INFO", "s"), Value::Array(vec![b("b"), b("")]));
+    assert_eq!(int(&mut m, &["SEM.ACQUIRE", "s", "a", "3", "600000"]), 1);
+    assert_eq!(reasons(&mut m, "SEM.INFO", "s"), Value::Array(vec![b("b"), b("")]), "nothing stale shown");
+    revoke(&mut m, &["s", "TOKEN", "a", "GRACE", "300000"]);
+    // In the holders' order: the earliest place (b's deadline) first.
+    assert_eq!(reasons(&mut m, "SEM.INFO", "s"), Value::Array(vec![b("b"), b(""), b("a"), b("")]));
+    // A restart from the AOF, then from an RDB, shows them as they were.
+    drop(m);
+    drop(master);
+    let server = aof.start();
+    let mut c = server.conn();
+    assert_eq!(reasons(&mut c, "RWLOCK.INFO", "rw"), Value::Array(vec![b("w"), b("maintenance")]));
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("appendonly").arg("no").query(&mut c).unwrap();
+    let _: () = redis::cmd("SAVE").query(&mut c).unwrap();
+    let dir = server.dir().to_path_buf();
+    drop(c);
+    drop(server);
+    let server = Server::builder().dir(dir).arg("appendonly", "no").start();
+    let mut c = server.conn();
+    assert_eq!(reasons(&mut c, "RWLOCK.INFO", "rw"), Value::Array(vec![b("w"), b("maintenance")]));
+    assert_eq!(reasons(&mut c, "SEM.INFO", "s"), Value::Array(vec![b("b"), b(""), b("a"), b("")]));
+    // The key's end takes them with it.
+    let _: () = redis::cmd("DEL").arg("rw").query(&mut c).unwrap();
+    assert_eq!(int(&mut c, &["RWLOCK.ACQUIRE", "rw", "w", "WRITE", "600000"]), 1);
+    revoke(&mut c, &["rw", "GRACE", "300000"]);
+    assert_eq!(reasons(&mut c, "RWLOCK.INFO", "rw"), Value::Array(vec![b("w"), b("")]));
+}

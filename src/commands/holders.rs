@@ -249,6 +249,7 @@ fn release(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
             if live.revoked {
                 // Released before its deadline: an ordinary release.
                 revoked::forget(ctx, key);
+                revoked::forget_reason(ctx, bytes(key), bytes(token));
             }
             let _quiet = queue::serving();
             k.commit(Some(&live), Edit::Remove { token }, counters.expired);
@@ -291,6 +292,12 @@ fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     let hold_limits = k.hold_limits(&holders);
     let revoked = k.revoked_of(&holders);
     drop(k);
+    // Their reasons, where kept (`crate::server::revoked`).
+    let reasons = revoked
+        .iter()
+        .filter_map(|(token, _)| Some((token.clone(), revoked::reason_of(ctx, bytes(key), token)?)))
+        .flat_map(|(token, why)| [Value::Bytes(token), Value::Bytes(why.into_bytes())])
+        .collect();
     // What is left of each lease: negative for a place in its lock-delay
     // (its lease ended that long ago; the place is free `lock-delay-ms` later).
     let holders = holders.into_iter().map(|(token, end)| (token, end - tag.delay - now)).collect();
@@ -301,5 +308,6 @@ fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
         (c"lock-delay-ms", Value::Int(tag.delay)),
         (c"hold-until", Value::Holders(hold_limits)),
         (c"revoked", Value::Holders(revoked)),
+        (c"revoked-reasons", Value::Items(reasons)),
     ]))
 }

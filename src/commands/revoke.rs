@@ -219,30 +219,42 @@ fn revoke_holder_token(
         let _quiet = queue::serving();
         k.commit(Some(&s), Edit::Remove { token }, expired);
         drop(k);
+        revoked::forget_reason(ctx, bytes(key), &name);
         queue::grant_next(ctx, key);
         stats::REVOKED_ENDS.add();
         return reply(Did::Ended, Some(name), Some(deadline));
     }
     k.commit(Some(&s), Edit::Put { token, at: place, tag: None, hold: Hold::Revoked(deadline) }, expired);
     drop(k);
-    revoked::noted(ctx, key, deadline);
+    if deadline > now {
+        // Its reason: the hold member's score carries only the deadline.
+        revoked::noted_holder(ctx, key, deadline, &name, opts.reason);
+    } else {
+        revoked::noted(ctx, key, deadline);
+    }
     // Ended now but in its lock-delay: its pruning counts the end.
     let did = if deadline <= now { Did::Ended } else { Did::Revoked };
     reply(did, Some(name), Some(deadline))
 }
 
-/// LOCK.REVOKENOTE key deadline-ms
+/// LOCK.REVOKENOTE key deadline-ms [token reason]
 ///
 /// Internal: a master's note that `key` holds a revoked hold that Redis's
-/// expiry may end at `deadline-ms` (`crate::server::revoked`), as replicas
-/// and the AOF apply it, so that a promoted replica counts that end too.
-/// Refused from clients.
+/// expiry may end at `deadline-ms` (`crate::server::revoked`), with a
+/// semaphore's or read-write lock's holder's reason, as replicas and the
+/// AOF apply it, so that a promoted replica counts that end too and shows
+/// the reason. Refused from clients.
 pub fn note(ctx: Ctx, argv: Argv) -> Outcome {
     if !ctx.replaying() {
         return Err(Failure::Error(REVOKENOTE_INTERNAL));
     }
-    let &[_, key, deadline] = argv else { return Err(Failure::Arity) };
+    let &[_, key, deadline, ref holder @ ..] = argv else { return Err(Failure::Arity) };
     let deadline = std::str::from_utf8(bytes(deadline)).ok().and_then(|d| d.parse().ok()).ok_or(ArgError::Syntax)?;
+    match holder {
+        [] => {}
+        &[token, reason] => revoked::apply_reason(ctx, bytes(key), bytes(token), bytes(reason)),
+        _ => return Err(Failure::Arity),
+    }
     revoked::apply(ctx, bytes(key), deadline);
     Ok(Reply::Ok)
 }

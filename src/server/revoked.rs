@@ -13,7 +13,7 @@
 //! uncounted. Nothing is looked up while no revocation is pending: one
 //! relaxed load per key event.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
@@ -28,9 +28,28 @@ use crate::server::counters::REVOKED_ENDS;
 use crate::server::events::{self, Also, DbEvent, KeyEvent};
 
 type Key = (c_int, Vec<u8>);
+/// A semaphore's or read-write lock's holder: database, key, token.
+type Holder = (c_int, Vec<u8>, Vec<u8>);
+
+/// The most holder reasons kept (the oldest are not dropped: past this,
+/// a new one is not kept, and its holder's `reason` is unknown).
+pub const MAX_REASONS: usize = 10_000;
 
 static PENDING: LazyLock<Mutex<HashMap<Key, i64>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
 static COUNT: AtomicUsize = AtomicUsize::new(0);
+/// The `REASON`s of revoked semaphore and read-write lock holders: a
+/// sorted-set member has one score, which carries the deadline, so the
+/// reason is kept here (replicated with the note, saved with it).
+static REASONS: LazyLock<Mutex<BTreeMap<Holder, String>>> = LazyLock::new(|| Mutex::new(BTreeMap::new()));
+static REASON_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+fn reasons() -> MutexGuard<'static, BTreeMap<Holder, String>> {
+    REASONS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn publish_reasons(r: &BTreeMap<Holder, String>) {
+    REASON_COUNT.store(r.len(), Ordering::Relaxed);
+}
 
 fn pending() -> MutexGuard<'static, HashMap<Key, i64>> {
     PENDING.lock().unwrap_or_else(|e| e.into_inner())
@@ -49,6 +68,85 @@ pub fn noted(ctx: Ctx, name: *mut RedisModuleString, deadline: i64) {
     unsafe {
         rm!(RedisModule_Replicate)(ctx.0, c"LOCK.REVOKENOTE".as_ptr(), c"sb".as_ptr(), name, at.as_ptr(), at.len());
     }
+}
+
+/// [`noted`] for a semaphore's or read-write lock's holder `token`, with
+/// its `reason`; replicated (`LOCK.REVOKENOTE key deadline token reason`).
+pub fn noted_holder(ctx: Ctx, name: *mut RedisModuleString, deadline: i64, token: &[u8], reason: &str) {
+    apply(ctx, bytes(name), deadline);
+    apply_reason(ctx, bytes(name), token, reason.as_bytes());
+    let mut digits = [0u8; 20];
+    let at = decimal(deadline, &mut digits);
+    unsafe {
+        rm!(RedisModule_Replicate)(
+            ctx.0,
+            c"LOCK.REVOKENOTE".as_ptr(),
+            c"sbbb".as_ptr(),
+            name,
+            at.as_ptr(),
+            at.len(),
+            token.as_ptr(),
+            token.len(),
+            reason.as_ptr(),
+            reason.len(),
+        );
+    }
+}
+
+/// Keeps `token`'s reason on `key` (at most [`MAX_REASONS`] of them).
+pub fn apply_reason(ctx: Ctx, key: &[u8], token: &[u8], reason: &[u8]) {
+    let mut r = reasons();
+    let holder = (ctx.db(), key.to_vec(), token.to_vec());
+    if r.len() < MAX_REASONS || r.contains_key(&holder) {
+        r.insert(holder, String::from_utf8_lossy(reason).into_owned());
+    }
+    publish_reasons(&r);
+}
+
+/// The reason `token`'s hold of `key` was revoked for, if kept.
+pub fn reason_of(ctx: Ctx, key: &[u8], token: &[u8]) -> Option<String> {
+    if REASON_COUNT.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    reasons().get(&(ctx.db(), key.to_vec(), token.to_vec())).cloned()
+}
+
+/// `token`'s revoked hold of `key` ended (released, pruned).
+pub fn forget_reason(ctx: Ctx, key: &[u8], token: &[u8]) {
+    if REASON_COUNT.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let mut r = reasons();
+    r.remove(&(ctx.db(), key.to_vec(), token.to_vec()));
+    publish_reasons(&r);
+}
+
+/// Every kept reason: database, key, token, reason (for the RDB).
+pub fn all_reasons() -> Vec<(c_int, Vec<u8>, Vec<u8>, String)> {
+    if REASON_COUNT.load(Ordering::Relaxed) == 0 {
+        return Vec::new();
+    }
+    reasons().iter().map(|((db, key, token), why)| (*db, key.clone(), token.clone(), why.clone())).collect()
+}
+
+/// Puts back the reasons an RDB carried (replacing any).
+pub fn restore_reasons(reasons_read: Vec<(c_int, Vec<u8>, Vec<u8>, String)>) {
+    let mut r = reasons();
+    r.clear();
+    r.extend(reasons_read.into_iter().take(MAX_REASONS).map(|(db, key, token, why)| ((db, key, token), why)));
+    publish_reasons(&r);
+}
+
+/// Drops every reason kept for `key` (it went).
+fn forget_key(db: c_int, key: &[u8]) {
+    let mut r = reasons();
+    let from = (db, key.to_vec(), Vec::new());
+    let gone: Vec<Holder> =
+        r.range(from..).take_while(|(h, _)| h.0 == db && h.1 == key).map(|(h, _)| h.clone()).collect();
+    for h in gone {
+        r.remove(&h);
+    }
+    publish_reasons(&r);
 }
 
 /// Notes `key` (in the context's database) as [`noted`] does, without
@@ -94,7 +192,14 @@ pub fn forget(ctx: Ctx, name: *mut RedisModuleString) {
 /// The key-event listener: an expiry at or after the deadline is the
 /// revocation's end; a deletion, eviction or move ends the note.
 pub fn on_key_event(ctx: Ctx, ev: &KeyEvent) {
-    if COUNT.load(Ordering::Relaxed) == 0 || ev.name == b"expire" {
+    if ev.name == b"expire" {
+        return;
+    }
+    // A holders key that went takes its holders' reasons with it.
+    if REASON_COUNT.load(Ordering::Relaxed) != 0 {
+        forget_key(ctx.db(), bytes(ev.key));
+    }
+    if COUNT.load(Ordering::Relaxed) == 0 {
         return;
     }
     let mut p = pending();
@@ -115,5 +220,10 @@ pub fn on_db_event(_ctx: Ctx, ev: &DbEvent) {
         let mut p = pending();
         p.clear();
         publish(&p);
+    }
+    if matches!(ev, DbEvent::Changed(_)) && REASON_COUNT.load(Ordering::Relaxed) != 0 {
+        let mut r = reasons();
+        r.clear();
+        publish_reasons(&r);
     }
 }

@@ -164,10 +164,13 @@ pub fn on_db_event(_ctx: Ctx, ev: &DbEvent) {
 // The RDB (encoding version 0): the count, then per revoked hold its
 // session (two unsigned halves), database, key name, deadline and reason;
 // then the count of the revoked keys noted for their expiry, and per key
-// its database, name and deadline.
+// its database, name and deadline; then the count of the semaphore and
+// read-write lock holders' reasons, and per holder its database, key,
+// token and reason.
 
 unsafe extern "C" fn aux_save(rdb: *mut RedisModuleIO, _when: c_int) {
     let notes = revoked::notes();
+    let reasons = revoked::all_reasons();
     let t = table();
     raw::save_unsigned(rdb, t.len() as u64);
     for (id, (db, key), r) in t.iter() {
@@ -184,11 +187,18 @@ unsafe extern "C" fn aux_save(rdb: *mut RedisModuleIO, _when: c_int) {
         raw::save_slice(rdb, &key);
         raw::save_signed(rdb, at);
     }
+    raw::save_unsigned(rdb, reasons.len() as u64);
+    for (db, key, token, why) in reasons {
+        raw::save_signed(rdb, i64::from(db));
+        raw::save_slice(rdb, &key);
+        raw::save_slice(rdb, &token);
+        raw::save_slice(rdb, why.as_bytes());
+    }
 }
 
 /// Redis 7.2+ calls this instead of `aux_save`: nothing without a revoked hold.
 unsafe extern "C" fn aux_save2(rdb: *mut RedisModuleIO, when: c_int) {
-    if !table().is_empty() || !revoked::notes().is_empty() {
+    if !table().is_empty() || !revoked::notes().is_empty() || !revoked::all_reasons().is_empty() {
         aux_save(rdb, when);
     }
 }
@@ -217,6 +227,15 @@ fn load(rdb: *mut RedisModuleIO) -> Result<(), redis_module::error::Error> {
         let key = raw::load_string_buffer(rdb)?;
         notes.push((db, key.as_ref().to_vec(), raw::load_signed(rdb)?));
     }
+    let mut reasons = Vec::new();
+    for _ in 0..raw::load_unsigned(rdb)? {
+        let db = raw::load_signed(rdb)? as c_int;
+        let key = raw::load_string_buffer(rdb)?.as_ref().to_vec();
+        let token = raw::load_string_buffer(rdb)?.as_ref().to_vec();
+        let why = String::from_utf8_lossy(raw::load_string_buffer(rdb)?.as_ref()).into_owned();
+        reasons.push((db, key, token, why));
+    }
+    revoked::restore_reasons(reasons);
     // SAFETY: the module API's function table, filled in at load.
     if let Some(from_io) = unsafe { raw::RedisModule_GetContextFromIO } {
         revoked::restore(Ctx(unsafe { from_io(rdb) }), notes);
