@@ -219,10 +219,18 @@ pub fn held_token(value: &[u8]) -> Option<&[u8]> {
     held_parts(value).map(|(_, raw)| raw)
 }
 
+#[inline]
 fn held_parts(value: &[u8]) -> Option<(Held, &[u8])> {
+    // The prefix test inline (every owner test makes it); the parse out of line.
     if !value.starts_with(HELD_PREFIX) {
         return None;
     }
+    parse_held_parts(value)
+}
+
+#[cold]
+#[inline(never)]
+fn parse_held_parts(value: &[u8]) -> Option<(Held, &[u8])> {
     let mut c = Cursor(value);
     c.literal(br#"{"owner":null,"session":"#)?;
     let session = c.string()?;

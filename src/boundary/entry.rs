@@ -13,7 +13,7 @@ use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 use crate::boundary::api::rm;
 use crate::boundary::ctx::Ctx;
 use crate::boundary::errors::{delay_differs, limit_differs, EXHAUSTED, INTERNAL, TOO_MANY_WAITERS, WRONGTYPE};
-use crate::boundary::reply::{Argv, Failure, Outcome, Reply, Value};
+use crate::boundary::reply::{Argv, Failure, Item, Outcome, Reply, Value};
 
 /// Runs `handler` on the command's arguments and sends its reply.
 pub fn run(
@@ -38,6 +38,8 @@ pub fn run(
 }
 
 /// Sends a handler's reply (also a blocked client's, when its wait ends).
+/// Inlined: a command's one-integer reply stays in its entry's code.
+#[inline(always)]
 pub fn send(ctx: *mut RedisModuleCtx, outcome: Outcome) -> c_int {
     unsafe {
         match outcome {
@@ -84,40 +86,40 @@ pub fn send(ctx: *mut RedisModuleCtx, outcome: Outcome) -> c_int {
     raw::REDISMODULE_OK as c_int
 }
 
-/// Sends field/value pairs as one flat array.
+/// Sends field/value pairs as one flat array (out of line: the INFO
+/// commands' replies, kept out of every command's reply path).
+#[inline(never)]
 unsafe fn send_fields(ctx: *mut RedisModuleCtx, fields: Vec<(&'static std::ffi::CStr, Value)>) -> c_int {
     rm!(RedisModule_ReplyWithArray)(ctx, 2 * fields.len() as std::ffi::c_long);
     for (name, value) in fields {
         let name = name.to_bytes();
         rm!(RedisModule_ReplyWithStringBuffer)(ctx, name.as_ptr().cast(), name.len());
-        send_value(ctx, value);
+        match value {
+            Value::Int(n) => rm!(RedisModule_ReplyWithLongLong)(ctx, n),
+            Value::Bytes(b) => rm!(RedisModule_ReplyWithStringBuffer)(ctx, b.as_ptr().cast(), b.len()),
+            Value::Nil => rm!(RedisModule_ReplyWithNull)(ctx),
+            // A flat array: token, ttl-ms, token, ttl-ms, … (as ZRANGE … WITHSCORES).
+            Value::Holders(holders) => {
+                rm!(RedisModule_ReplyWithArray)(ctx, 2 * holders.len() as std::ffi::c_long);
+                for (token, ttl) in holders {
+                    rm!(RedisModule_ReplyWithStringBuffer)(ctx, token.as_ptr().cast(), token.len());
+                    rm!(RedisModule_ReplyWithLongLong)(ctx, ttl);
+                }
+                raw::REDISMODULE_OK as c_int
+            }
+            Value::Items(items) => {
+                rm!(RedisModule_ReplyWithArray)(ctx, items.len() as std::ffi::c_long);
+                for item in items {
+                    match item {
+                        Item::Int(n) => rm!(RedisModule_ReplyWithLongLong)(ctx, n),
+                        Item::Bytes(b) => rm!(RedisModule_ReplyWithStringBuffer)(ctx, b.as_ptr().cast(), b.len()),
+                    };
+                }
+                raw::REDISMODULE_OK as c_int
+            }
+        };
     }
     raw::REDISMODULE_OK as c_int
-}
-
-/// Sends one field's value.
-unsafe fn send_value(ctx: *mut RedisModuleCtx, value: Value) -> c_int {
-    match value {
-        Value::Int(n) => rm!(RedisModule_ReplyWithLongLong)(ctx, n),
-        Value::Bytes(b) => rm!(RedisModule_ReplyWithStringBuffer)(ctx, b.as_ptr().cast(), b.len()),
-        Value::Nil => rm!(RedisModule_ReplyWithNull)(ctx),
-        // A flat array: token, ttl-ms, token, ttl-ms, … (as ZRANGE … WITHSCORES).
-        Value::Holders(holders) => {
-            rm!(RedisModule_ReplyWithArray)(ctx, 2 * holders.len() as std::ffi::c_long);
-            for (token, ttl) in holders {
-                rm!(RedisModule_ReplyWithStringBuffer)(ctx, token.as_ptr().cast(), token.len());
-                rm!(RedisModule_ReplyWithLongLong)(ctx, ttl);
-            }
-            raw::REDISMODULE_OK as c_int
-        }
-        Value::Items(items) => {
-            rm!(RedisModule_ReplyWithArray)(ctx, items.len() as std::ffi::c_long);
-            for item in items {
-                send_value(ctx, item);
-            }
-            raw::REDISMODULE_OK as c_int
-        }
-    }
 }
 
 /// Defines an `extern "C"` command function that enters through [`run`].

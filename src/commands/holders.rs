@@ -23,7 +23,7 @@ use redis_module::raw::RedisModuleString;
 
 use crate::blocked::queue::{self, Claim};
 use crate::boundary::ctx::{bytes, Ctx};
-use crate::boundary::reply::{Argv, Failure, Outcome, Reply, Value};
+use crate::boundary::reply::{Argv, Failure, Item, Outcome, Reply, Value};
 use crate::server::counters::{holder_counters, holder_grants, FamilyCounters};
 use crate::server::{eviction, revoked};
 use crate::store::fence;
@@ -296,7 +296,7 @@ fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     let reasons = revoked
         .iter()
         .filter_map(|(token, _)| Some((token.clone(), revoked::reason_of(ctx, bytes(key), token)?)))
-        .flat_map(|(token, why)| [Value::Bytes(token), Value::Bytes(why.into_bytes())])
+        .flat_map(|(token, why)| [Item::Bytes(token), Item::Bytes(why.into_bytes())])
         .collect();
     // What is left of each lease: negative for a place in its lock-delay
     // (its lease ended that long ago; the place is free `lock-delay-ms` later).

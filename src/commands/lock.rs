@@ -138,18 +138,7 @@ pub fn renew(ctx: Ctx, argv: Argv) -> Outcome {
     let (renewal, revoked) = match k.entry() {
         // A session keeps its locks: a renewal by the holder changes
         // nothing, but a revoked one hears of it.
-        Entry::Str(v) if v.starts_with(value::HELD_PREFIX) => {
-            // Without a hold limit (it ends with the token) it is not revoked.
-            let limited = !v.ends_with(b"\"}");
-            let revoked =
-                limited.then(|| value::parse_held(v)).flatten().and_then(|h| held::revoked_of(&h).map(|(_, d)| d));
-            if let Some(f) = floor {
-                fence::raise(f);
-                fence::replicate_floor(ctx, f);
-            }
-            stats::RENEWALS.add();
-            return Ok(Reply::Int(revoke::renew_reply(false, revoked, now)));
-        }
+        Entry::Str(v) if v.starts_with(value::HELD_PREFIX) => return renew_held(ctx, v, floor, now),
         Entry::Str(v) if rules_lease::may_have_lease(v) => match value::parse(v) {
             Some(stored) => (rules_lease::renew(&stored, now, ttl)?, revoke::revoked_of(&stored).map(|(_, d)| d)),
             None => (None, None),
@@ -180,6 +169,23 @@ pub fn renew(ctx: Ctx, argv: Argv) -> Outcome {
         stats::CAPPED_RENEWALS.add();
     }
     Ok(Reply::Int(revoke::renew_reply(capped, revoked, now)))
+}
+
+/// LOCK.RENEW of a session-held lock by its holder (`v`, its value): 1, or
+/// `-ms` left when that hold was revoked. Out of line: a renewal of any
+/// other lock never runs it.
+#[cold]
+#[inline(never)]
+fn renew_held(ctx: Ctx, v: &[u8], floor: Option<u64>, now: i64) -> Outcome {
+    // Without a hold limit (it ends with the token) it is not revoked.
+    let limited = !v.ends_with(b"\"}");
+    let revoked = limited.then(|| value::parse_held(v)).flatten().and_then(|h| held::revoked_of(&h).map(|(_, d)| d));
+    if let Some(f) = floor {
+        fence::raise(f);
+        fence::replicate_floor(ctx, f);
+    }
+    stats::RENEWALS.add();
+    Ok(Reply::Int(revoke::renew_reply(false, revoked, now)))
 }
 
 /// A client may raise the fence mark at most [`redis_lock_rules::fence::HORIZON`]

@@ -10,7 +10,7 @@ use redis_lock_rules::session::Reason;
 use crate::blocked::{session_end, waiters};
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::boundary::errors::SESSION_APPLY_INTERNAL;
-use crate::boundary::reply::{Argv, Failure, Outcome, Reply, Value};
+use crate::boundary::reply::{Argv, Failure, Item, Outcome, Reply, Value};
 use crate::store::session::{self, table, Apply};
 use crate::store::session_revoked;
 
@@ -112,7 +112,7 @@ pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
     let revoked = session_revoked::list(id, count)
         .into_iter()
         .flat_map(|((db, key), r)| {
-            [Value::Bytes(key.into()), Value::Int(i64::from(db)), Value::Int(r.deadline), Value::Bytes(r.reason.into())]
+            [Item::Bytes(key.into()), Item::Int(i64::from(db)), Item::Int(r.deadline), Item::Bytes(r.reason.into())]
         })
         .collect();
     Ok(Reply::Fields(vec![
