@@ -154,6 +154,7 @@ pub fn settle(value: &[u8], pxat: Option<i64>, now: i64) -> Settle {
 /// Whether `value` may be a canonical value with a lease field: those end
 /// in `,"holdUntil":N}` or `,"leaseEnd":N}`. Every open of a lock key asks,
 /// so the strict parse runs only on values whose last bytes pass this.
+#[inline]
 pub fn may_have_lease(value: &[u8]) -> bool {
     let Some(body) = value.strip_suffix(b"}") else { return false };
     let digits = body.iter().rev().take_while(|b| b.is_ascii_digit()).count();

@@ -313,6 +313,7 @@ impl LockKey {
 
     /// Tells eviction's tracker (while it watches) who holds the key now,
     /// until `at_ms`.
+    #[inline]
     fn tell_eviction(&self, at_ms: i64) {
         if eviction::watching() {
             let value = match self.entry() {
