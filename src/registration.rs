@@ -32,7 +32,6 @@ command_fn!(rw_info_cmd => holders::rw_info);
 command_fn!(top_cmd => top::top);
 command_fn!(evicted_cmd => lock::evicted);
 command_fn!(revoke_cmd => revoke::revoke);
-command_fn!(revoke_note_cmd => revoke::note);
 command_fn!(session_grant_cmd => session::grant);
 command_fn!(session_keepalive_cmd => session::keepalive);
 command_fn!(session_revoke_cmd => session::revoke);
@@ -372,16 +371,6 @@ const COMMANDS: &[Command] = &[
             Arg::Text(c"reason", c"REASON"),
         ],
     },
-    Command {
-        name: c"lock.revokenote",
-        handler: revoke_note_cmd,
-        flags: c"write fast",
-        key: None,
-        acl: c"write fast admin dangerous",
-        summary: c"Notes a master's revoked hold that the key's expiry may end (replication and AOF plumbing; refused from clients)",
-        complexity: c"O(1)",
-        args: &[Arg::Str(c"key"), Arg::Int(c"deadline-ms"), Arg::Rest(c"token-and-reason")],
-    },
     // Sessions (docs/sessions.md): node state, no key. GRANT can add to
     // memory (`deny-oom`, as SET); KEEPALIVE and REVOKE are not, as
     // PEXPIRE and DEL are not: at the memory limit sessions still live
@@ -442,7 +431,7 @@ const COMMANDS: &[Command] = &[
         flags: c"write fast",
         key: None,
         acl: c"write fast admin dangerous",
-        summary: c"Applies a master's session change (replication and AOF plumbing; refused from clients)",
+        summary: c"Applies a master's session change or revocation note (replication and AOF plumbing; refused from clients)",
         complexity: c"O(log(N)) where N is the number of locks the session holds",
         args: &[Arg::Str(c"operation"), Arg::Str(c"id"), Arg::Rest(c"arg")],
     },

@@ -145,7 +145,6 @@ fn commands_carry_their_native_twins_acl_categories() {
             "lock.release",
             "lock.renew",
             "lock.revoke",
-            "lock.revokenote",
             "lock.takeover",
             "lock.top",
         ]
@@ -173,7 +172,6 @@ fn commands_carry_their_native_twins_acl_categories() {
     // `-@dangerous` keeps applications from it, not from the sessions.
     let dangerous = in_category(&mut admin, "dangerous");
     assert!(dangerous.iter().any(|c| c == "session.apply"), "{dangerous:?}");
-    assert!(dangerous.iter().any(|c| c == "lock.revokenote"), "{dangerous:?}");
     assert!(!dangerous.iter().any(|c| c == "session.grant"), "{dangerous:?}");
     let mut no_writes = user(&server, &["+@all", "-@write", "~*"]);
     assert!(run(&mut no_writes, &["LOCK.ACQUIRE", "k", "t", "1000"]).unwrap_err().to_lowercase().contains("noperm"));

@@ -571,7 +571,7 @@ fn a_replica_a_promotion_and_restarts_carry_a_session_holds_revocation() {
 /// A revoked lock without lock-delay ends by its key's expiry at the
 /// deadline: the master notes it (and counts that end), and so do a
 /// promoted replica and a server restarted from the AOF, through the
-/// replicated `LOCK.REVOKENOTE`.
+/// replicated `SESSION.APPLY NOTE`.
 #[test]
 fn a_promoted_replica_and_an_aof_restart_count_an_expiry_ended_revoke() {
     let aof = AofDir::new("revoke-note");
@@ -586,7 +586,7 @@ fn a_promoted_replica_and_an_aof_restart_count_an_expiry_ended_revoke() {
     revoke(&mut m, &["j", "GRACE", "6000"]);
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(&mut m).unwrap();
     assert_eq!(acked, 1);
-    assert!(err(&mut m, &["LOCK.REVOKENOTE", "k", "1"]).contains("internal"), "refused from a client");
+    assert!(err(&mut m, &["SESSION.APPLY", "NOTE", "k", "1"]).contains("internal"), "refused from a client");
     // The master is killed before the deadline: it neither ends nor counts them.
     drop(m);
     drop(master);

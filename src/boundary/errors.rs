@@ -7,8 +7,6 @@ pub const WRONGTYPE: &CStr = c"WRONGTYPE Operation against a key holding the wro
 pub const EXHAUSTED: &CStr = c"ERR fencing tokens exhausted: the high-water mark is at its 63-bit maximum";
 pub const SESSION_APPLY_INTERNAL: &CStr =
     c"ERR SESSION.APPLY is internal: only a master's replication stream and the AOF send it";
-pub const REVOKENOTE_INTERNAL: &CStr =
-    c"ERR LOCK.REVOKENOTE is internal: only a master's replication stream and the AOF send it";
 pub const TOO_MANY_WAITERS: &CStr = c"ERR too many clients waiting: lock.max-waiters reached; retry later or raise it";
 pub const INTERNAL: &CStr =
     c"ERR internal error in the lock module; nothing was changed if it happened before a write (see the server log)";

@@ -18,7 +18,6 @@ use redis_module::raw::RedisModuleString;
 
 use crate::blocked::{queue, session_end};
 use crate::boundary::ctx::{bytes, Ctx};
-use crate::boundary::errors::REVOKENOTE_INTERNAL;
 use crate::boundary::reply::{Argv, Failure, Outcome, Reply, Value};
 use crate::server::counters::{self as stats, holder_counters};
 use crate::server::{revoked, timings};
@@ -235,26 +234,4 @@ fn revoke_holder_token(
     // Ended now but in its lock-delay: its pruning counts the end.
     let did = if deadline <= now { Did::Ended } else { Did::Revoked };
     reply(did, Some(name), Some(deadline))
-}
-
-/// LOCK.REVOKENOTE key deadline-ms [token reason]
-///
-/// Internal: a master's note that `key` holds a revoked hold that Redis's
-/// expiry may end at `deadline-ms` (`crate::server::revoked`), with a
-/// semaphore's or read-write lock's holder's reason, as replicas and the
-/// AOF apply it, so that a promoted replica counts that end too and shows
-/// the reason. Refused from clients.
-pub fn note(ctx: Ctx, argv: Argv) -> Outcome {
-    if !ctx.replaying() {
-        return Err(Failure::Error(REVOKENOTE_INTERNAL));
-    }
-    let &[_, key, deadline, ref holder @ ..] = argv else { return Err(Failure::Arity) };
-    let deadline = std::str::from_utf8(bytes(deadline)).ok().and_then(|d| d.parse().ok()).ok_or(ArgError::Syntax)?;
-    match holder {
-        [] => {}
-        &[token, reason] => revoked::apply_reason(ctx, bytes(key), bytes(token), bytes(reason)),
-        _ => return Err(Failure::Arity),
-    }
-    revoked::apply(ctx, bytes(key), deadline);
-    Ok(Reply::Ok)
 }

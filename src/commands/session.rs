@@ -11,6 +11,7 @@ use crate::blocked::{session_end, waiters};
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::boundary::errors::SESSION_APPLY_INTERNAL;
 use crate::boundary::reply::{Argv, Failure, Item, Outcome, Reply, Value};
+use crate::server::revoked;
 use crate::store::session::{self, table, Apply};
 use crate::store::session_revoked;
 
@@ -147,18 +148,35 @@ pub fn list(_ctx: Ctx, argv: Argv) -> Outcome {
     Ok(Reply::Strings(ids.into_iter().take(count).map(|id| session_id_text(id).into_bytes()).collect()))
 }
 
-/// SESSION.APPLY GRANT id ttl-ms lock-delay-ms deadline | END id at EXPIRED|REVOKED | FORGET id | ATTACH id key | DETACH id key | REVOKEHOLD id key deadline reason
+/// SESSION.APPLY GRANT id ttl-ms lock-delay-ms deadline | END id at EXPIRED|REVOKED | FORGET id | ATTACH id key | DETACH id key | REVOKEHOLD id key deadline reason | NOTE key deadline [token reason]
 ///
 /// Internal: what a master's session changed, as replicas and the AOF
-/// apply it (absolute times). Refused from clients.
+/// apply it (absolute times); also a revoked hold's note (`NOTE`: the
+/// same plumbing, so no command of its own). Refused from clients.
 pub fn apply(ctx: Ctx, argv: Argv) -> Outcome {
     if !ctx.replaying() {
         return Err(Failure::Error(SESSION_APPLY_INTERNAL));
     }
     let [_, op, id, rest @ ..] = argv else { return Err(Failure::Arity) };
-    let id = parse_session_id(bytes(*id))?;
     let int = |s| parse_signed(bytes(s)).ok_or(Failure::Arg(ArgError::Syntax));
     let op = bytes(*op);
+    if op.eq_ignore_ascii_case(b"NOTE") {
+        // Not a session's: a revoked hold's note (`crate::server::revoked`),
+        // `id` is its key.
+        let key = bytes(*id);
+        let deadline = match rest {
+            &[deadline] => int(deadline)?,
+            &[deadline, token, reason] => {
+                let deadline = int(deadline)?;
+                revoked::apply_reason(ctx, key, bytes(token), bytes(reason));
+                deadline
+            }
+            _ => return Err(ArgError::Syntax.into()),
+        };
+        revoked::apply(ctx, key, deadline);
+        return Ok(Reply::Ok);
+    }
+    let id = parse_session_id(bytes(*id))?;
     let entry = match rest {
         [ttl, delay, deadline] if op.eq_ignore_ascii_case(b"GRANT") => {
             Apply::Grant { id, ttl: int(*ttl)?, lock_delay: int(*delay)?, deadline: int(*deadline)? }

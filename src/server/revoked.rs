@@ -4,7 +4,7 @@
 //! it, so the module could not tell that hold's end from any other
 //! expiry. The revoke notes the key here; its `expired` event at or after
 //! the deadline is counted as the revocation's end (`lock_revoked_ends`).
-//! The note is replicated (`LOCK.REVOKENOTE key deadline`, next to the
+//! The note is replicated (`SESSION.APPLY NOTE key deadline`, next to the
 //! key's `SET … PXAT`) and saved in the RDB with the sessions' revoked
 //! holds (`crate::store::session_revoked`), so that a promoted replica or
 //! a restarted server counts such an end too. The module's own end of the
@@ -66,12 +66,20 @@ pub fn noted(ctx: Ctx, name: *mut RedisModuleString, deadline: i64) {
     let mut digits = [0u8; 20];
     let at = decimal(deadline, &mut digits);
     unsafe {
-        rm!(RedisModule_Replicate)(ctx.0, c"LOCK.REVOKENOTE".as_ptr(), c"sb".as_ptr(), name, at.as_ptr(), at.len());
+        rm!(RedisModule_Replicate)(
+            ctx.0,
+            c"SESSION.APPLY".as_ptr(),
+            c"csb".as_ptr(),
+            c"NOTE".as_ptr(),
+            name,
+            at.as_ptr(),
+            at.len(),
+        );
     }
 }
 
 /// [`noted`] for a semaphore's or read-write lock's holder `token`, with
-/// its `reason`; replicated (`LOCK.REVOKENOTE key deadline token reason`).
+/// its `reason`; replicated (`SESSION.APPLY NOTE key deadline token reason`).
 pub fn noted_holder(ctx: Ctx, name: *mut RedisModuleString, deadline: i64, token: &[u8], reason: &str) {
     apply(ctx, bytes(name), deadline);
     apply_reason(ctx, bytes(name), token, reason.as_bytes());
@@ -80,8 +88,9 @@ pub fn noted_holder(ctx: Ctx, name: *mut RedisModuleString, deadline: i64, token
     unsafe {
         rm!(RedisModule_Replicate)(
             ctx.0,
-            c"LOCK.REVOKENOTE".as_ptr(),
-            c"sbbb".as_ptr(),
+            c"SESSION.APPLY".as_ptr(),
+            c"csbbb".as_ptr(),
+            c"NOTE".as_ptr(),
             name,
             at.as_ptr(),
             at.len(),
@@ -150,7 +159,7 @@ fn forget_key(db: c_int, key: &[u8]) {
 }
 
 /// Notes `key` (in the context's database) as [`noted`] does, without
-/// replicating: `LOCK.REVOKENOTE` from the master or the AOF.
+/// replicating: `SESSION.APPLY NOTE` from the master or the AOF.
 pub fn apply(ctx: Ctx, key: &[u8], deadline: i64) {
     events::need(ctx, Also::Nothing);
     let mut p = pending();
@@ -214,7 +223,7 @@ pub fn on_key_event(ctx: Ctx, ev: &KeyEvent) {
 /// Whole databases changed (flushed, swapped): the notes are dropped
 /// (their keys went). A master that became a replica keeps them: its new
 /// master's notes arrive with its data (its RDB's aux data on a full
-/// resync, after the flush; `LOCK.REVOKENOTE` entries after that).
+/// resync, after the flush; `SESSION.APPLY NOTE` entries after that).
 pub fn on_db_event(_ctx: Ctx, ev: &DbEvent) {
     if matches!(ev, DbEvent::Changed(_)) && COUNT.load(Ordering::Relaxed) != 0 {
         let mut p = pending();
