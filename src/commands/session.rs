@@ -164,9 +164,9 @@ pub fn apply(ctx: Ctx, argv: Argv) -> Outcome {
         // Not a session's: a revoked hold's note (`crate::server::revoked`),
         // `id` is its key.
         let key = bytes(*id);
-        let deadline = match rest {
-            &[deadline] => int(deadline)?,
-            &[deadline, token, reason] => {
+        let deadline = match *rest {
+            [deadline] => int(deadline)?,
+            [deadline, token, reason] => {
                 let deadline = int(deadline)?;
                 revoked::apply_reason(ctx, key, bytes(token), bytes(reason));
                 deadline
