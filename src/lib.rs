@@ -33,6 +33,7 @@ use server::events::{self, Also, Listener};
 use server::{cluster_fence, config, counters, eviction, info, migration, revoked, timings};
 use store::fence::FENCE_TYPE;
 use store::session_rdb::SESSION_TYPE;
+use store::session_revoked::REVOKED_TYPE;
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     if let Some(name) = api::missing() {
@@ -70,10 +71,11 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         Listener {
             also: Also::Nothing,
             on_key: Some(revoked::on_key_event),
-            gate: Some(&revoked::COUNT),
+            gate: Some(&revoked::GATE),
             on_db: revoked::on_db_event,
         },
         Listener { also: Also::Nothing, on_key: None, gate: None, on_db: store::session::on_db_event },
+        Listener { also: Also::Nothing, on_key: None, gate: None, on_db: store::session_revoked::on_db_event },
     ]);
     // Sessions: their timer runs from now on (once a second while there is
     // nothing to do); the first session subscribes to the database events
@@ -119,7 +121,7 @@ redis_module! {
     name: "lock",
     version: 1,
     allocator: (Allocator, Allocator {}),
-    data_types: [FENCE_TYPE, SESSION_TYPE],
+    data_types: [FENCE_TYPE, SESSION_TYPE, REVOKED_TYPE],
     init: init,
     commands: [],
 }

@@ -434,7 +434,7 @@ const COMMANDS: &[Command] = &[
         flags: c"write fast",
         key: None,
         acl: c"write fast admin dangerous",
-        summary: c"Applies a master's session change (replication and AOF plumbing; refused from clients)",
+        summary: c"Applies a master's session change or revocation note (replication and AOF plumbing; refused from clients)",
         complexity: c"O(log(N)) where N is the number of locks the session holds",
         args: &[Arg::Str(c"operation"), Arg::Str(c"id"), Arg::Rest(c"arg")],
     },

@@ -351,3 +351,312 @@ fn a_revoke_needs_write_permission_on_the_key() {
     let _: () = redis::cmd("AUTH").arg("writer").arg("any").query(&mut w).unwrap();
     assert_eq!(revoke(&mut w, &["k", "GRACE", "5000"]).0, "revoked");
 }
+
+// A lock held by a session (docs/sessions.md): one hold is revoked, not
+// its session, which keeps its other holds.
+
+fn session(c: &mut Connection, args: &[&str]) -> String {
+    redis::cmd("SESSION.GRANT").arg(args).query(c).expect("SESSION.GRANT")
+}
+
+fn keepalive(c: &mut Connection, id: &str) -> i64 {
+    let replies: Vec<i64> = redis::cmd("SESSION.KEEPALIVE").arg(id).query(c).expect("SESSION.KEEPALIVE");
+    replies[0]
+}
+
+fn session_info(c: &mut Connection, id: &str, name: &str) -> Value {
+    field(&fields_of(c, &["SESSION.INFO", id]).expect("the session is known"), name)
+}
+
+fn holds(c: &mut Connection, id: &str) -> (Value, Value) {
+    (session_info(c, id, "holds"), session_info(c, id, "revoked-holds"))
+}
+
+/// Waits (at most 20 s) until `what` holds.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..2_000 {
+        if f() {
+            return;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    panic!("timed out waiting until {what}");
+}
+
+#[test]
+fn a_session_held_lock_is_revoked_alone_its_holder_hears_it_and_the_server_ends_it() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let id = session(&mut c, &["60000"]);
+    for (key, token) in [("a", "ta"), ("b", "tb")] {
+        assert_eq!(int(&mut c, &["LOCK.ACQUIRE", key, token, "30000", "SESSION", &id]), 1);
+    }
+    assert_eq!(keepalive(&mut c, &id), 60_000);
+    let before = server_now(&mut c);
+    let (result, token, deadline) = revoke(&mut c, &["a", "GRACE", "3000", "REASON", "drain node-7"]);
+    let deadline = deadline.expect("a deadline");
+    assert_eq!((result.as_str(), token.as_deref()), ("revoked", Some("ta")));
+    assert!(deadline >= before + 3_000 && deadline <= server_now(&mut c) + 3_000, "{deadline}");
+    let stored = get(&mut c, "a").unwrap();
+    let held = value::parse_held(&stored).expect("still a session's hold");
+    assert_eq!(
+        (held.token.as_str(), held.revoked.as_deref(), held.hold_until),
+        ("ta", Some("drain node-7"), Some(deadline))
+    );
+    assert_eq!(pexpiretime(&mut c, "a"), deadline, "the key ends at the deadline (no lock-delay)");
+    assert_eq!(pexpiretime(&mut c, "b"), -1, "the session's other hold is untouched");
+    // The holder hears it on its next keepalive (O(1): the sign), then
+    // reads which hold, until when and why.
+    assert_eq!(keepalive(&mut c, &id), -60_000, "kept alive, some hold revoked");
+    assert_eq!(holds(&mut c, &id), (Value::Int(2), Value::Int(1)));
+    assert_eq!(
+        session_info(&mut c, &id, "revoked"),
+        Value::Array(vec![
+            Value::BulkString(b"a".to_vec()),
+            Value::Int(0),
+            Value::Int(deadline),
+            Value::BulkString(b"drain node-7".to_vec())
+        ])
+    );
+    let f = fields_of(&mut c, &["LOCK.INFO", "a"]).unwrap();
+    assert_eq!(field(&f, "revoked"), Value::BulkString(b"drain node-7".to_vec()));
+    assert_eq!(field(&f, "hold-until"), Value::Int(deadline));
+    assert_eq!(field(&f, "owner"), Value::BulkString(b"ta".to_vec()));
+    let renewed = int(&mut c, &["LOCK.RENEW", "a", "ta", "60000"]);
+    assert!((-3_000..=-1).contains(&renewed), "a revoked renewal replies -ms left: {renewed}");
+    assert_eq!(int(&mut c, &["LOCK.RENEW", "b", "tb", "60000"]), 1, "the other hold renews as before");
+    let again = revoke(&mut c, &["a", "GRACE", "60000", "REASON", "drain node-7"]);
+    assert_eq!(again.2, Some(deadline), "never extended");
+    // The reference scripts still refuse it.
+    let eval = |c: &mut Connection, script: &str, args: &[&str]| -> i64 {
+        redis::cmd("EVAL").arg(script).arg(1).arg("a").arg(args).query(c).expect("EVAL")
+    };
+    assert_eq!(eval(&mut c, scripts::RENEW, &["ta", "100000"]), 0);
+    assert_eq!(eval(&mut c, scripts::RELEASE, &["ta"]), 0);
+    assert_eq!(eval(&mut c, scripts::TAKEOVER, &[r#"{"owner":"ta","runId":"r"}"#, "100000"]), 0);
+    assert_eq!(get(&mut c, "a"), Some(stored));
+    // A waiter is granted once the deadline has passed; the session
+    // forgets the hold and keeps its other one.
+    let waiter = spawn(&server, &["LOCK.ACQUIRE", "a", "w", "60000", "WAIT", "30000"]);
+    until_waiting(&mut c, 1);
+    assert_eq!(recv(&waiter), Value::Int(1));
+    assert!(server_now(&mut c) >= deadline, "granted before the deadline");
+    assert_eq!(get(&mut c, "a"), Some(b"w".to_vec()));
+    eventually("the session forgot the hold", || holds(&mut c, &id) == (Value::Int(1), Value::Int(0)));
+    assert_eq!(session_info(&mut c, &id, "revoked"), Value::Array(vec![]));
+    assert_eq!(keepalive(&mut c, &id), 60_000, "nothing revoked any more");
+    assert_eq!(int(&mut c, &["LOCK.RENEW", "a", "ta", "60000"]), 0);
+    assert_eq!(int(&mut c, &["LOCK.RENEW", "b", "tb", "60000"]), 1);
+    assert_eq!((info_field(&mut c, "revokes"), info_field(&mut c, "revoked_ends")), (2, 1));
+    assert_eq!(info_field(&mut c, "session_holds_ended"), 0, "its session did not end");
+}
+
+#[test]
+fn a_session_held_revoke_by_token_applies_the_sessions_lock_delay() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let id = session(&mut c, &["60000", "LOCKDELAY", "3000"]);
+    for key in ["a", "b", "c"] {
+        assert_eq!(int(&mut c, &["LOCK.ACQUIRE", key, "t", "30000", "SESSION", &id]), 1);
+    }
+    let held = get(&mut c, "a");
+    assert_eq!(
+        revoke(&mut c, &["a", "TOKEN", "other", "GRACE", "10"]),
+        ("not-holder".into(), Some("other".into()), None)
+    );
+    assert_eq!((get(&mut c, "a"), keepalive(&mut c, &id)), (held, 60_000), "nothing changed");
+    // Without grace: ended now, the session's delay follows, detached at once.
+    let (result, _, deadline) = revoke(&mut c, &["a", "TOKEN", "t"]);
+    let until = deadline.unwrap() + 3_000;
+    assert_eq!(result, "ended");
+    assert_eq!(get(&mut c, "a"), Some(value::tombstone(until)));
+    assert_eq!(pexpiretime(&mut c, "a"), until);
+    assert_eq!(holds(&mut c, &id), (Value::Int(2), Value::Int(0)));
+    assert_eq!(keepalive(&mut c, &id), 60_000);
+    // With grace: the delay follows the deadline; the timer settles it.
+    let (_, _, deadline) = revoke(&mut c, &["b", "TOKEN", "t", "GRACE", "1000"]);
+    let deadline = deadline.unwrap();
+    assert_eq!(pexpiretime(&mut c, "b"), deadline + 3_000);
+    let tombstone = value::tombstone(deadline + 3_000);
+    eventually("the timer ended the hold at its deadline", || get(&mut c, "b") == Some(tombstone.clone()));
+    assert!(server_now(&mut c) >= deadline);
+    eventually("and detached it", || holds(&mut c, &id) == (Value::Int(1), Value::Int(0)));
+    if server_now(&mut c) < deadline + 3_000 {
+        assert_eq!(int(&mut c, &["LOCK.ACQUIRE", "b", "other", "60000"]), 0, "acquired in the lock-delay");
+    }
+    assert_eq!(info_field(&mut c, "revoked_ends"), 2);
+    assert_eq!(info_field(&mut c, "delays_started"), 2);
+    // A release before the deadline is an ordinary one.
+    revoke(&mut c, &["c", "GRACE", "60000"]);
+    assert_eq!(keepalive(&mut c, &id), -60_000);
+    assert_eq!(int(&mut c, &["LOCK.RELEASE", "c", "t"]), 1);
+    assert_eq!(get(&mut c, "c"), None, "released without delay");
+    assert_eq!(holds(&mut c, &id), (Value::Int(0), Value::Int(0)));
+    assert_eq!(keepalive(&mut c, &id), 60_000);
+    assert_eq!(info_field(&mut c, "revoked_ends"), 2);
+}
+
+#[test]
+fn a_sessions_end_ends_its_revoked_hold_too() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let id = session(&mut c, &["60000"]);
+    assert_eq!(int(&mut c, &["LOCK.ACQUIRE", "a", "t", "30000", "SESSION", &id]), 1);
+    revoke(&mut c, &["a", "GRACE", "60000"]);
+    assert_eq!(int(&mut c, &["SESSION.REVOKE", &id]), 1);
+    eventually("the session is forgotten", || cmd(&mut c, &["SESSION.INFO", &id]).unwrap() == Value::Nil);
+    assert_eq!(get(&mut c, "a"), None);
+    assert_eq!(info_field(&mut c, "revoked_ends"), 0, "its session ended it, not its deadline");
+    assert_eq!(info_field(&mut c, "session_holds_ended"), 1);
+}
+
+#[test]
+fn a_replica_a_promotion_and_restarts_carry_a_session_holds_revocation() {
+    let aof = AofDir::new("revoke-session");
+    let master = aof.start();
+    let mut m = master.conn();
+    let (replica, mut r) = replica_of(&master);
+    let id = session(&mut m, &["600000"]);
+    for key in ["a", "b", "c"] {
+        assert_eq!(int(&mut m, &["LOCK.ACQUIRE", key, "t", "30000", "SESSION", &id]), 1);
+    }
+    let (_, _, deadline) = revoke(&mut m, &["a", "GRACE", "300000", "REASON", "move"]);
+    let deadline = deadline.unwrap();
+    // Short enough to end on the promoted replica (or on the master first:
+    // either way, the replica follows).
+    let (_, _, soon) = revoke(&mut m, &["b", "GRACE", "2000"]);
+    let soon = soon.unwrap();
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    let value = get(&mut m, "a");
+    assert_eq!(get(&mut r, "a"), value, "the replica holds the revoked value");
+    assert_eq!(pexpiretime(&mut r, "a"), deadline, "with the master's absolute expiry");
+    assert_eq!(session_info(&mut r, &id, "revoked-holds"), Value::Int(2));
+    let listed = session_info(&mut r, &id, "revoked");
+    assert_eq!(listed, session_info(&mut m, &id, "revoked"));
+    // Promoted, the replica tells the holder and ends the hold at its deadline.
+    let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut r).unwrap();
+    drop(master);
+    assert_eq!(keepalive(&mut r, &id), -600_000);
+    assert!(int(&mut r, &["LOCK.RENEW", "a", "t", "600000"]) < 0);
+    until_server_time(&mut r, soon);
+    eventually("the promoted replica ended the revoked hold", || {
+        holds(&mut r, &id) == (Value::Int(2), Value::Int(1)) && get(&mut r, "b").is_none()
+    });
+    drop(replica);
+    // The master's AOF (killed, no shutdown save), then an RDB.
+    let server = aof.start();
+    let mut c = server.conn();
+    assert_eq!(get(&mut c, "a"), value, "the revoked value came back from the AOF");
+    assert_eq!(pexpiretime(&mut c, "a"), deadline);
+    assert_eq!(session_info(&mut c, &id, "revoked"), listed);
+    assert_eq!(keepalive(&mut c, &id), -600_000);
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("appendonly").arg("no").query(&mut c).unwrap();
+    let _: () = redis::cmd("SAVE").query(&mut c).unwrap();
+    let dir = server.dir().to_path_buf();
+    drop(c);
+    drop(server);
+    let server = Server::builder().dir(dir).arg("appendonly", "no").start();
+    let mut c = server.conn();
+    assert_eq!(get(&mut c, "a"), value, "and from the RDB");
+    assert_eq!(session_info(&mut c, &id, "revoked"), listed);
+    assert_eq!(keepalive(&mut c, &id), -600_000);
+    assert_eq!(int(&mut c, &["LOCK.RELEASE", "a", "t"]), 1);
+    // `b` ended at its deadline on this server's own timer, if not before.
+    eventually("nothing is revoked any more", || keepalive(&mut c, &id) == 600_000);
+    assert_eq!(holds(&mut c, &id), (Value::Int(1), Value::Int(0)));
+    assert_eq!(get(&mut c, "b"), None);
+}
+
+/// A revoked lock without lock-delay ends by its key's expiry at the
+/// deadline: the master notes it (and counts that end), and so do a
+/// promoted replica and a server restarted from the AOF, through the
+/// replicated `SESSION.APPLY NOTE`.
+#[test]
+fn a_promoted_replica_and_an_aof_restart_count_an_expiry_ended_revoke() {
+    let aof = AofDir::new("revoke-note");
+    let master = aof.start();
+    let mut m = master.conn();
+    let (replica, mut r) = replica_of(&master);
+    for key in ["k", "j"] {
+        assert_eq!(int(&mut m, &["LOCK.ACQUIRE", key, "t", "600000"]), 1);
+    }
+    let (_, _, deadline) = revoke(&mut m, &["k", "GRACE", "6000"]);
+    let deadline = deadline.unwrap();
+    revoke(&mut m, &["j", "GRACE", "6000"]);
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    assert!(err(&mut m, &["SESSION.APPLY", "NOTE", "k", "1"]).contains("internal"), "refused from a client");
+    // The master is killed before the deadline: it neither ends nor counts them.
+    drop(m);
+    drop(master);
+    let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut r).unwrap();
+    let again = aof.start();
+    let mut c = again.conn();
+    assert!(server_now(&mut r) < deadline, "the test needs the promotion before the deadline");
+    until_server_time(&mut r, deadline);
+    for conn in [&mut r, &mut c] {
+        for key in ["k", "j"] {
+            eventually("the key expired", || !redis::cmd("EXISTS").arg(key).query::<bool>(conn).unwrap());
+        }
+        assert_eq!(info_field(conn, "revoked_ends"), 2, "both ends counted");
+    }
+    drop(replica);
+}
+
+/// SEM.INFO's / RWLOCK.INFO's `revoked-reasons`.
+fn reasons(c: &mut Connection, info: &str, key: &str) -> Value {
+    field(&fields_of(c, &[info, key]).expect("held"), "revoked-reasons")
+}
+
+#[test]
+fn a_semaphore_or_read_write_holders_reason_is_kept_shown_replicated_and_dropped_with_the_hold() {
+    let aof = AofDir::new("revoke-reasons");
+    let master = aof.start();
+    let mut m = master.conn();
+    let (_replica, mut r) = replica_of(&master);
+    for token in ["a", "b", "c"] {
+        assert_eq!(int(&mut m, &["SEM.ACQUIRE", "s", token, "3", "600000"]), 1);
+    }
+    assert_eq!(int(&mut m, &["RWLOCK.ACQUIRE", "rw", "w", "WRITE", "600000"]), 1);
+    assert_eq!(reasons(&mut m, "SEM.INFO", "s"), Value::Array(vec![]));
+    revoke(&mut m, &["s", "TOKEN", "a", "GRACE", "300000", "REASON", "drain node-7"]);
+    revoke(&mut m, &["s", "TOKEN", "b", "GRACE", "300000"]);
+    revoke(&mut m, &["rw", "GRACE", "300000", "REASON", "maintenance"]);
+    let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+    let shown = Value::Array(vec![b("a"), b("drain node-7"), b("b"), b("")]);
+    assert_eq!(reasons(&mut m, "SEM.INFO", "s"), shown);
+    assert_eq!(reasons(&mut m, "RWLOCK.INFO", "rw"), Value::Array(vec![b("w"), b("maintenance")]));
+    assert_eq!(int(&mut m, &["SEM.RENEW", "s", "c", "600000"]), 1, "the others renew as before");
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    assert_eq!(reasons(&mut r, "SEM.INFO", "s"), shown, "the replica shows them");
+    // A release drops its reason; a revoke again without REASON shows "".
+    assert_eq!(int(&mut m, &["SEM.RELEASE", "s", "a"]), 1);
+    assert_eq!(reasons(&mut m, "SEM.INFO", "s"), Value::Array(vec![b("b"), b("")]));
+    assert_eq!(int(&mut m, &["SEM.ACQUIRE", "s", "a", "3", "600000"]), 1);
+    assert_eq!(reasons(&mut m, "SEM.INFO", "s"), Value::Array(vec![b("b"), b("")]), "nothing stale shown");
+    revoke(&mut m, &["s", "TOKEN", "a", "GRACE", "300000"]);
+    // In the holders' order: the earliest place (b's deadline) first.
+    assert_eq!(reasons(&mut m, "SEM.INFO", "s"), Value::Array(vec![b("b"), b(""), b("a"), b("")]));
+    // A restart from the AOF, then from an RDB, shows them as they were.
+    drop(m);
+    drop(master);
+    let server = aof.start();
+    let mut c = server.conn();
+    assert_eq!(reasons(&mut c, "RWLOCK.INFO", "rw"), Value::Array(vec![b("w"), b("maintenance")]));
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("appendonly").arg("no").query(&mut c).unwrap();
+    let _: () = redis::cmd("SAVE").query(&mut c).unwrap();
+    let dir = server.dir().to_path_buf();
+    drop(c);
+    drop(server);
+    let server = Server::builder().dir(dir).arg("appendonly", "no").start();
+    let mut c = server.conn();
+    assert_eq!(reasons(&mut c, "RWLOCK.INFO", "rw"), Value::Array(vec![b("w"), b("maintenance")]));
+    assert_eq!(reasons(&mut c, "SEM.INFO", "s"), Value::Array(vec![b("b"), b(""), b("a"), b("")]));
+    // The key's end takes them with it.
+    let _: () = redis::cmd("DEL").arg("rw").query(&mut c).unwrap();
+    assert_eq!(int(&mut c, &["RWLOCK.ACQUIRE", "rw", "w", "WRITE", "600000"]), 1);
+    revoke(&mut c, &["rw", "GRACE", "300000"]);
+    assert_eq!(reasons(&mut c, "RWLOCK.INFO", "rw"), Value::Array(vec![b("w"), b("")]));
+}

@@ -210,7 +210,7 @@ fn info_count_lists_the_earliest_lease_ends_first() {
             cmd.arg(*a);
         }
         let redis::Value::Array(f) = cmd.query::<redis::Value>(c).unwrap() else { panic!("{args:?}") };
-        assert_eq!(f.len(), 14, "{f:?}");
+        assert_eq!(f.len(), 16, "{f:?}");
         let redis::Value::Array(h) = &f[3] else { panic!("{f:?}") };
         h.chunks(2)
             .map(|p| match &p[0] {

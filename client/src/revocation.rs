@@ -126,6 +126,57 @@ pub(crate) fn deadline_of(sent: Instant, left_ms: u64) -> Instant {
     sent + Duration::from_millis(left_ms)
 }
 
+/// A revoked lock of a session, as `SESSION.INFO` lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SessionRevoked {
+    pub key: String,
+    pub db: i64,
+    pub revocation: Revocation,
+}
+
+/// Whether a `SESSION.KEEPALIVE` entry says the session was kept alive and
+/// some of its locks are revoked: `-ttl` (docs/commands.md). The engine
+/// then reads `SESSION.INFO id COUNT 1000` and hands each listed lock its
+/// revocation ([`session_revocations`]).
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn keepalive_says_revoked(entry: &redis::Value) -> bool {
+    matches!(entry, redis::Value::Int(n) if *n < 0)
+}
+
+/// The revoked locks a `SESSION.INFO` reply (flat or a map) lists, read
+/// when it was sent at `sent`: `revoked` is `key, db, deadline, reason, …`
+/// (Unix ms on the server's clock), and the server's now is the session's
+/// `deadline` less its `ttl-left-ms`, so each deadline on this process's
+/// clock is never later than the server's.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn session_revocations(info: redis::Value, sent: Instant) -> Vec<SessionRevoked> {
+    let Some(pairs) = pairs(info) else { return Vec::new() };
+    let text = |v: &redis::Value| redis::from_redis_value::<String>(v.clone()).ok();
+    let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).ok();
+    let (mut deadline, mut left, mut listed) = (None, None, Vec::new());
+    for (k, v) in pairs {
+        match text(&k).as_deref() {
+            Some("deadline") => deadline = int(&v),
+            Some("ttl-left-ms") => left = int(&v),
+            Some("revoked") => {
+                if let redis::Value::Array(items) = v {
+                    listed = items;
+                }
+            }
+            _ => {}
+        }
+    }
+    let Some(server_now) = deadline.zip(left).map(|(d, l)| d - l) else { return Vec::new() };
+    listed
+        .chunks_exact(4)
+        .filter_map(|c| {
+            let (key, db, at, reason) = (text(&c[0])?, int(&c[1])?, int(&c[2])?, text(&c[3]));
+            let left_ms = at.saturating_sub(server_now).max(0) as u64;
+            Some(SessionRevoked { key, db, revocation: Revocation { deadline: deadline_of(sent, left_ms), reason } })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +187,40 @@ mod tests {
         assert_eq!(deadline_of(t0, 1_500), t0 + Duration::from_millis(1_500));
         let r = Revocation { deadline: t0, reason: None };
         assert_eq!(r.remaining(), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_sessions_revoked_locks_are_read_from_session_info() {
+        use redis::Value::{Array, BulkString, Int, Map};
+        let b = |s: &str| BulkString(s.as_bytes().to_vec());
+        assert!(keepalive_says_revoked(&Int(-60_000)));
+        assert!(!keepalive_says_revoked(&Int(60_000)) && !keepalive_says_revoked(&Int(0)));
+        let t0 = Instant::now();
+        let revoked = Array(vec![b("a"), Int(0), Int(10_500), b("drain"), b("b"), Int(2), Int(9_000), b("")]);
+        let info = Array(vec![
+            b("id"),
+            b("x"),
+            b("ttl-left-ms"),
+            Int(50_000),
+            b("deadline"),
+            Int(60_000),
+            b("revoked-holds"),
+            Int(2),
+            b("revoked"),
+            revoked.clone(),
+        ]);
+        let got = session_revocations(info, t0);
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].key.as_str(), got[0].db), ("a", 0));
+        assert_eq!(
+            got[0].revocation,
+            Revocation { deadline: t0 + Duration::from_millis(500), reason: Some("drain".into()) }
+        );
+        assert_eq!(got[1].revocation.deadline, t0, "a deadline already passed is now");
+        let map = Map(vec![(b("deadline"), Int(60_000)), (b("ttl-left-ms"), Int(50_000)), (b("revoked"), revoked)]);
+        assert_eq!(session_revocations(map, t0), got);
+        assert!(session_revocations(Array(vec![b("revoked"), Array(vec![])]), t0).is_empty());
+        assert!(session_revocations(redis::Value::Nil, t0).is_empty());
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 use crate::args::{ArgError, GrantOptions};
 use crate::lease::Settle;
+use crate::revoke::{self, Options};
 use crate::value::Held;
 
 /// What this node knows of a session, when a command opens one of its locks.
@@ -50,7 +51,9 @@ pub fn grant(
         Some(h) => Some(h.checked_add(lock_delay).ok_or(ArgError::MaxHoldTooLarge)?),
         None => None,
     };
-    let value = Held { session: session.to_owned(), token: token.to_owned(), election: None, hold_until }.encode();
+    let value =
+        Held { session: session.to_owned(), token: token.to_owned(), election: None, revoked: None, hold_until }
+            .encode();
     Ok((value, pxat))
 }
 
@@ -161,6 +164,52 @@ pub fn elected(held: &[u8], term: u64, value: &str) -> Vec<u8> {
     }
 }
 
+/// The lock-delay that follows a session-held lock's involuntary end (its
+/// hold limit, its revocation's deadline): its session's; for a session
+/// this node does not know, the one its grant put between the hold limit
+/// and the key's expiry (none without a hold limit).
+pub fn lock_delay(held: &Held, state: SessionState, pxat: Option<i64>) -> i64 {
+    match state {
+        SessionState::Alive { lock_delay } | SessionState::Ended { lock_delay, .. } => lock_delay,
+        SessionState::Unknown => match (held.hold_until, pxat) {
+            (Some(h), Some(p)) => p.saturating_sub(h).max(0),
+            _ => 0,
+        },
+    }
+}
+
+/// What a revoke does to a session-held lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Revoked {
+    /// Store the revoked value (`revoked` and the deadline as its hold
+    /// limit) with the key's expiry `pxat`: the deadline plus the lock-delay.
+    Store { value: Vec<u8>, pxat: i64 },
+    /// The hold ends now and a lock-delay follows: the tombstone until `until`.
+    Tombstone { until: i64 },
+    /// The hold ends now with no delay: delete the key.
+    Delete,
+}
+
+/// A revoke at `now` of the lock `held` (settled: still held), whose
+/// involuntary end is followed by `lock_delay` ([`lock_delay`]): the
+/// deadline (now + `GRACE`, never past a hold limit already there) and
+/// the write. The hold stays its session's until the deadline; only that
+/// one hold is revoked, not the session.
+pub fn revoke(held: &Held, lock_delay: i64, now: i64, opts: &Options) -> Result<(i64, Revoked), ArgError> {
+    let deadline = revoke::deadline(now, opts.grace, held.hold_until)?;
+    let key_end = deadline.checked_add(lock_delay).ok_or(ArgError::GraceTooLarge)?;
+    if deadline <= now {
+        return Ok((deadline, if lock_delay > 0 { Revoked::Tombstone { until: key_end } } else { Revoked::Delete }));
+    }
+    let value = Held { revoked: Some(opts.reason.to_owned()), hold_until: Some(deadline), ..held.clone() };
+    Ok((deadline, Revoked::Store { value: value.encode(), pxat: key_end }))
+}
+
+/// A session-held value's revocation: its reason and deadline, if revoked.
+pub fn revoked_of(held: &Held) -> Option<(&str, i64)> {
+    Some((held.revoked.as_deref()?, held.hold_until?))
+}
+
 fn tombstone_until(until: i64, now: i64) -> Settle {
     if until > now {
         Settle::Tombstone { until }
@@ -178,7 +227,7 @@ mod tests {
     const ID: &str = "0123456789abcdef0123456789abcdef";
 
     fn held(hold_until: Option<i64>) -> Held {
-        Held { session: ID.into(), token: "t".into(), election: None, hold_until }
+        Held { session: ID.into(), token: "t".into(), election: None, revoked: None, hold_until }
     }
 
     #[test]
@@ -209,6 +258,42 @@ mod tests {
         assert_eq!(holder_end(ended(false), SESSION_PLACE, 50, NOW + 1), Some(Some(NOW + 50)));
         assert_eq!(holder_end(ended(false), NOW + 20, 50, NOW + 1), Some(Some(NOW + 20)));
         assert_eq!(holder_end(ended(false), SESSION_PLACE, 0, NOW + 1), Some(None));
+    }
+
+    fn opts(grace: i64) -> Options<'static> {
+        Options { token: None, grace, reason: "drain" }
+    }
+
+    #[test]
+    fn a_revoke_caps_one_hold_with_the_sessions_lock_delay() {
+        let (deadline, w) = revoke(&held(None), 5_000, NOW, &opts(3_000)).unwrap();
+        assert_eq!(deadline, NOW + 3_000);
+        let Revoked::Store { value, pxat } = w else { panic!("{w:?}") };
+        assert_eq!(pxat, NOW + 8_000, "the key lives on for the lock-delay after the deadline");
+        let stored = parse_held(&value).unwrap();
+        assert_eq!(revoked_of(&stored), Some(("drain", NOW + 3_000)));
+        assert_eq!((stored.session.as_str(), stored.token.as_str()), (ID, "t"));
+        // Settled as a hold limit: held until the deadline, then the delay.
+        let alive = SessionState::Alive { lock_delay: 5_000 };
+        assert_eq!(settle(&stored, alive, Some(pxat), NOW + 2_999), Settle::Keep);
+        assert_eq!(settle(&stored, alive, Some(pxat), NOW + 3_000), Settle::Tombstone { until: NOW + 8_000 });
+        // A second revoke, or a MAXHOLD, is never extended.
+        assert_eq!(revoke(&stored, 5_000, NOW + 1, &opts(60_000)).unwrap().0, NOW + 3_000);
+        assert_eq!(revoke(&held(Some(NOW + 10)), 0, NOW, &opts(60_000)).unwrap().0, NOW + 10);
+        // Without grace it ends now: the delay's tombstone, or a delete.
+        assert_eq!(revoke(&held(None), 5_000, NOW, &opts(0)), Ok((NOW, Revoked::Tombstone { until: NOW + 5_000 })));
+        assert_eq!(revoke(&held(None), 0, NOW, &opts(0)), Ok((NOW, Revoked::Delete)));
+        assert_eq!(revoke(&held(None), 0, NOW, &opts(i64::MAX)), Err(ArgError::GraceTooLarge));
+    }
+
+    #[test]
+    fn an_unknown_sessions_lock_delay_is_what_its_grant_left() {
+        let unknown = SessionState::Unknown;
+        assert_eq!(lock_delay(&held(Some(NOW)), unknown, Some(NOW + 700)), 700);
+        assert_eq!(lock_delay(&held(None), unknown, None), 0);
+        assert_eq!(lock_delay(&held(None), SessionState::Alive { lock_delay: 9 }, None), 9);
+        let ended = SessionState::Ended { at: NOW, lock_delay: 4, revoked: false };
+        assert_eq!(lock_delay(&held(None), ended, None), 4);
     }
 
     #[test]

@@ -164,10 +164,12 @@ pub fn parse(value: &[u8]) -> Option<Stored> {
 
 /// A lock held by a session (docs/sessions.md): its session's id (32
 /// lowercase hex digits), its holder's token, an election's fields
-/// (`LOCK.ELECT … SESSION id`) and its hold limit.
+/// (`LOCK.ELECT … SESSION id`) and its hold limit; once revoked
+/// (`LOCK.REVOKE`, docs/revocation.md), the reason before the hold limit,
+/// which is then the revocation's deadline.
 ///
 /// ```text
-/// {"owner":null,"session":"<id>","token":"<token>"[,"term":N,"rev":N,"value":"<v>"][,"holdUntil":MS]}
+/// {"owner":null,"session":"<id>","token":"<token>"[,"term":N,"rev":N,"value":"<v>"][,"revoked":REASON,"holdUntil":MS|,"holdUntil":MS]}
 /// ```
 ///
 /// `owner` is `null`, so the reference scripts see no token own it (as
@@ -178,6 +180,8 @@ pub struct Held {
     pub session: String,
     pub token: String,
     pub election: Option<Election>,
+    /// Revoked, for this reason: `hold_until` is the deadline (never without one).
+    pub revoked: Option<String>,
     pub hold_until: Option<i64>,
 }
 
@@ -198,6 +202,11 @@ impl Held {
             push_number(&mut out, br#","rev":"#, e.rev as i64);
             out.extend_from_slice(br#","value":""#);
             push_go_string(&mut out, &e.value);
+            out.push(b'"');
+        }
+        if let (Some(reason), Some(_)) = (&self.revoked, self.hold_until) {
+            out.extend_from_slice(br#","revoked":""#);
+            push_go_string(&mut out, reason);
             out.push(b'"');
         }
         if let Some(at) = self.hold_until {
@@ -253,10 +262,17 @@ fn held_parts(value: &[u8]) -> Option<(Held, &[u8])> {
     } else {
         None
     };
-    let hold_until = if c.optional(br#","holdUntil":"#) { Some(c.number()? as i64) } else { None };
+    let revoked = if c.optional(br#","revoked":"#) { Some(c.string()?) } else { None };
+    let hold_until = if c.optional(br#","holdUntil":"#) {
+        Some(c.number()? as i64)
+    } else if revoked.is_some() {
+        return None;
+    } else {
+        None
+    };
     c.literal(b"}")?;
     c.end()?;
-    Some((Held { session, token, election, hold_until }, raw))
+    Some((Held { session, token, election, revoked, hold_until }, raw))
 }
 
 /// A strict reader of the grammar above. Every read either consumes
@@ -466,11 +482,17 @@ mod tests {
     #[test]
     fn a_held_value_round_trips_and_no_script_token_owns_it() {
         let elected = Some(Election { term: 7, rev: 9, value: "v<".into() });
-        for (hold_until, election) in
-            [(None, None), (Some(1_700_000_000_000), None), (None, elected.clone()), (Some(5), elected)]
-        {
+        let reason = Some("drain \"n\" <7>".to_owned());
+        for (hold_until, election, revoked) in [
+            (None, None, None),
+            (Some(1_700_000_000_000), None, None),
+            (None, elected.clone(), None),
+            (Some(5), elected.clone(), None),
+            (Some(1_700_000_000_000), None, reason.clone()),
+            (Some(5), elected, reason),
+        ] {
             let (session, token) = ("0123456789abcdef0123456789abcdef".into(), "t<\"é".into());
-            let h = Held { session, token, election, hold_until };
+            let h = Held { session, token, election, revoked, hold_until };
             let bytes = h.encode();
             assert_eq!(parse_held(&bytes), Some(h.clone()), "{}", String::from_utf8_lossy(&bytes));
             assert_eq!(held_token(&bytes), Some(r#"t\u003c\"é"#.as_bytes()));
@@ -486,6 +508,8 @@ mod tests {
             br#"{"owner":null,"session":"s","token":"t","runId":"r"}"#,
             br#"{"owner":null,"session":"s","token":"t","holdUntil":5,"term":1,"rev":1,"value":"v"}"#,
             br#"{"owner":null,"session":"s","token":"t","term":1,"value":"v"}"#,
+            br#"{"owner":null,"session":"s","token":"t","revoked":"r"}"#,
+            br#"{"owner":null,"session":"s","token":"t","holdUntil":1,"revoked":"r"}"#,
         ] {
             assert_eq!(parse_held(bad), None, "{}", String::from_utf8_lossy(bad));
         }

@@ -29,6 +29,7 @@ use crate::server::counters as stats;
 use crate::store::holders_key::{Edit, Hold, HoldersKey, Mark};
 use crate::store::lease;
 use crate::store::session::{self, table};
+use crate::store::session_revoked;
 
 /// Sessions ended per tick, at most.
 pub const MAX_ENDS: usize = 128;
@@ -38,6 +39,8 @@ pub const MAX_HOLDS: usize = 256;
 pub const MAX_KEY_BYTES: usize = 16 * 1024;
 /// Time spent releasing holds per tick, at most (checked every [`CHUNK`]).
 pub const MAX_SLICE: Duration = Duration::from_micros(200);
+/// Revoked holds ended at their deadline per tick, at most.
+pub const MAX_REVOKED: usize = 64;
 /// Holds taken from the table at a time.
 const CHUNK: usize = 8;
 /// The longest the timer sleeps.
@@ -156,7 +159,11 @@ fn tick(ctx: Ctx) -> Option<i64> {
             ctx.free(name);
         }
     }
+    let revoked = end_revoked(ctx, now);
     if !done.is_empty() {
+        for &id in &done {
+            session_revoked::forget_session(id);
+        }
         let mut t = table();
         for &id in &done {
             t.forget(id);
@@ -168,9 +175,32 @@ fn tick(ctx: Ctx) -> Option<i64> {
         }
     }
     let t = table();
-    if t.ending() || ended.len() == MAX_ENDS {
+    if t.ending() || ended.len() == MAX_ENDS || revoked == MAX_REVOKED {
         Some(now + 1)
     } else {
-        t.next_due().map(|at| at.saturating_add(1))
+        // Past the deadline: the key's `PXAT` (a lock-delay of 0) has expired.
+        let next = [t.next_due(), session_revoked::next_due()].into_iter().flatten().min();
+        next.map(|at| at.saturating_add(1))
     }
+}
+
+/// Ends the revoked session holds whose deadline has come (at most
+/// [`MAX_REVOKED`]): each key is settled as a command opening it would
+/// (the lock-delay's tombstone, or gone; counted), and its session forgets
+/// the hold, unless the key holds the session anew (a `DEL` by hand, then
+/// a new grant). How many it took.
+fn end_revoked(ctx: Ctx, now: i64) -> usize {
+    let due = session_revoked::take_due(now, MAX_REVOKED);
+    for (id, (db, name)) in &due {
+        ctx.select(*db);
+        let name = ctx.string(name);
+        let k = lease::open(ctx, name, ctx.now_ms());
+        let anew = lease::held_anew(&k, *id);
+        drop(k);
+        if !anew {
+            session::detach_id(ctx, *id, name);
+        }
+        ctx.free(name);
+    }
+    due.len()
 }

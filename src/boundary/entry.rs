@@ -14,7 +14,7 @@ use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 use crate::boundary::api::rm;
 use crate::boundary::ctx::Ctx;
 use crate::boundary::errors::{delay_differs, limit_differs, EXHAUSTED, INTERNAL, TOO_MANY_WAITERS, WRONGTYPE};
-use crate::boundary::reply::{Argv, Failure, Outcome, Reply, Value};
+use crate::boundary::reply::{Argv, Failure, Item, Outcome, Reply, Value};
 
 /// Runs `handler` on the command's arguments and sends its reply.
 pub fn run(
@@ -47,6 +47,8 @@ pub fn run(
 }
 
 /// Sends a handler's reply (also a blocked client's, when its wait ends).
+/// Inlined: a command's one-integer reply stays in its entry's code.
+#[inline(always)]
 pub fn send(ctx: *mut RedisModuleCtx, outcome: Outcome) -> c_int {
     unsafe {
         match outcome {
@@ -93,7 +95,9 @@ pub fn send(ctx: *mut RedisModuleCtx, outcome: Outcome) -> c_int {
     raw::REDISMODULE_OK as c_int
 }
 
-/// Sends field/value pairs as one flat array.
+/// Sends field/value pairs as one flat array (out of line: the INFO
+/// commands' replies, kept out of every command's reply path).
+#[inline(never)]
 unsafe fn send_fields(ctx: *mut RedisModuleCtx, fields: Vec<(&'static std::ffi::CStr, Value)>) -> c_int {
     rm!(RedisModule_ReplyWithArray)(ctx, 2 * fields.len() as std::ffi::c_long);
     for (name, value) in fields {
@@ -109,6 +113,16 @@ unsafe fn send_fields(ctx: *mut RedisModuleCtx, fields: Vec<(&'static std::ffi::
                 for (token, ttl) in holders {
                     rm!(RedisModule_ReplyWithStringBuffer)(ctx, token.as_ptr().cast(), token.len());
                     rm!(RedisModule_ReplyWithLongLong)(ctx, ttl);
+                }
+                raw::REDISMODULE_OK as c_int
+            }
+            Value::Items(items) => {
+                rm!(RedisModule_ReplyWithArray)(ctx, items.len() as std::ffi::c_long);
+                for item in items {
+                    match item {
+                        Item::Int(n) => rm!(RedisModule_ReplyWithLongLong)(ctx, n),
+                        Item::Bytes(b) => rm!(RedisModule_ReplyWithStringBuffer)(ctx, b.as_ptr().cast(), b.len()),
+                    };
                 }
                 raw::REDISMODULE_OK as c_int
             }

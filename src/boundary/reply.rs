@@ -85,6 +85,16 @@ pub enum Value {
     Nil,
     /// Holders and their remaining lease in ms (SEM.INFO, RWLOCK.INFO).
     Holders(Vec<(Vec<u8>, i64)>),
+    /// A flat array (SESSION.INFO's revoked holds: key, db, deadline,
+    /// reason, …).
+    Items(Vec<Item>),
+}
+
+/// One element of [`Value::Items`].
+#[derive(Debug)]
+pub enum Item {
+    Int(i64),
+    Bytes(Vec<u8>),
 }
 
 /// A reply of `RedisModule_Call`, freed on drop.

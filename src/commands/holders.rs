@@ -24,7 +24,7 @@ use redis_module::raw::RedisModuleString;
 
 use crate::blocked::queue::{self, Claim};
 use crate::boundary::ctx::{bytes, Ctx};
-use crate::boundary::reply::{Argv, Failure, Outcome, Reply, Value};
+use crate::boundary::reply::{Argv, Failure, Item, Outcome, Reply, Value};
 use crate::server::counters::{holder_counters, holder_grants, FamilyCounters};
 use crate::server::{eviction, revoked};
 use crate::store::fence;
@@ -278,6 +278,7 @@ fn release(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
             if live.revoked {
                 // Released before its deadline: an ordinary release.
                 revoked::forget(ctx, key);
+                revoked::forget_reason(ctx, bytes(key), bytes(token));
             }
             let _quiet = queue::serving();
             k.commit(Some(&live), Edit::Remove { token }, counters.expired);
@@ -330,6 +331,12 @@ fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
         Vec::new()
     };
     drop(k);
+    // Their reasons, where kept (`crate::server::revoked`).
+    let reasons = revoked
+        .iter()
+        .filter_map(|(token, _)| Some((token.clone(), revoked::reason_of(ctx, bytes(key), token)?)))
+        .flat_map(|(token, why)| [Item::Bytes(token), Item::Bytes(why.into_bytes())])
+        .collect();
     // What is left of each lease: negative for a place in its lock-delay
     // (its lease ended that long ago; the place is free `lock-delay-ms` later).
     let holders = holders
@@ -348,6 +355,7 @@ fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
         (c"hold-until", Value::Holders(hold_limits)),
         (c"revoked", Value::Holders(revoked)),
         (c"sessions", Value::Holders(sessions)),
+        (c"revoked-reasons", Value::Items(reasons)),
     ]))
 }
 

@@ -22,7 +22,7 @@ use crate::server::timings;
 use crate::store::fence;
 use crate::store::lease;
 use crate::store::lock_key::{LockKey, NewValue};
-use crate::store::session;
+use crate::store::{session, session_revoked};
 
 /// Counts the verdict and turns it into the 1/0 reply.
 #[inline(always)]
@@ -144,15 +144,9 @@ pub fn renew(ctx: Ctx, argv: Argv) -> Outcome {
     }
     // A revoked hold renews up to its deadline only, and hears of it.
     let (renewal, revoked) = match k.entry() {
-        // A session keeps its locks: a renewal by the holder changes nothing.
-        Entry::Str(v) if value::is_held(v) => {
-            if let Some(f) = floor {
-                fence::raise(f);
-                fence::replicate_floor(ctx, f);
-            }
-            stats::RENEWALS.add();
-            return Ok(Reply::Int(1));
-        }
+        // A session keeps its locks: a renewal by the holder changes
+        // nothing, but a revoked one hears of it.
+        Entry::Str(v) if value::is_held(v) => return renew_held(ctx, v, floor, now),
         Entry::Str(v) if rules_lease::may_have_lease(v) => match value::parse(v) {
             Some(stored) => (rules_lease::renew(&stored, now, ttl)?, revoke::revoked_of(&stored).map(|(_, d)| d)),
             None => (None, None),
@@ -185,6 +179,23 @@ pub fn renew(ctx: Ctx, argv: Argv) -> Outcome {
     Ok(Reply::Int(revoke::renew_reply(capped, revoked, now)))
 }
 
+/// LOCK.RENEW of a session-held lock by its holder (`v`, its value): 1, or
+/// `-ms` left when that hold was revoked. Out of line: a renewal of any
+/// other lock never runs it.
+#[cold]
+#[inline(never)]
+fn renew_held(ctx: Ctx, v: &[u8], floor: Option<u64>, now: i64) -> Outcome {
+    // Without a hold limit (it ends with the token) it is not revoked.
+    let limited = !v.ends_with(b"\"}");
+    let revoked = limited.then(|| value::parse_held(v)).flatten().and_then(|h| held::revoked_of(&h).map(|(_, d)| d));
+    if let Some(f) = floor {
+        fence::raise(f);
+        fence::replicate_floor(ctx, f);
+    }
+    stats::RENEWALS.add();
+    Ok(Reply::Int(revoke::renew_reply(false, revoked, now)))
+}
+
 /// A client may raise the fence mark at most [`redis_lock_rules::fence::HORIZON`]
 /// past this server's clock, so that nobody can use up the fence space; what
 /// the master or the AOF says was judged by the master's clock and applies.
@@ -210,7 +221,7 @@ pub fn release(ctx: Ctx, argv: Argv) -> Outcome {
             Entry::Str(v) => lease::held_by_session(v),
             _ => None,
         } {
-            session::detach(ctx, &held_by, key);
+            session_revoked::detach(ctx, &held_by, key);
         }
         let _quiet = queue::serving();
         k.delete();
@@ -320,7 +331,10 @@ pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
     let int_or_nil = |n: Option<i64>| n.map_or(Value::Nil, Value::Int);
     let View { lock_delay, hold_until, lease_end, delayed_until } = view;
     // Only a live lease with a hold limit can be a revoked one.
-    let revoked = hold_until.and_then(|_| value::parse(value)?.revoked).map(String::into_bytes);
+    let revoked = hold_until
+        .and_then(|_| value::parse(value).map(|s| s.revoked).or_else(|| value::parse_held(value).map(|h| h.revoked)))
+        .flatten()
+        .map(String::into_bytes);
     Ok(Reply::Fields(vec![
         (c"owner", bytes_or_nil(d.owner)),
         (c"run-id", bytes_or_nil(d.run_id)),

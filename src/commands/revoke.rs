@@ -5,14 +5,18 @@
 //! (a lock's `holdUntil`, a holder's hold member), so the server ends the
 //! hold with what already ends a lease that runs out (the key's expiry,
 //! settling to the tombstone, the queues' check timers). A family of its
-//! own: it opens either kind of key.
+//! own: it opens either kind of key. A lock held by a session is revoked
+//! alone (not its session): its value and expiry carry the deadline as
+//! any revoked lock's, and the session's table notes it for its holder.
 
-use redis_lock_rules::args::check_holder_key_and_token;
+use redis_lock_rules::args::{check_holder_key_and_token, parse_session_id};
+use redis_lock_rules::held::{self as rules_held, Revoked, SessionState};
 use redis_lock_rules::revoke::{self, LockRevoke, Options, Write};
-use redis_lock_rules::{value, ArgError, Entry};
+use redis_lock_rules::value::{self, Held};
+use redis_lock_rules::{ArgError, Entry};
 use redis_module::raw::RedisModuleString;
 
-use crate::blocked::queue;
+use crate::blocked::{queue, session_end};
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::boundary::reply::{Argv, Failure, Outcome, Reply, Value};
 use crate::server::counters::{self as stats, holder_counters};
@@ -20,7 +24,8 @@ use crate::server::{revoked, timings};
 use crate::store::fence;
 use crate::store::holders_key::{Edit, Hold, HoldersKey};
 use crate::store::lease;
-use crate::store::lock_key::NewValue;
+use crate::store::lock_key::{LockKey, NewValue};
+use crate::store::{session, session_revoked};
 
 /// What a revoke did, as its reply says.
 enum Did {
@@ -69,7 +74,11 @@ pub fn revoke(ctx: Ctx, argv: Argv) -> Outcome {
             drop(k);
             return revoke_holder(ctx, key, &opts, now);
         }
-        Entry::Str(v) => revoke::revoke_lock(v, k.expires_at(), now, &opts)?,
+        Entry::Str(v) => match value::parse_held(v) {
+            // One hold of a session: the session keeps its other holds.
+            Some(held) => return revoke_held(ctx, k, key, held, &opts, now),
+            None => revoke::revoke_lock(v, k.expires_at(), now, &opts)?,
+        },
     };
     let (owner, deadline, write) = match verdict {
         LockRevoke::NoHolder => return reply(Did::NoHolder, None, None),
@@ -99,6 +108,52 @@ pub fn revoke(ctx: Ctx, argv: Argv) -> Outcome {
         }
         Write::Delete => {
             timings::hold_ended(ctx, key, timings::End::Expired, || now);
+            let _quiet = queue::serving();
+            k.delete();
+            drop(k);
+            queue::grant_next(ctx, key);
+            stats::REVOKED_ENDS.add();
+            reply(Did::Ended, Some(owner), Some(deadline))
+        }
+    }
+}
+
+/// A lock held by a session: that one hold gets the deadline (its value's
+/// `holdUntil`, the key's `PXAT` with the session's lock-delay after it),
+/// and the session's table notes it, so that its keepalive and
+/// SESSION.INFO tell the holder, and the sessions' timer ends the hold at
+/// the deadline and detaches it.
+fn revoke_held(ctx: Ctx, mut k: LockKey, key: *mut RedisModuleString, held: Held, opts: &Options, now: i64) -> Outcome {
+    if opts.token.is_some_and(|t| t != held.token.as_bytes()) {
+        return reply(Did::NotHolder, opts.token.map(<[u8]>::to_vec), None);
+    }
+    // Settled: its session is alive here, or one this node does not know.
+    let state = session::state_of(&held.session, now);
+    let lock_delay = rules_held::lock_delay(&held, state, k.expires_at());
+    let (deadline, write) = rules_held::revoke(&held, lock_delay, now, opts)?;
+    let owner = held.token.clone().into_bytes();
+    match write {
+        Revoked::Store { value, pxat } => {
+            k.set(NewValue::Composed(&value), pxat);
+            drop(k);
+            if let (Ok(id), SessionState::Alive { .. }) = (parse_session_id(held.session.as_bytes()), state) {
+                session_revoked::revoke(ctx, id, key, deadline, opts.reason);
+                session_end::arm(ctx, deadline.saturating_add(1));
+            }
+            revoked::noted(ctx, key, deadline);
+            reply(Did::Revoked, Some(owner), Some(deadline))
+        }
+        Revoked::Tombstone { until } => {
+            timings::hold_ended(ctx, key, timings::End::Expired, || now);
+            session_revoked::detach(ctx, &held.session, key);
+            k.set(NewValue::Composed(&value::tombstone(until)), until);
+            stats::DELAYS_STARTED.add();
+            stats::REVOKED_ENDS.add();
+            reply(Did::Ended, Some(owner), Some(deadline))
+        }
+        Revoked::Delete => {
+            timings::hold_ended(ctx, key, timings::End::Expired, || now);
+            session_revoked::detach(ctx, &held.session, key);
             let _quiet = queue::serving();
             k.delete();
             drop(k);
@@ -163,13 +218,19 @@ fn revoke_holder_token(
         let _quiet = queue::serving();
         k.commit(Some(&s), Edit::Remove { token }, expired);
         drop(k);
+        revoked::forget_reason(ctx, bytes(key), &name);
         queue::grant_next(ctx, key);
         stats::REVOKED_ENDS.add();
         return reply(Did::Ended, Some(name), Some(deadline));
     }
     k.commit(Some(&s), Edit::Put { token, at: place, tag: None, hold: Hold::Revoked(deadline) }, expired);
     drop(k);
-    revoked::noted(ctx, key, deadline);
+    if deadline > now {
+        // Its reason: the hold member's score carries only the deadline.
+        revoked::noted_holder(ctx, key, deadline, &name, opts.reason);
+    } else {
+        revoked::noted(ctx, key, deadline);
+    }
     // Ended now but in its lock-delay: its pruning counts the end.
     let did = if deadline <= now { Did::Ended } else { Did::Revoked };
     reply(did, Some(name), Some(deadline))

@@ -10,8 +10,10 @@ use redis_lock_rules::session::Reason;
 use crate::blocked::{session_end, waiters};
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::boundary::errors::SESSION_APPLY_INTERNAL;
-use crate::boundary::reply::{Argv, Failure, Outcome, Reply, Value};
+use crate::boundary::reply::{Argv, Failure, Item, Outcome, Reply, Value};
+use crate::server::revoked;
 use crate::store::session::{self, table, Apply};
+use crate::store::session_revoked;
 
 /// How many holds SESSION.INFO lists without COUNT, and at most.
 const INFO_COUNT: usize = 10;
@@ -46,7 +48,9 @@ fn parse_lock_delay(arg: &[u8]) -> Result<i64, ArgError> {
 /// SESSION.KEEPALIVE id [id ...]
 ///
 /// Replies, per id in order, its TTL (ms) when it was kept alive, or 0
-/// when it is unknown or ended. O(1) per id, whatever it holds.
+/// when it is unknown or ended; `-ttl` when it was kept alive and some of
+/// its holds are revoked (LOCK.REVOKE: SESSION.INFO lists them). O(1) per
+/// id, whatever it holds.
 pub fn keepalive(ctx: Ctx, argv: Argv) -> Outcome {
     let [_, ids @ ..] = argv else { return Err(Failure::Arity) };
     if ids.is_empty() {
@@ -54,7 +58,14 @@ pub fn keepalive(ctx: Ctx, argv: Argv) -> Outcome {
     }
     let kept = ids
         .iter()
-        .map(|&id| parse_session_id(bytes(id)).ok().and_then(|id| session::keepalive(ctx, id)).unwrap_or(0))
+        .map(|&id| {
+            let Ok(id) = parse_session_id(bytes(id)) else { return 0 };
+            match session::keepalive(ctx, id) {
+                Some(ttl) if session_revoked::count(id) > 0 => -ttl,
+                Some(ttl) => ttl,
+                None => 0,
+            }
+        })
         .collect();
     Ok(Reply::Ints(kept))
 }
@@ -102,15 +113,27 @@ pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
             (key.to_vec(), i64::from(db))
         })
         .collect();
+    let (held, ttl, lock_delay, deadline) = (info.holds, info.ttl, info.lock_delay, info.deadline);
+    drop(t);
+    // Its revoked holds: key, database, deadline, reason each.
+    let revoked_holds = session_revoked::count(id);
+    let revoked = session_revoked::list(id, count)
+        .into_iter()
+        .flat_map(|((db, key), r)| {
+            [Item::Bytes(key.into()), Item::Int(i64::from(db)), Item::Int(r.deadline), Item::Bytes(r.reason.into())]
+        })
+        .collect();
     Ok(Reply::Fields(vec![
         (c"id", Value::Bytes(session_id_text(id).into_bytes())),
         (c"state", Value::Bytes(state.to_vec())),
-        (c"ttl-ms", Value::Int(info.ttl)),
-        (c"ttl-left-ms", Value::Int((info.deadline - now).max(0))),
-        (c"deadline", Value::Int(info.deadline)),
-        (c"lock-delay-ms", Value::Int(info.lock_delay)),
-        (c"holds", Value::Int(info.holds as i64)),
+        (c"ttl-ms", Value::Int(ttl)),
+        (c"ttl-left-ms", Value::Int((deadline - now).max(0))),
+        (c"deadline", Value::Int(deadline)),
+        (c"lock-delay-ms", Value::Int(lock_delay)),
+        (c"holds", Value::Int(held as i64)),
         (c"first", Value::Holders(holds)),
+        (c"revoked-holds", Value::Int(revoked_holds as i64)),
+        (c"revoked", Value::Items(revoked)),
     ]))
 }
 
@@ -132,18 +155,35 @@ pub fn list(_ctx: Ctx, argv: Argv) -> Outcome {
     Ok(Reply::Strings(ids.into_iter().take(count).map(|id| session_id_text(id).into_bytes()).collect()))
 }
 
-/// SESSION.APPLY GRANT id ttl-ms lock-delay-ms deadline | END id at EXPIRED|REVOKED | FORGET id | ATTACH id key [token] | DETACH id key [token]
+/// SESSION.APPLY GRANT id ttl-ms lock-delay-ms deadline | END id at EXPIRED|REVOKED | FORGET id | ATTACH id key [token] | DETACH id key [token] | REVOKEHOLD id key deadline reason | NOTE key deadline [token reason]
 ///
 /// Internal: what a master's session changed, as replicas and the AOF
-/// apply it (absolute times). Refused from clients.
+/// apply it (absolute times); also a revoked hold's note (`NOTE`: the
+/// same plumbing, so no command of its own). Refused from clients.
 pub fn apply(ctx: Ctx, argv: Argv) -> Outcome {
     if !ctx.replaying() {
         return Err(Failure::Error(SESSION_APPLY_INTERNAL));
     }
     let [_, op, id, rest @ ..] = argv else { return Err(Failure::Arity) };
-    let id = parse_session_id(bytes(*id))?;
     let int = |s| parse_signed(bytes(s)).ok_or(Failure::Arg(ArgError::Syntax));
     let op = bytes(*op);
+    if op.eq_ignore_ascii_case(b"NOTE") {
+        // Not a session's: a revoked hold's note (`crate::server::revoked`),
+        // `id` is its key.
+        let key = bytes(*id);
+        let deadline = match *rest {
+            [deadline] => int(deadline)?,
+            [deadline, token, reason] => {
+                let deadline = int(deadline)?;
+                revoked::apply_reason(ctx, key, bytes(token), bytes(reason));
+                deadline
+            }
+            _ => return Err(ArgError::Syntax.into()),
+        };
+        revoked::apply(ctx, key, deadline);
+        return Ok(Reply::Ok);
+    }
+    let id = parse_session_id(bytes(*id))?;
     let entry = match rest {
         [ttl, delay, deadline] if op.eq_ignore_ascii_case(b"GRANT") => {
             Apply::Grant { id, ttl: int(*ttl)?, lock_delay: int(*delay)?, deadline: int(*deadline)? }
@@ -153,12 +193,20 @@ pub fn apply(ctx: Ctx, argv: Argv) -> Outcome {
                 if bytes(*reason).eq_ignore_ascii_case(b"REVOKED") { Reason::Revoked } else { Reason::Expired };
             Apply::End { id, at: int(*at)?, reason }
         }
-        [] if op.eq_ignore_ascii_case(b"FORGET") => Apply::Forget { id },
+        [] if op.eq_ignore_ascii_case(b"FORGET") => {
+            session_revoked::forget_session(id);
+            Apply::Forget { id }
+        }
         [key, token @ ..] if token.len() <= 1 && op.eq_ignore_ascii_case(b"ATTACH") => {
             Apply::Attach { id, key: bytes(*key), token: token.first().map(|&t| bytes(t)) }
         }
         [key, token @ ..] if token.len() <= 1 && op.eq_ignore_ascii_case(b"DETACH") => {
+            session_revoked::forget(ctx, id, bytes(*key));
             Apply::Detach { id, key: bytes(*key), token: token.first().map(|&t| bytes(t)) }
+        }
+        [key, deadline, reason] if op.eq_ignore_ascii_case(b"REVOKEHOLD") => {
+            session_revoked::apply_revoke(ctx, id, bytes(*key), int(*deadline)?, bytes(*reason));
+            return Ok(Reply::Ok);
         }
         _ => return Err(ArgError::Syntax.into()),
     };

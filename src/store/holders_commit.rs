@@ -75,6 +75,9 @@ impl HoldersKey {
             if ended > 0 {
                 stats::REVOKED_ENDS.add_n(ended as u64);
                 revoked::forget(ctx, self.name);
+                for &m in holds.iter().filter(|&&m| self.score(m).is_some_and(is_revoked_score)) {
+                    revoked::forget_reason(ctx, bytes(self.name), bytes(m).get(1..).unwrap_or_default());
+                }
             }
             let sessions: Vec<_> = removed.iter().filter_map(|&m| self.session_member_of(bytes(m))).collect();
             removed.extend(holds);

@@ -68,30 +68,43 @@ fn settle_at(k: &mut LockKey, now: impl FnOnce() -> i64) {
 #[cold]
 #[inline(never)]
 fn settle_lease(k: &mut LockKey, now: i64) {
-    let (verdict, held) = match k.entry() {
+    // What ends: a session's hold (and whether by its hold limit, a
+    // revocation's deadline included, rather than its session's end), or
+    // a lease; and whether it was a revoked hold that reached its deadline.
+    let (verdict, held, revoked_end) = match k.entry() {
         Entry::Str(v) if value::is_held(v) => match value::parse_held(v) {
-            Some(h) => (held::settle(&h, session::state_of(&h.session, now), k.expires_at(), now), true),
+            Some(h) => {
+                let verdict = held::settle(&h, session::state_of(&h.session, now), k.expires_at(), now);
+                let by_limit = h.hold_until.is_some_and(|at| at <= now);
+                (verdict, Some(by_limit), h.revoked.is_some().then_some(by_limit))
+            }
             None => return,
         },
-        Entry::Str(v) => (lease::settle(v, k.expires_at(), now), false),
+        Entry::Str(v) => (lease::settle(v, k.expires_at(), now), None, None),
         _ => return,
     };
     if matches!(verdict, Settle::Keep) {
         return;
     }
-    if let Entry::Str(v) = k.entry() {
-        // A revoked hold that reached its deadline (not a lease its holder
-        // let run out before it) is the revocation's end; either way its
-        // note is done with (the tombstone's expiry is no revoked end).
-        if let Some(s) = value::parse(v).filter(|s| s.revoked.is_some()) {
-            if lease::lease_end(&s) == s.hold_until {
-                stats::REVOKED_ENDS.add();
-            }
-            let (ctx, name) = k.ctx_and_name();
-            revoked::forget(ctx, name);
+    // A revoked hold that reached its deadline (not a lease its holder
+    // let run out before it) is the revocation's end.
+    let revoked_end = match k.entry() {
+        Entry::Str(v) if held.is_none() => {
+            value::parse(v).filter(|s| s.revoked.is_some()).map(|s| lease::lease_end(&s) == s.hold_until)
         }
+        _ => revoked_end,
+    };
+    // Either way the revoked note is done with (the tombstone's expiry is
+    // no revoked end).
+    if let Some(at_deadline) = revoked_end {
+        if at_deadline {
+            stats::REVOKED_ENDS.add();
+        }
+        let (ctx, name) = k.ctx_and_name();
+        revoked::forget(ctx, name);
     }
-    if held {
+    // A session's hold ended by its session's end (not its hold limit).
+    if held == Some(false) {
         stats::SESSION_HOLDS_ENDED.add();
     }
     // The lease ran out while held (its key lives on as the tombstone).
@@ -212,6 +225,13 @@ pub fn shown(value: &[u8], pxat: Option<i64>, now: i64) -> Shown {
         },
         Settle::Delete => Shown::Absent,
     }
+}
+
+/// Whether the open key holds a hold of session `id` that is not revoked:
+/// a grant made after the revoked hold's key went (a `DEL` by hand).
+pub fn held_anew(k: &LockKey, id: redis_lock_rules::session::Id) -> bool {
+    matches!(k.entry(), Entry::Str(v) if value::parse_held(v).is_some_and(|h| h.revoked.is_none()
+        && redis_lock_rules::args::parse_session_id(h.session.as_bytes()) == Ok(id)))
 }
 
 /// The session of a session-held value, if it is one.

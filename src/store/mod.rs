@@ -5,7 +5,8 @@
 //! fence mark (`fence`), and who leads an election's key (`leadership`);
 //! the node's sessions (`session`: the table and its replication,
 //! `hold_key`: one hold as the table keeps it, `session_rdb`: their RDB
-//! aux data). It imports the server layer and the
+//! aux data; `session_revoked`: their revoked holds). It imports the server
+//! layer and the
 //! boundary.
 
 pub mod fence;
@@ -18,3 +19,4 @@ pub mod lock_key;
 pub mod lock_set;
 pub mod session;
 pub mod session_rdb;
+pub mod session_revoked;

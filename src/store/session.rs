@@ -207,6 +207,11 @@ fn replicate_holder(
 /// Notes that `session` no longer holds `name` (released by its holder).
 pub fn detach(ctx: Ctx, session: &str, name: *mut RedisModuleString) {
     let Ok(id) = redis_lock_rules::args::parse_session_id(session.as_bytes()) else { return };
+    detach_id(ctx, id, name);
+}
+
+/// Notes that session `id` no longer holds `name`; replicated.
+pub fn detach_id(ctx: Ctx, id: Id, name: *mut RedisModuleString) {
     table().detach(id, &HoldKey::new(ctx.db(), bytes(name), None));
     replicate_hold(ctx, c"DETACH", id, name);
 }

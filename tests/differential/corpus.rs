@@ -34,6 +34,12 @@ pub fn values() -> Vec<Vec<u8>> {
         r#"{"leaseEnd":1,"owner":"tok","lockDelay":5000}"#,
         r#"{"owner":"tok","leaseEnd":1,"lockDelay":5000}"#,
         r#"{"owner":"tok","runId":"run-1","holdUntil":1,"x":1}"#,
+        // A session's hold, and one revoked (LOCK.REVOKE): `owner` is null,
+        // so the scripts refuse them to every token, and so does the module
+        // to every token but the holder's (which no case uses: the module
+        // lets its holder renew or release it, by design).
+        r#"{"owner":null,"session":"0123456789abcdef0123456789abcdef","token":"held-tok"}"#,
+        r#"{"owner":null,"session":"0123456789abcdef0123456789abcdef","token":"held-tok","revoked":"drain","holdUntil":9999999999999}"#,
         // Structured values as writers produce them.
         r#"{"owner":"tok","runId":"run-1"}"#,
         r#"{"runId":"run-1","owner":"tok"}"#,

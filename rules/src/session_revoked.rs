@@ -1,0 +1,169 @@
+//! The revoked holds of a node's sessions (`LOCK.REVOKE` of a
+//! session-held lock, docs/revocation.md): per session, which of its holds
+//! are revoked, until when and why, and all of them in deadline order.
+//! Pure bookkeeping, taking `now`; kept beside the session table
+//! ([`crate::session`]) rather than in it, so that a session that has no
+//! revoked hold pays nothing for them.
+//!
+//! - A keepalive asks [`RevokedHolds::count`]: O(1), a lookup.
+//! - The module's timer takes the holds whose deadline has come
+//!   ([`RevokedHolds::take_due`], bounded), ends each and detaches it from
+//!   its session, so the session forgets the hold.
+//! - A release before the deadline, or the session's end, forgets it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::session::Id;
+
+/// One revoked hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Revocation {
+    /// When the server ends the hold (Unix ms).
+    pub deadline: i64,
+    pub reason: String,
+}
+
+/// The revoked holds of every session of a node.
+#[derive(Debug)]
+pub struct RevokedHolds<K: Ord + Clone> {
+    by_session: HashMap<Id, BTreeMap<K, Revocation>>,
+    due: BTreeSet<(i64, Id, K)>,
+}
+
+impl<K: Ord + Clone> Default for RevokedHolds<K> {
+    fn default() -> Self {
+        RevokedHolds { by_session: HashMap::new(), due: BTreeSet::new() }
+    }
+}
+
+impl<K: Ord + Clone> RevokedHolds<K> {
+    /// Whether no hold of any session is revoked.
+    pub fn is_empty(&self) -> bool {
+        self.due.is_empty()
+    }
+
+    /// How many holds are revoked, over every session.
+    pub fn len(&self) -> usize {
+        self.due.len()
+    }
+
+    /// Notes that session `id`'s hold `key` is revoked until `deadline`
+    /// (a second revoke replaces the first: the caller never extends it).
+    /// O(log n).
+    pub fn revoke(&mut self, id: Id, key: K, deadline: i64, reason: String) {
+        self.forget(id, &key);
+        self.due.insert((deadline, id, key.clone()));
+        self.by_session.entry(id).or_default().insert(key, Revocation { deadline, reason });
+    }
+
+    /// Forgets session `id`'s revoked hold `key` (released, or ended).
+    /// O(log n).
+    pub fn forget(&mut self, id: Id, key: &K) -> Option<Revocation> {
+        let holds = self.by_session.get_mut(&id)?;
+        let r = holds.remove(key)?;
+        if holds.is_empty() {
+            self.by_session.remove(&id);
+        }
+        self.due.remove(&(r.deadline, id, key.clone()));
+        Some(r)
+    }
+
+    /// Forgets every revoked hold of session `id` (it is forgotten).
+    /// O(r log n) for its r revoked holds.
+    pub fn forget_session(&mut self, id: Id) {
+        for (key, r) in self.by_session.remove(&id).unwrap_or_default() {
+            self.due.remove(&(r.deadline, id, key));
+        }
+    }
+
+    /// Forgets every revoked hold (FLUSHALL, an RDB load).
+    pub fn clear(&mut self) {
+        *self = RevokedHolds::default();
+    }
+
+    /// Takes out at most `max` holds whose deadline is at or before `now`,
+    /// earliest first: the caller ends them and detaches them.
+    pub fn take_due(&mut self, now: i64, max: usize) -> Vec<(Id, K)> {
+        let mut out = Vec::new();
+        while out.len() < max {
+            match self.due.first() {
+                Some(&(at, id, ref key)) if at <= now => {
+                    let key = key.clone();
+                    self.forget(id, &key);
+                    out.push((id, key));
+                }
+                _ => break,
+            }
+        }
+        out
+    }
+
+    /// The earliest deadline.
+    pub fn next_due(&self) -> Option<i64> {
+        self.due.first().map(|&(at, _, _)| at)
+    }
+
+    /// How many holds of session `id` are revoked. O(1).
+    pub fn count(&self, id: Id) -> usize {
+        self.by_session.get(&id).map_or(0, BTreeMap::len)
+    }
+
+    /// Session `id`'s first `count` revoked holds (in key order).
+    pub fn list(&self, id: Id, count: usize) -> Vec<(&K, &Revocation)> {
+        self.by_session.get(&id).map_or_else(Vec::new, |h| h.iter().take(count).collect())
+    }
+
+    /// Every revoked hold: session, key, revocation (for the RDB).
+    pub fn iter(&self) -> impl Iterator<Item = (Id, &K, &Revocation)> {
+        self.by_session.iter().flat_map(|(&id, h)| h.iter().map(move |(k, r)| (id, k, r)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_700_000_000_000;
+
+    fn r(t: &mut RevokedHolds<u32>, id: Id, key: u32, deadline: i64) {
+        t.revoke(id, key, deadline, format!("r{key}"));
+    }
+
+    #[test]
+    fn holds_are_counted_per_session_and_taken_in_deadline_order() {
+        let mut t = RevokedHolds::default();
+        r(&mut t, 1, 10, NOW + 30);
+        r(&mut t, 1, 11, NOW + 10);
+        r(&mut t, 2, 10, NOW + 20);
+        assert_eq!((t.count(1), t.count(2), t.count(3), t.len()), (2, 1, 0, 3));
+        assert_eq!(t.next_due(), Some(NOW + 10));
+        let listed: Vec<_> = t.list(1, 10).into_iter().map(|(k, r)| (*k, r.deadline)).collect();
+        assert_eq!(listed, vec![(10, NOW + 30), (11, NOW + 10)]);
+        assert_eq!(t.list(1, 1).len(), 1);
+        assert_eq!(t.take_due(NOW + 5, 10), vec![]);
+        assert_eq!(t.take_due(NOW + 25, 1), vec![(1, 11)]);
+        assert_eq!(t.take_due(NOW + 25, 10), vec![(2, 10)]);
+        assert_eq!((t.count(1), t.count(2)), (1, 0));
+        assert_eq!(t.take_due(NOW + 30, 10), vec![(1, 10)]);
+        assert!(t.is_empty() && t.next_due().is_none() && t.count(1) == 0);
+    }
+
+    #[test]
+    fn a_release_a_second_revoke_and_a_sessions_end_leave_nothing_behind() {
+        let mut t = RevokedHolds::default();
+        r(&mut t, 1, 10, NOW + 30);
+        // A second revoke replaces the first (its caller keeps the earlier deadline).
+        r(&mut t, 1, 10, NOW + 5);
+        assert_eq!((t.len(), t.next_due()), (1, Some(NOW + 5)));
+        assert_eq!(t.forget(1, &10).map(|r| r.deadline), Some(NOW + 5));
+        assert_eq!(t.forget(1, &10), None);
+        assert!(t.is_empty() && t.by_session.is_empty());
+        r(&mut t, 1, 10, NOW);
+        r(&mut t, 1, 11, NOW);
+        r(&mut t, 2, 12, NOW);
+        t.forget_session(1);
+        assert_eq!(t.iter().map(|(id, k, _)| (id, *k)).collect::<Vec<_>>(), vec![(2, 12)]);
+        t.clear();
+        assert!(t.is_empty() && t.iter().next().is_none());
+    }
+}
