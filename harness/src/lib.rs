@@ -150,7 +150,7 @@ pub struct Server {
 
 impl Server {
     /// A server with the module loaded and the defaults of a test: no
-    /// persistence, loopback only.
+    /// persistence, loopback only, a replica's first sync sent at once.
     pub fn start() -> Server {
         Self::builder().start()
     }
@@ -201,7 +201,12 @@ impl Server {
             let log = std::path::absolute(dir.join("server.log")).expect("the log's path");
             cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
                 .args(["--logfile", log.to_str().expect("utf-8 temp dir"), "--daemonize", "no"])
-                .args(["--enable-debug-command", "yes"]);
+                .args(["--enable-debug-command", "yes"])
+                // A master sends a replica its first full copy at once: by
+                // default it waits 5 s for more replicas to sync together
+                // (diskless sync), which every test with a replica, and
+                // every cluster with replicas, would spend idle.
+                .args(["--repl-diskless-sync-delay", "0"]);
             if let Some(m) = &module {
                 cmd.args(["--loadmodule", m.to_str().expect("utf-8 module path")]);
             }
