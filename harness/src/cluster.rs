@@ -31,7 +31,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::{free_port, Builder, Server};
+use crate::{Builder, Server};
 
 /// Number of hash slots in a Redis Cluster.
 pub const SLOTS: u16 = 16384;
@@ -113,8 +113,8 @@ impl Cluster {
                     .arg("cluster-config-file", "nodes.conf")
                     .arg("cluster-node-timeout", &NODE_TIMEOUT_MS.to_string())
                     // The bus port is port + 10000 by default, which may be
-                    // taken or beyond 65535 for a free ephemeral port.
-                    .arg("cluster-port", &free_port().to_string())
+                    // taken or beyond 65535.
+                    .cluster_bus()
                     // A replica may always be promoted, however long its
                     // link was down (tests kill masters on purpose).
                     .arg("cluster-replica-validity-factor", "0")
