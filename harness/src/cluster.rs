@@ -31,7 +31,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::{free_port, Builder, Server};
+use crate::{Builder, Server};
 
 /// Number of hash slots in a Redis Cluster.
 pub const SLOTS: u16 = 16384;
@@ -113,8 +113,8 @@ impl Cluster {
                     .arg("cluster-config-file", "nodes.conf")
                     .arg("cluster-node-timeout", &NODE_TIMEOUT_MS.to_string())
                     // The bus port is port + 10000 by default, which may be
-                    // taken or beyond 65535 for a free ephemeral port.
-                    .arg("cluster-port", &free_port().to_string())
+                    // taken or beyond 65535.
+                    .cluster_bus()
                     // A replica may always be promoted, however long its
                     // link was down (tests kill masters on purpose).
                     .arg("cluster-replica-validity-factor", "0")
@@ -271,9 +271,13 @@ impl Cluster {
     }
 
     /// Step 2: `MIGRATE` every key of the slot from `from` to `to` (in
-    /// batches of 100 with `KEYS`, as `redis-cli --cluster` does).
+    /// batches of 100 with `KEYS`, as `redis-cli --cluster` does). A
+    /// `MIGRATE` that times out talking to the target (`IOERR`, a loaded
+    /// machine) leaves its keys on the source, and is tried again until
+    /// [`SETTLE_TIMEOUT`].
     pub fn migrate_slot_keys(&self, slot: u16, from: usize, to: usize) {
         let mut con = self.nodes[from].conn();
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
         loop {
             let keys: Vec<Vec<u8>> =
                 redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(100).query(&mut con).expect("GETKEYSINSLOT");
@@ -283,7 +287,13 @@ impl Cluster {
             let mut m = redis::cmd("MIGRATE");
             m.arg("127.0.0.1").arg(self.nodes[to].port()).arg("").arg(0).arg(5000).arg("KEYS").arg(&keys);
             let r: redis::RedisResult<redis::Value> = m.query(&mut con);
-            r.unwrap_or_else(|e| panic!("MIGRATE of slot {slot} from node {from} to {to}: {e}"));
+            match r {
+                Ok(_) => {}
+                Err(e) if e.code() == Some("IOERR") && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => panic!("MIGRATE of slot {slot} from node {from} to {to}: {e}"),
+            }
         }
     }
 
@@ -301,14 +311,28 @@ impl Cluster {
         self.wait_slot_owner(slot, to);
     }
 
+    /// `CLUSTER SETSLOT` on node `on`. Valkey 8+ has a master's replicas
+    /// apply it first and answers `NOREPLICAS` when they have not confirmed
+    /// within 2 s (a loaded machine): the command changes nothing then on
+    /// the master and is idempotent, so it is sent again, until
+    /// [`SETTLE_TIMEOUT`].
     fn setslot(&self, on: usize, slot: u16, sub: &str, node: Option<usize>) {
         let mut c = redis::cmd("CLUSTER");
         c.arg("SETSLOT").arg(slot).arg(sub);
         if let Some(n) = node {
             c.arg(self.id(n));
         }
-        let r: redis::RedisResult<()> = c.query(&mut self.nodes[on].conn());
-        r.unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} {sub} on node {on}: {e}"));
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        loop {
+            let r: redis::RedisResult<()> = c.query(&mut self.nodes[on].conn());
+            match r {
+                Ok(()) => return,
+                Err(e) if e.code() == Some("NOREPLICAS") && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => panic!("CLUSTER SETSLOT {slot} {sub} on node {on}: {e}"),
+            }
+        }
     }
 
     /// Moves the first `count` slots of master `from` to master `to` with

@@ -76,6 +76,8 @@ pub struct Builder {
     dir: Option<PathBuf>,
     /// Set by `restart`, to come back on the same port.
     port: Option<u16>,
+    /// See [`Builder::cluster_bus`]; set to its port by `restart`.
+    bus_port: Option<Option<u16>>,
     /// See [`Builder::clock_offset_ms`].
     clock_offset_ms: Option<i64>,
     /// Commands for an `appendonly.aof` the server loads at start.
@@ -133,6 +135,15 @@ impl Builder {
         self.arg("appendonly", "yes")
     }
 
+    /// Cluster mode's bus on a free port of its own (`cluster-port`),
+    /// chosen afresh with the server's port on each try to start it (a
+    /// port found free can be taken before the server binds it), and kept
+    /// by [`Server::restart`].
+    pub fn cluster_bus(mut self) -> Self {
+        self.bus_port = Some(None);
+        self
+    }
+
     /// Starts the server and waits until it answers PING.
     pub fn start(self) -> Server {
         Server::launch(self)
@@ -143,6 +154,8 @@ impl Builder {
 pub struct Server {
     child: Child,
     port: u16,
+    /// The cluster bus's port, with [`Builder::cluster_bus`].
+    bus_port: Option<u16>,
     dir: PathBuf,
     owns_dir: bool,
     builder: Builder,
@@ -150,7 +163,7 @@ pub struct Server {
 
 impl Server {
     /// A server with the module loaded and the defaults of a test: no
-    /// persistence, loopback only.
+    /// persistence, loopback only, a replica's first sync sent at once.
     pub fn start() -> Server {
         Self::builder().start()
     }
@@ -162,6 +175,7 @@ impl Server {
             args: Vec::new(),
             dir: None,
             port: None,
+            bus_port: None,
             clock_offset_ms: None,
             aof: None,
             config: None,
@@ -190,6 +204,7 @@ impl Server {
         let mut last_log = String::new();
         for _ in 0..5 {
             let port = builder.port.unwrap_or_else(free_port);
+            let bus_port = builder.bus_port.map(|p| p.unwrap_or_else(free_port));
             let mut cmd = Command::new(&binary);
             if let Some(conf) = &builder.config {
                 // The file's `dir` applies (relative to its folder), not ours.
@@ -201,7 +216,15 @@ impl Server {
             let log = std::path::absolute(dir.join("server.log")).expect("the log's path");
             cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
                 .args(["--logfile", log.to_str().expect("utf-8 temp dir"), "--daemonize", "no"])
-                .args(["--enable-debug-command", "yes"]);
+                .args(["--enable-debug-command", "yes"])
+                // A master sends a replica its first full copy at once: by
+                // default it waits 5 s for more replicas to sync together
+                // (diskless sync), which every test with a replica, and
+                // every cluster with replicas, would spend idle.
+                .args(["--repl-diskless-sync-delay", "0"]);
+            if let Some(b) = bus_port {
+                cmd.args(["--cluster-port", &b.to_string()]);
+            }
             if let Some(m) = &module {
                 cmd.args(["--loadmodule", m.to_str().expect("utf-8 module path")]);
             }
@@ -210,7 +233,7 @@ impl Server {
             }
             cmd.args(&builder.args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
             let child = cmd.spawn().unwrap_or_else(|e| panic!("start {binary}: {e} (install redis-server)"));
-            let mut server = Server { child, port, dir: dir.clone(), owns_dir, builder: builder.clone() };
+            let mut server = Server { child, port, bus_port, dir: dir.clone(), owns_dir, builder: builder.clone() };
             if server.wait_ready() {
                 return server;
             }
@@ -286,6 +309,9 @@ impl Server {
         let mut builder = self.builder.clone();
         builder.dir = Some(self.dir.clone());
         builder.port = Some(self.port);
+        if self.bus_port.is_some() {
+            builder.bus_port = Some(self.bus_port);
+        }
         let mut again = Server::launch(builder);
         again.owns_dir = self.owns_dir;
         again.builder = self.builder.clone();
@@ -354,6 +380,32 @@ impl Drop for Server {
     }
 }
 
+/// A port free now for a new server, from below the kernel's ephemeral
+/// range (`ip_local_port_range`): a port from `bind(0)` lies in that range,
+/// where any client's outgoing connection (tests open many) may take it
+/// between this probe and the server's bind, or while a killed server is
+/// restarted on it; below the range only another listener can. Picked at
+/// random and checked with a bind; `bind(0)` when the range leaves too
+/// little room below it.
 pub(crate) fn free_port() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    const FIRST: u32 = 10_000;
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768)
+        .min(65_536);
+    if ephemeral >= FIRST + 4_000 {
+        for _ in 0..200 {
+            // RandomState is seeded per process and per instance.
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u32(std::process::id());
+            let port = FIRST + (h.finish() % u64::from(ephemeral - FIRST)) as u32;
+            let port = u16::try_from(port).expect("below 65536");
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("bind a loopback port")
 }
