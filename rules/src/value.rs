@@ -132,24 +132,8 @@ pub fn parse(value: &[u8]) -> Option<Stored> {
     c.literal(br#"{"owner":"#)?;
     let owner = c.string()?;
     let run_id = if c.optional(br#","runId":"#) { Some(c.string()?) } else { None };
-    let election = if c.optional(br#","term":"#) {
-        let term = c.number()?;
-        c.literal(br#","rev":"#)?;
-        let rev = c.number()?;
-        c.literal(br#","value":"#)?;
-        Some(Election { term, rev, value: c.string()? })
-    } else {
-        None
-    };
-    // A revocation always comes with its deadline, the hold limit.
-    let revoked = if c.optional(br#","revoked":"#) { Some(c.string()?) } else { None };
-    let hold_until = if c.optional(br#","holdUntil":"#) {
-        Some(c.number()? as i64)
-    } else if revoked.is_some() {
-        return None;
-    } else {
-        None
-    };
+    let election = c.election()?;
+    let (revoked, hold_until) = c.revoked_and_hold_limit()?;
     let delay = if c.optional(br#","lockDelay":"#) {
         let lock_delay = c.number()? as i64;
         c.literal(br#","leaseEnd":"#)?;
@@ -253,23 +237,8 @@ fn held_parts(value: &[u8]) -> Option<(Held, &[u8])> {
     let token = c.string()?;
     // The raw token: between the opening quote and the closing one.
     let raw = before.get(1..before.len() - c.0.len() - 1)?;
-    let election = if c.optional(br#","term":"#) {
-        let term = c.number()?;
-        c.literal(br#","rev":"#)?;
-        let rev = c.number()?;
-        c.literal(br#","value":"#)?;
-        Some(Election { term, rev, value: c.string()? })
-    } else {
-        None
-    };
-    let revoked = if c.optional(br#","revoked":"#) { Some(c.string()?) } else { None };
-    let hold_until = if c.optional(br#","holdUntil":"#) {
-        Some(c.number()? as i64)
-    } else if revoked.is_some() {
-        return None;
-    } else {
-        None
-    };
+    let election = c.election()?;
+    let (revoked, hold_until) = c.revoked_and_hold_limit()?;
     c.literal(b"}")?;
     c.end()?;
     Some((Held { session, token, election, revoked, hold_until }, raw))
@@ -287,6 +256,29 @@ impl Cursor<'_> {
 
     fn optional(&mut self, s: &[u8]) -> bool {
         self.literal(s).is_some()
+    }
+
+    /// An election's optional fields: `,"term":N,"rev":N,"value":"…"`.
+    fn election(&mut self) -> Option<Option<Election>> {
+        if !self.optional(br#","term":"#) {
+            return Some(None);
+        }
+        let term = self.number()?;
+        self.literal(br#","rev":"#)?;
+        let rev = self.number()?;
+        self.literal(br#","value":"#)?;
+        Some(Some(Election { term, rev, value: self.string()? }))
+    }
+
+    /// The optional `,"revoked":"…"` and `,"holdUntil":N`: a revocation
+    /// always comes with its deadline, the hold limit.
+    fn revoked_and_hold_limit(&mut self) -> Option<(Option<String>, Option<i64>)> {
+        let revoked = if self.optional(br#","revoked":"#) { Some(self.string()?) } else { None };
+        let hold_until = if self.optional(br#","holdUntil":"#) { Some(self.number()? as i64) } else { None };
+        if revoked.is_some() && hold_until.is_none() {
+            return None;
+        }
+        Some((revoked, hold_until))
     }
 
     fn end(&self) -> Option<()> {
