@@ -219,7 +219,7 @@ pub fn is_held(value: &[u8]) -> bool {
 
 /// The token of a [`Held`] value as it is stored (escapes in place, quotes
 /// excluded): what cjson would decode, for the owner rule.
-#[inline]
+#[inline(always)]
 pub fn held_token(value: &[u8]) -> Option<&[u8]> {
     if !is_held(value) {
         return None;

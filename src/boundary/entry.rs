@@ -47,8 +47,6 @@ pub fn run(
 }
 
 /// Sends a handler's reply (also a blocked client's, when its wait ends).
-/// Inlined: a command's one-integer reply stays in its entry's code.
-#[inline(always)]
 pub fn send(ctx: *mut RedisModuleCtx, outcome: Outcome) -> c_int {
     unsafe {
         match outcome {
