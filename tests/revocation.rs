@@ -682,6 +682,36 @@ fn a_session_held_reader_and_writer_are_revoked_alone() {
     assert_eq!(redis::cmd("EXISTS").arg("w2").query::<i64>(&mut c).unwrap(), 0);
 }
 
+/// A session-held holder's revocation comes back from the RDB with its
+/// token: the restarted server lists it, and ends and detaches it at the
+/// same deadline.
+#[test]
+fn an_rdb_restart_carries_a_session_held_holders_revocation() {
+    let folder = AofDir::new("revoke-session-holder");
+    let server = folder.start();
+    let mut c = server.conn();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("appendonly").arg("no").query(&mut c).unwrap();
+    let id = session(&mut c, &["600000"]);
+    for token in ["a", "b"] {
+        assert_eq!(int(&mut c, &["SEM.ACQUIRE", "s", token, "2", "60000", "SESSION", &id]), 1);
+    }
+    let (_, _, deadline) = revoke(&mut c, &["s", "TOKEN", "a", "GRACE", "4000", "REASON", "drain"]);
+    let deadline = deadline.expect("a deadline");
+    let _: () = redis::cmd("SAVE").query(&mut c).unwrap();
+    let dir = server.dir().to_path_buf();
+    drop(c);
+    drop(server);
+    let server = Server::builder().dir(dir).arg("appendonly", "no").start();
+    let mut c = server.conn();
+    assert_eq!(session_info(&mut c, &id, "revoked"), listed(&[("s", deadline, "drain")]));
+    assert_eq!(keepalive(&mut c, &id), -600_000);
+    assert!(int(&mut c, &["SEM.RENEW", "s", "a", "60000"]) < 0);
+    eventually("the restarted server forgot the hold", || holds(&mut c, &id) == (Value::Int(1), Value::Int(0)));
+    assert!(server_now(&mut c) >= deadline);
+    assert_eq!(int(&mut c, &["SEM.RENEW", "s", "a", "60000"]), 0);
+    assert_eq!(int(&mut c, &["SEM.RENEW", "s", "b", "60000"]), 1);
+}
+
 /// A revoked lock without lock-delay ends by its key's expiry at the
 /// deadline: the master notes it (and counts that end), and so do a
 /// promoted replica and a server restarted from the AOF, through the
