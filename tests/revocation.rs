@@ -568,6 +568,150 @@ fn a_replica_a_promotion_and_restarts_carry_a_session_holds_revocation() {
     assert_eq!(get(&mut c, "b"), None);
 }
 
+/// A session's revoked holds as SESSION.INFO lists them: key, db,
+/// deadline, reason each.
+fn listed(holds: &[(&str, i64, &str)]) -> Value {
+    let item = |&(key, deadline, reason): &(&str, i64, &str)| {
+        [
+            Value::BulkString(key.as_bytes().to_vec()),
+            Value::Int(0),
+            Value::Int(deadline),
+            Value::BulkString(reason.as_bytes().to_vec()),
+        ]
+    };
+    Value::Array(holds.iter().flat_map(item).collect())
+}
+
+/// A semaphore holder held by a session is revoked alone, as a session's
+/// lock is: its renewal replies the time left, the session's keepalive is
+/// negative and its INFO lists the hold, a replica sees the same; at the
+/// deadline the permit goes to the next waiter and the session forgets the
+/// hold (on the replica too), keeping its other holds.
+#[test]
+fn a_session_held_semaphore_holder_is_revoked_alone_and_detached_at_its_deadline() {
+    let master = Server::start();
+    let mut c = master.conn();
+    let (_replica, mut r) = replica_of(&master);
+    let id = session(&mut c, &["60000"]);
+    for token in ["a", "b"] {
+        assert_eq!(int(&mut c, &["SEM.ACQUIRE", "s", token, "2", "60000", "SESSION", &id]), 1);
+    }
+    assert_eq!(int(&mut c, &["LOCK.ACQUIRE", "x", "tx", "60000", "SESSION", &id]), 1);
+    let waiter = spawn(&master, &["SEM.ACQUIRE", "s", "w", "2", "60000", "WAIT", "30000"]);
+    until_waiting(&mut c, 1);
+    let (result, token, deadline) = revoke(&mut c, &["s", "TOKEN", "a", "GRACE", "3000", "REASON", "drain"]);
+    let deadline = deadline.expect("a deadline");
+    assert_eq!((result.as_str(), token.as_deref()), ("revoked", Some("a")));
+    let renewed = int(&mut c, &["SEM.RENEW", "s", "a", "60000"]);
+    assert!((-3_000..=-1).contains(&renewed), "a revoked renewal replies -ms left: {renewed}");
+    assert_eq!(int(&mut c, &["SEM.RENEW", "s", "b", "60000"]), 1, "the session's other holder as before");
+    assert_eq!(keepalive(&mut c, &id), -60_000, "kept alive, some hold revoked");
+    assert_eq!(holds(&mut c, &id), (Value::Int(3), Value::Int(1)));
+    assert_eq!(session_info(&mut c, &id, "revoked"), listed(&[("s", deadline, "drain")]));
+    let (_, _, again) = revoke(&mut c, &["s", "TOKEN", "a", "GRACE", "60000", "REASON", "later"]);
+    assert_eq!(again, Some(deadline), "a second revoke never extends it");
+    assert_eq!(session_info(&mut c, &id, "revoked"), listed(&[("s", deadline, "later")]));
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(&mut c).unwrap();
+    assert_eq!(acked, 1);
+    assert_eq!(holds(&mut r, &id), (Value::Int(3), Value::Int(1)), "the replica's table notes it");
+    assert_eq!(session_info(&mut r, &id, "revoked"), listed(&[("s", deadline, "later")]));
+    // The deadline: the permit goes to the waiter, the session forgets it.
+    assert_eq!(recv(&waiter), Value::Int(1));
+    assert!(server_now(&mut c) >= deadline, "the permit was handed over before the deadline");
+    eventually("the session forgot the hold", || holds(&mut c, &id) == (Value::Int(2), Value::Int(0)));
+    assert_eq!(keepalive(&mut c, &id), 60_000, "nothing revoked any more");
+    assert_eq!(int(&mut c, &["SEM.RENEW", "s", "a", "60000"]), 0, "the revoked holder holds nothing");
+    assert_eq!(int(&mut c, &["SEM.RENEW", "s", "b", "60000"]), 1);
+    assert_eq!(int(&mut c, &["SEM.RENEW", "s", "w", "60000"]), 1);
+    assert_eq!(info_field(&mut c, "revoked_ends"), 1);
+    assert_eq!(info_field(&mut c, "session_holds_ended"), 0, "its session did not end");
+    eventually("the replica's session forgot it", || holds(&mut r, &id) == (Value::Int(2), Value::Int(0)));
+    assert_eq!(session_info(&mut r, &id, "first"), session_info(&mut c, &id, "first"));
+    // The session's other holds end with it, as ever.
+    let _: () = redis::cmd("SESSION.REVOKE").arg(&id).query(&mut c).unwrap();
+    eventually("the session's holds ended", || int(&mut c, &["SEM.RENEW", "s", "b", "60000"]) == 0);
+}
+
+/// A reader and a writer held by a session: the same, with the key's
+/// lock-delay after the deadline, and a release before the deadline
+/// forgets the revocation at once (on the replica too).
+#[test]
+fn a_session_held_reader_and_writer_are_revoked_alone() {
+    let master = Server::start();
+    let mut c = master.conn();
+    let (_replica, mut r) = replica_of(&master);
+    let id = session(&mut c, &["60000"]);
+    let read = ["RWLOCK.ACQUIRE", "rw", "r1", "READ", "60000", "LOCKDELAY", "1000", "SESSION", &id];
+    assert_eq!(int(&mut c, &read), 1);
+    assert_eq!(int(&mut c, &["RWLOCK.ACQUIRE", "w2", "w", "WRITE", "60000", "SESSION", &id]), 1);
+    let writer = spawn(&master, &["RWLOCK.ACQUIRE", "rw", "w", "WRITE", "60000", "LOCKDELAY", "1000", "WAIT", "30000"]);
+    until_waiting(&mut c, 1);
+    let (result, _, deadline) = revoke(&mut c, &["rw", "GRACE", "2000", "REASON", "drain"]);
+    let deadline = deadline.expect("a deadline");
+    assert_eq!(result, "revoked");
+    let (_, _, wd) = revoke(&mut c, &["w2", "TOKEN", "w", "GRACE", "600000", "REASON", "move"]);
+    let wd = wd.expect("a deadline");
+    let renewed = int(&mut c, &["RWLOCK.RENEW", "rw", "r1", "60000"]);
+    assert!((-2_000..=-1).contains(&renewed), "{renewed}");
+    assert!(int(&mut c, &["RWLOCK.RENEW", "w2", "w", "60000"]) < -2_000);
+    assert_eq!(keepalive(&mut c, &id), -60_000);
+    assert_eq!(holds(&mut c, &id), (Value::Int(2), Value::Int(2)));
+    // In the table's order (a holder's hold orders by its token's length first).
+    assert_eq!(session_info(&mut c, &id, "revoked"), listed(&[("w2", wd, "move"), ("rw", deadline, "drain")]));
+    // The writer releases before its deadline: an ordinary release.
+    assert_eq!(int(&mut c, &["RWLOCK.RELEASE", "w2", "w"]), 1);
+    assert_eq!(holds(&mut c, &id), (Value::Int(1), Value::Int(1)));
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(&mut c).unwrap();
+    assert_eq!(acked, 1);
+    assert_eq!(holds(&mut r, &id), (Value::Int(1), Value::Int(1)));
+    assert_eq!(session_info(&mut r, &id, "revoked"), listed(&[("rw", deadline, "drain")]));
+    // The reader ends at its deadline; the writer gets the key after the
+    // key's lock-delay.
+    eventually("the session forgot the reader", || holds(&mut c, &id) == (Value::Int(0), Value::Int(0)));
+    assert!(server_now(&mut c) >= deadline);
+    assert_eq!(int(&mut c, &["RWLOCK.RENEW", "rw", "r1", "60000"]), 0, "in its lock-delay: no one's");
+    assert_eq!(recv(&writer), Value::Int(1));
+    assert!(server_now(&mut c) >= deadline + 1_000, "granted before the lock-delay passed");
+    assert_eq!(keepalive(&mut c, &id), 60_000);
+    assert_eq!(info_field(&mut c, "revoked_ends"), 1);
+    eventually("the replica's session forgot it", || holds(&mut r, &id) == (Value::Int(0), Value::Int(0)));
+    // Without GRACE: ended at once, the session forgets it in the same command.
+    assert_eq!(int(&mut c, &["RWLOCK.ACQUIRE", "w2", "w", "WRITE", "60000", "SESSION", &id]), 1);
+    assert_eq!(revoke(&mut c, &["w2", "TOKEN", "w"]).0, "ended");
+    assert_eq!(holds(&mut c, &id), (Value::Int(0), Value::Int(0)));
+    assert_eq!(redis::cmd("EXISTS").arg("w2").query::<i64>(&mut c).unwrap(), 0);
+}
+
+/// A session-held holder's revocation comes back from the RDB with its
+/// token: the restarted server lists it, and ends and detaches it at the
+/// same deadline.
+#[test]
+fn an_rdb_restart_carries_a_session_held_holders_revocation() {
+    let folder = AofDir::new("revoke-session-holder");
+    let server = folder.start();
+    let mut c = server.conn();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("appendonly").arg("no").query(&mut c).unwrap();
+    let id = session(&mut c, &["600000"]);
+    for token in ["a", "b"] {
+        assert_eq!(int(&mut c, &["SEM.ACQUIRE", "s", token, "2", "60000", "SESSION", &id]), 1);
+    }
+    let (_, _, deadline) = revoke(&mut c, &["s", "TOKEN", "a", "GRACE", "4000", "REASON", "drain"]);
+    let deadline = deadline.expect("a deadline");
+    let _: () = redis::cmd("SAVE").query(&mut c).unwrap();
+    let dir = server.dir().to_path_buf();
+    drop(c);
+    drop(server);
+    let server = Server::builder().dir(dir).arg("appendonly", "no").start();
+    let mut c = server.conn();
+    assert_eq!(session_info(&mut c, &id, "revoked"), listed(&[("s", deadline, "drain")]));
+    assert_eq!(keepalive(&mut c, &id), -600_000);
+    assert!(int(&mut c, &["SEM.RENEW", "s", "a", "60000"]) < 0);
+    eventually("the restarted server forgot the hold", || holds(&mut c, &id) == (Value::Int(1), Value::Int(0)));
+    assert!(server_now(&mut c) >= deadline);
+    assert_eq!(int(&mut c, &["SEM.RENEW", "s", "a", "60000"]), 0);
+    assert_eq!(int(&mut c, &["SEM.RENEW", "s", "b", "60000"]), 1);
+}
+
 /// A revoked lock without lock-delay ends by its key's expiry at the
 /// deadline: the master notes it (and counts that end), and so do a
 /// promoted replica and a server restarted from the AOF, through the

@@ -191,16 +191,55 @@ fn tick(ctx: Ctx) -> Option<i64> {
 /// a new grant). How many it took.
 fn end_revoked(ctx: Ctx, now: i64) -> usize {
     let due = session_revoked::take_due(now, MAX_REVOKED);
-    for (id, (db, name)) in &due {
-        ctx.select(*db);
+    for (id, hold) in &due {
+        let (db, name, token) = hold.split();
+        ctx.select(db);
         let name = ctx.string(name);
-        let k = lease::open(ctx, name, ctx.now_ms());
-        let anew = lease::held_anew(&k, *id);
-        drop(k);
-        if !anew {
-            session::detach_id(ctx, *id, name);
+        match token {
+            Some(token) => end_revoked_holder(ctx, *id, name, token),
+            None => {
+                let k = lease::open(ctx, name, ctx.now_ms());
+                let anew = lease::held_anew(&k, *id);
+                drop(k);
+                if !anew {
+                    session::detach_id(ctx, *id, name);
+                }
+            }
         }
         ctx.free(name);
     }
     due.len()
+}
+
+/// A revoked holder of session `id` at its deadline: its place, if still
+/// there (the key's lock-delay after the deadline), stays unheld (its
+/// session member goes; pruned in the same write, its end counted), the
+/// key's line is served, and the session forgets the hold (replicated
+/// `DETACH` with the token); unless the session holds the token's place
+/// anew (granted again since, not revoked).
+fn end_revoked_holder(ctx: Ctx, id: u128, name: *mut RedisModuleString, token: &[u8]) {
+    let token = ctx.string(token);
+    let mut k = HoldersKey::open(ctx, name);
+    let now = ctx.now_ms();
+    let short = held::short(id);
+    let mut anew = false;
+    let _quiet = queue::serving();
+    if let Ok(Some(s)) = k.scan(now, Some(token)) {
+        let counters = stats::holder_counters(s.kind.family());
+        anew = s.session == Some(short) && !s.revoked && s.own_lease(now).is_some();
+        let edit = match (s.session == Some(short), s.own) {
+            (true, Some(at)) if !anew => {
+                k.mark_session(Mark::Clear);
+                Edit::Put { token, at, tag: None, hold: Hold::Keep }
+            }
+            _ => Edit::Keep,
+        };
+        k.commit(Some(&s), edit, counters.expired);
+    }
+    drop(k);
+    if !anew {
+        session_revoked::detach_holder(ctx, short, name, token);
+        queue::grant_next(ctx, name);
+    }
+    ctx.free(token);
 }

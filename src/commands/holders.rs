@@ -29,7 +29,7 @@ use crate::server::counters::{holder_counters, holder_grants, FamilyCounters};
 use crate::server::{eviction, revoked};
 use crate::store::fence;
 use crate::store::holders_key::{count_scores, Edit, Hold, HoldersKey, Mark};
-use crate::store::session;
+use crate::store::{session, session_revoked};
 
 /// SEM.ACQUIRE key token limit ttl-ms [FENCE] [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms] [SESSION id]
 pub fn sem_acquire(ctx: Ctx, argv: Argv) -> Outcome {
@@ -234,14 +234,17 @@ fn renew(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     // (nothing is written on error).
     // A session keeps its holders: a renewal by the holder changes nothing
     // while its session lives, and is refused from its end on.
-    if let Some(short) = live.filter(|s| s.own.is_some()).and_then(|s| s.session) {
+    // So is one revoked, past its deadline (its place in its lock-delay).
+    if let Some((live, short)) = live.filter(|s| s.own.is_some()).and_then(|s| Some((s, s.session?))) {
         k.commit(summary.as_ref(), Edit::Keep, counters.expired);
-        if session_ended(short, now) {
+        if session_ended(short, now) || live.own_lease(now).is_none() {
             counters.refusals.add();
             return Ok(Reply::Int(0));
         }
         counters.renewals.add();
-        return Ok(Reply::Int(1));
+        // Revoked: the time left before its deadline (nothing extends it).
+        let revoked = live.hold.filter(|_| live.revoked);
+        return Ok(Reply::Int(revoke::renew_reply(false, revoked, now)));
     }
     match live.map(|s| renewal(&s, now, ttl).map(|r| (s, r))).transpose()? {
         Some((live, Renewal::Renewed { at, capped })) => {
@@ -284,7 +287,7 @@ fn release(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
             k.commit(Some(&live), Edit::Remove { token }, counters.expired);
             drop(k);
             if let Some(short) = live.session {
-                session::detach_holder(ctx, short, key, token);
+                session_revoked::detach_holder(ctx, short, key, token);
             }
             counters.releases.add();
             queue::grant_next(ctx, key);

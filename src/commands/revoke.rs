@@ -22,7 +22,7 @@ use crate::boundary::reply::{Argv, Failure, Outcome, Reply, Value};
 use crate::server::counters::{self as stats, holder_counters};
 use crate::server::{revoked, timings};
 use crate::store::fence;
-use crate::store::holders_key::{Edit, Hold, HoldersKey};
+use crate::store::holders_key::{Edit, Hold, HoldersKey, Mark};
 use crate::store::lease;
 use crate::store::lock_key::{LockKey, NewValue};
 use crate::store::{session, session_revoked};
@@ -137,7 +137,7 @@ fn revoke_held(ctx: Ctx, mut k: LockKey, key: *mut RedisModuleString, held: Held
             k.set(NewValue::Composed(&value), pxat);
             drop(k);
             if let (Ok(id), SessionState::Alive { .. }) = (parse_session_id(held.session.as_bytes()), state) {
-                session_revoked::revoke(ctx, id, key, deadline, opts.reason);
+                session_revoked::revoke(ctx, id, key, None, deadline, opts.reason);
                 session_end::arm(ctx, deadline.saturating_add(1));
             }
             revoked::noted(ctx, key, deadline);
@@ -214,17 +214,30 @@ fn revoke_holder_token(
         return Err(Failure::Arg(ArgError::GraceTooLarge));
     }
     let place = deadline.checked_add(s.delay).ok_or(ArgError::GraceTooLarge)?.min(own);
+    // Held by a session: ended now, its session no longer holds it.
+    let held_by = s.session;
     if deadline <= now && s.delay == 0 {
         let _quiet = queue::serving();
         k.commit(Some(&s), Edit::Remove { token }, expired);
         drop(k);
+        if let Some(short) = held_by {
+            session_revoked::detach_holder(ctx, short, key, token);
+        }
         revoked::forget_reason(ctx, bytes(key), &name);
         queue::grant_next(ctx, key);
         stats::REVOKED_ENDS.add();
         return reply(Did::Ended, Some(name), Some(deadline));
     }
+    if held_by.is_some() && deadline <= now {
+        k.mark_session(Mark::Clear);
+    }
     k.commit(Some(&s), Edit::Put { token, at: place, tag: None, hold: Hold::Revoked(deadline) }, expired);
     drop(k);
+    match held_by {
+        Some(short) if deadline <= now => session_revoked::detach_holder(ctx, short, key, token),
+        Some(short) => note_held(ctx, short, key, token, deadline, opts.reason, now),
+        None => {}
+    }
     if deadline > now {
         // Its reason: the hold member's score carries only the deadline.
         revoked::noted_holder(ctx, key, deadline, &name, opts.reason);
@@ -234,4 +247,23 @@ fn revoke_holder_token(
     // Ended now but in its lock-delay: its pruning counts the end.
     let did = if deadline <= now { Did::Ended } else { Did::Revoked };
     reply(did, Some(name), Some(deadline))
+}
+
+/// A holder held by a session, revoked with time left: the session's table
+/// notes it (its keepalive and SESSION.INFO tell the holder), and the
+/// sessions' timer ends it at the deadline and detaches it. Nothing for a
+/// session this node does not know, or one that ended.
+fn note_held(
+    ctx: Ctx,
+    short: u64,
+    key: *mut RedisModuleString,
+    token: *mut RedisModuleString,
+    deadline: i64,
+    reason: &str,
+    now: i64,
+) {
+    if let (SessionState::Alive { .. }, Some(id)) = session::state_of_short(short, now) {
+        session_revoked::revoke(ctx, id, key, Some(token), deadline, reason);
+        session_end::arm(ctx, deadline.saturating_add(1));
+    }
 }

@@ -119,7 +119,8 @@ pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
     let revoked_holds = session_revoked::count(id);
     let revoked = session_revoked::list(id, count)
         .into_iter()
-        .flat_map(|((db, key), r)| {
+        .flat_map(|(hold, r)| {
+            let (db, key, _) = hold.split();
             [Item::Bytes(key.into()), Item::Int(i64::from(db)), Item::Int(r.deadline), Item::Bytes(r.reason.into())]
         })
         .collect();
@@ -155,7 +156,7 @@ pub fn list(_ctx: Ctx, argv: Argv) -> Outcome {
     Ok(Reply::Strings(ids.into_iter().take(count).map(|id| session_id_text(id).into_bytes()).collect()))
 }
 
-/// SESSION.APPLY GRANT id ttl-ms lock-delay-ms deadline | END id at EXPIRED|REVOKED | FORGET id | ATTACH id key [token] | DETACH id key [token] | REVOKEHOLD id key deadline reason | NOTE key deadline [token reason]
+/// SESSION.APPLY GRANT id ttl-ms lock-delay-ms deadline | END id at EXPIRED|REVOKED | FORGET id | ATTACH id key [token] | DETACH id key [token] | REVOKEHOLD id key deadline reason [token] | NOTE key deadline [token reason]
 ///
 /// Internal: what a master's session changed, as replicas and the AOF
 /// apply it (absolute times); also a revoked hold's note (`NOTE`: the
@@ -201,11 +202,12 @@ pub fn apply(ctx: Ctx, argv: Argv) -> Outcome {
             Apply::Attach { id, key: bytes(*key), token: token.first().map(|&t| bytes(t)) }
         }
         [key, token @ ..] if token.len() <= 1 && op.eq_ignore_ascii_case(b"DETACH") => {
-            session_revoked::forget(ctx, id, bytes(*key));
+            session_revoked::forget(ctx, id, bytes(*key), token.first().map(|&t| bytes(t)));
             Apply::Detach { id, key: bytes(*key), token: token.first().map(|&t| bytes(t)) }
         }
-        [key, deadline, reason] if op.eq_ignore_ascii_case(b"REVOKEHOLD") => {
-            session_revoked::apply_revoke(ctx, id, bytes(*key), int(*deadline)?, bytes(*reason));
+        [key, deadline, reason, token @ ..] if token.len() <= 1 && op.eq_ignore_ascii_case(b"REVOKEHOLD") => {
+            let token = token.first().map(|&t| bytes(t));
+            session_revoked::apply_revoke(ctx, id, bytes(*key), token, int(*deadline)?, bytes(*reason));
             return Ok(Reply::Ok);
         }
         _ => return Err(ArgError::Syntax.into()),

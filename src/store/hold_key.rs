@@ -114,6 +114,13 @@ impl Drop for HoldKey {
     }
 }
 
+impl Clone for HoldKey {
+    fn clone(&self) -> HoldKey {
+        let (db, name, token) = self.split();
+        HoldKey::new(db, name, token)
+    }
+}
+
 impl PartialEq for HoldKey {
     fn eq(&self, other: &Self) -> bool {
         self.body() == other.body()
@@ -153,6 +160,7 @@ mod tests {
             let h = HoldKey::new(db, name, token);
             assert_eq!(h.split(), (db, name, token));
             assert_eq!(HoldKey::new(db, name, token), h);
+            assert_eq!(h.clone().split(), (db, name, token));
         }
         assert!(HoldKey::new(0, b"a", None) < HoldKey::new(0, b"b", None));
     }

@@ -173,13 +173,15 @@ pub fn attach_holder(ctx: Ctx, id: Id, name: *mut RedisModuleString, token: *mut
 }
 
 /// Notes that the session of short id `short` no longer holds `token`'s
-/// place among `name`'s holders (released by its holder).
-pub fn detach_holder(ctx: Ctx, short: u64, name: *mut RedisModuleString, token: *mut RedisModuleString) {
+/// place among `name`'s holders (released by its holder, or ended at a
+/// revocation's deadline): its whole id, if this node knows it.
+pub fn detach_holder(ctx: Ctx, short: u64, name: *mut RedisModuleString, token: *mut RedisModuleString) -> Option<Id> {
     let mut t = table();
-    let Some(id) = t.by_short(short) else { return };
+    let id = t.by_short(short)?;
     t.detach(id, &HoldKey::new(ctx.db(), bytes(name), Some(bytes(token))));
     drop(t);
     replicate_holder(ctx, c"DETACH", id, name, token);
+    Some(id)
 }
 
 fn replicate_holder(

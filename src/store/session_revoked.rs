@@ -8,10 +8,15 @@
 //! (`crate::blocked::session_end`) ends each hold and detaches it from
 //! its session.
 //!
-//! Replicated as `SESSION.APPLY REVOKEHOLD id key deadline reason` (an
-//! absolute deadline) next to the key's `SET … PXAT`; a `SESSION.APPLY
-//! DETACH` (a release, the end at the deadline) or `FORGET` drops the
-//! entry there too. Its RDB home is the aux data of the keyless type
+//! A semaphore's or read-write lock's holder held by a session is noted
+//! with its token (a session may hold several places of one key); its key
+//! carries the deadline as its revoked hold member, and its place scored
+//! the deadline plus the key's delay.
+//!
+//! Replicated as `SESSION.APPLY REVOKEHOLD id key deadline reason [token]`
+//! (an absolute deadline) next to the key's `SET … PXAT` or `ZADD`; a
+//! `SESSION.APPLY DETACH` (a release, the end at the deadline) or `FORGET`
+//! drops the entry there too. Its RDB home is the aux data of the keyless type
 //! `lkrevoked`, written only while some hold is revoked, with the revoked
 //! keys that Redis's expiry may end (`crate::server::revoked`'s notes).
 
@@ -32,10 +37,8 @@ use crate::boundary::aux::aux_only;
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::server::events::{Changed, DbEvent};
 use crate::server::revoked;
+use crate::store::hold_key::HoldKey;
 use crate::store::session;
-
-/// A revoked hold's key: its database and name.
-pub type HoldKey = (std::ffi::c_int, Box<[u8]>);
 
 static TABLE: LazyLock<Mutex<RevokedHolds<HoldKey>>> = LazyLock::new(|| Mutex::new(RevokedHolds::default()));
 /// How many holds are revoked: nothing is locked while there are none.
@@ -49,25 +52,33 @@ fn counted(t: &RevokedHolds<HoldKey>) {
     COUNT.store(t.len(), Ordering::Relaxed);
 }
 
-fn key_of(ctx: Ctx, name: *mut RedisModuleString) -> HoldKey {
-    (ctx.db(), bytes(name).into())
-}
-
-/// Session `id`'s hold `name` (in the context's database) is revoked until
+/// Session `id`'s hold `name` (in the context's database; `token`'s place
+/// among its holders for a semaphore or read-write lock) is revoked until
 /// `deadline` for `reason`; replicated.
-pub fn revoke(ctx: Ctx, id: Id, name: *mut RedisModuleString, deadline: i64, reason: &str) {
+pub fn revoke(
+    ctx: Ctx,
+    id: Id,
+    name: *mut RedisModuleString,
+    token: Option<*mut RedisModuleString>,
+    deadline: i64,
+    reason: &str,
+) {
     let mut t = table();
-    t.revoke(id, key_of(ctx, name), deadline, reason.to_owned());
+    t.revoke(id, HoldKey::new(ctx.db(), bytes(name), token.map(bytes)), deadline, reason.to_owned());
     counted(&t);
     drop(t);
     let id = session_id_text(id);
     let mut digits = [0u8; 20];
     let at = decimal(deadline, &mut digits);
+    let (format, token) = match token {
+        Some(t) => (c"cbsbbs", t),
+        None => (c"cbsbb", std::ptr::null_mut()),
+    };
     unsafe {
         rm!(RedisModule_Replicate)(
             ctx.0,
             c"SESSION.APPLY".as_ptr(),
-            c"cbsbb".as_ptr(),
+            format.as_ptr(),
             c"REVOKEHOLD".as_ptr(),
             id.as_ptr(),
             id.len(),
@@ -76,26 +87,27 @@ pub fn revoke(ctx: Ctx, id: Id, name: *mut RedisModuleString, deadline: i64, rea
             at.len(),
             reason.as_ptr(),
             reason.len(),
+            token,
         );
     }
 }
 
 /// `SESSION.APPLY REVOKEHOLD`: what the master revoked.
-pub fn apply_revoke(ctx: Ctx, id: Id, key: &[u8], deadline: i64, reason: &[u8]) {
+pub fn apply_revoke(ctx: Ctx, id: Id, key: &[u8], token: Option<&[u8]>, deadline: i64, reason: &[u8]) {
     let mut t = table();
-    t.revoke(id, (ctx.db(), key.into()), deadline, String::from_utf8_lossy(reason).into_owned());
+    t.revoke(id, HoldKey::new(ctx.db(), key, token), deadline, String::from_utf8_lossy(reason).into_owned());
     counted(&t);
 }
 
-/// Session `id` no longer holds `key` (in the context's database): its
-/// revocation, if any, is done with. Not replicated: the `DETACH` that
-/// goes with it is.
-pub fn forget(ctx: Ctx, id: Id, key: &[u8]) {
+/// Session `id` no longer holds `key` (in the context's database; `token`'s
+/// place among its holders): its revocation, if any, is done with. Not
+/// replicated: the `DETACH` that goes with it is.
+pub fn forget(ctx: Ctx, id: Id, key: &[u8], token: Option<&[u8]>) {
     if COUNT.load(Ordering::Relaxed) == 0 {
         return;
     }
     let mut t = table();
-    t.forget(id, &(ctx.db(), key.into()));
+    t.forget(id, &HoldKey::new(ctx.db(), key, token));
     counted(&t);
 }
 
@@ -115,7 +127,17 @@ pub fn forget_session(id: Id) {
 pub fn detach(ctx: Ctx, session: &str, name: *mut RedisModuleString) {
     session::detach(ctx, session, name);
     if let Ok(id) = parse_session_id(session.as_bytes()) {
-        forget(ctx, id, bytes(name));
+        forget(ctx, id, bytes(name), None);
+    }
+}
+
+/// The session of short id `short` no longer holds `token`'s place among
+/// `name`'s holders (released, or ended at a revocation's deadline): it
+/// forgets the hold and its revocation; replicated (`SESSION.APPLY DETACH
+/// id key token`).
+pub fn detach_holder(ctx: Ctx, short: u64, name: *mut RedisModuleString, token: *mut RedisModuleString) {
+    if let Some(id) = session::detach_holder(ctx, short, name, token) {
+        forget(ctx, id, bytes(name), Some(bytes(token)));
     }
 }
 
@@ -164,8 +186,9 @@ pub fn on_db_event(_ctx: Ctx, ev: &DbEvent) {
     }
 }
 
-// The RDB (encoding version 0): the count, then per revoked hold its
-// session (two unsigned halves), database, key name, deadline and reason;
+// The RDB (encoding version 1): the count, then per revoked hold its
+// session (two unsigned halves), database, key name, deadline, reason,
+// and (not in version 0) 1 and a holder's token, or 0;
 // then the count of the revoked keys noted for their expiry, and per key
 // its database, name and deadline; then the count of the semaphore and
 // read-write lock holders' reasons, and per holder its database, key,
@@ -176,13 +199,18 @@ unsafe extern "C" fn aux_save(rdb: *mut RedisModuleIO, _when: c_int) {
     let reasons = revoked::all_reasons();
     let t = table();
     raw::save_unsigned(rdb, t.len() as u64);
-    for (id, (db, key), r) in t.iter() {
+    for (id, hold, r) in t.iter() {
+        let (db, key, token) = hold.split();
         raw::save_unsigned(rdb, (id >> 64) as u64);
         raw::save_unsigned(rdb, id as u64);
-        raw::save_signed(rdb, i64::from(*db));
+        raw::save_signed(rdb, i64::from(db));
         raw::save_slice(rdb, key);
         raw::save_signed(rdb, r.deadline);
         raw::save_slice(rdb, r.reason.as_bytes());
+        raw::save_unsigned(rdb, u64::from(token.is_some()));
+        if let Some(token) = token {
+            raw::save_slice(rdb, token);
+        }
     }
     raw::save_unsigned(rdb, notes.len() as u64);
     for (db, key, at) in notes {
@@ -206,14 +234,14 @@ unsafe extern "C" fn aux_save2(rdb: *mut RedisModuleIO, when: c_int) {
     }
 }
 
-unsafe extern "C" fn aux_load(rdb: *mut RedisModuleIO, _encver: c_int, _when: c_int) -> c_int {
-    match load(rdb) {
+unsafe extern "C" fn aux_load(rdb: *mut RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
+    match load(rdb, encver) {
         Ok(()) => raw::REDISMODULE_OK as c_int,
         Err(_) => raw::REDISMODULE_ERR as c_int,
     }
 }
 
-fn load(rdb: *mut RedisModuleIO) -> Result<(), redis_module::error::Error> {
+fn load(rdb: *mut RedisModuleIO, encver: c_int) -> Result<(), redis_module::error::Error> {
     let mut entries = BTreeMap::new();
     for _ in 0..raw::load_unsigned(rdb)? {
         let id = (u128::from(raw::load_unsigned(rdb)?) << 64) | u128::from(raw::load_unsigned(rdb)?);
@@ -222,7 +250,11 @@ fn load(rdb: *mut RedisModuleIO) -> Result<(), redis_module::error::Error> {
         let deadline = raw::load_signed(rdb)?;
         let reason = raw::load_string_buffer(rdb)?;
         let reason = String::from_utf8_lossy(reason.as_ref()).into_owned();
-        entries.insert((id, (db, Box::<[u8]>::from(key.as_ref()))), (deadline, reason));
+        let token = match encver >= 1 && raw::load_unsigned(rdb)? != 0 {
+            true => Some(raw::load_string_buffer(rdb)?.as_ref().to_vec()),
+            false => None,
+        };
+        entries.insert((id, HoldKey::new(db, key.as_ref(), token.as_deref())), (deadline, reason));
     }
     let mut notes = Vec::new();
     for _ in 0..raw::load_unsigned(rdb)? {
@@ -255,4 +287,4 @@ fn load(rdb: *mut RedisModuleIO) -> Result<(), redis_module::error::Error> {
 
 /// A data type with no keys, only aux data: the RDB home of the revoked holds.
 pub static REVOKED_TYPE: RedisType =
-    RedisType::new("lkrevoked", 0, aux_only(Some(aux_load), Some(aux_save), Some(aux_save2)));
+    RedisType::new("lkrevoked", 1, aux_only(Some(aux_load), Some(aux_save), Some(aux_save2)));
