@@ -217,6 +217,7 @@ mod revocation;
 mod runtime;
 mod send;
 mod session;
+mod keepalive;
 mod single;
 mod state;
 pub mod trace;
