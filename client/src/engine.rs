@@ -27,9 +27,9 @@ use tokio::sync::Notify;
 
 use crate::attach::SessionLease;
 use crate::error::{Error, Result};
+use crate::keepalive;
 use crate::options::WatchdogOptions;
 use crate::runtime;
-use crate::keepalive;
 use crate::session::{SessionCalls, Sessions};
 use crate::state::{Shared, Status};
 use crate::watchdog::{self, Outcome, Schedule};

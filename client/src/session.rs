@@ -303,7 +303,12 @@ impl Sessions {
     /// Applies one node's keepalive, sent at `sent`; returns the locks of
     /// the sessions it found ended, to be told outside the table's lock,
     /// and the sessions it said have revoked locks.
-    pub(crate) fn apply(&self, k: &NodeKeepalive, sent: Instant, r: Result<Vec<Kept>>) -> (Vec<Arc<Shared>>, Vec<Arc<SessionLease>>) {
+    pub(crate) fn apply(
+        &self,
+        k: &NodeKeepalive,
+        sent: Instant,
+        r: Result<Vec<Kept>>,
+    ) -> (Vec<Arc<Shared>>, Vec<Arc<SessionLease>>) {
         let now = Instant::now();
         let mut t = self.lock();
         let (mut lost, mut revoked) = (Vec::new(), Vec::new());

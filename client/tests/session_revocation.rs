@@ -11,7 +11,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use redis_lock_client::{ClientOptions, LockClient, LockOptions, LossReason, RevokeOptions, RevokeOutcome, WatchdogOptions};
+use redis_lock_client::{
+    ClientOptions, LockClient, LockOptions, LossReason, RevokeOptions, RevokeOutcome, WatchdogOptions,
+};
 use redis_lock_harness::Server;
 use support::{ms, rt};
 
