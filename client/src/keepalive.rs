@@ -155,3 +155,90 @@ async fn hear(sessions: &Sessions, calls: &Arc<dyn SessionCalls>, revoked: Vec<(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::LockKind;
+    use crate::error::Result;
+    use futures_util::future::BoxFuture;
+    use redis::Value::{Array, BulkString, Int};
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    /// A node with one session, whose `SESSION.INFO` lists `info`, and
+    /// whose checks answer `-ms` for the tokens in `revoked`.
+    struct Node {
+        info: redis::Value,
+        revoked: Vec<&'static str>,
+        checked: Mutex<Vec<String>>,
+    }
+
+    impl SessionCalls for Node {
+        fn session_node(self: Arc<Self>, _key: String) -> BoxFuture<'static, Option<String>> {
+            Box::pin(async { Some("n".to_string()) })
+        }
+
+        fn session_call(self: Arc<Self>, _node: String, cmd: redis::Cmd) -> BoxFuture<'static, Result<redis::Value>> {
+            let grant = String::from_utf8_lossy(&cmd.get_packed_command()).contains("SESSION.GRANT");
+            let v = if grant { BulkString(b"id".to_vec()) } else { self.info.clone() };
+            Box::pin(async move { Ok(v) })
+        }
+
+        fn check(self: Arc<Self>, locks: Vec<Arc<Shared>>) -> BoxFuture<'static, Vec<Result<bool>>> {
+            Box::pin(async move {
+                for l in &locks {
+                    self.checked.lock().unwrap().push(l.token.clone());
+                    if self.revoked.contains(&l.token.as_str()) && l.mark_revoked(Instant::now()) {
+                        l.tell_revoked(None);
+                    }
+                }
+                locks.iter().map(|_| Ok(true)).collect()
+            })
+        }
+    }
+
+    fn b(s: &str) -> redis::Value {
+        BulkString(s.as_bytes().to_vec())
+    }
+
+    #[tokio::test]
+    async fn a_listed_key_fires_its_locks_revocation_once_and_a_shared_key_is_checked() {
+        let revoked = Array(vec![b("a"), Int(0), Int(10_500), b("drain"), b("s"), Int(0), Int(10_500), b("")]);
+        let info = Array(vec![b("ttl-left-ms"), Int(50_000), b("deadline"), Int(60_000), b("revoked"), revoked]);
+        let node = Arc::new(Node { info, revoked: vec!["s1"], checked: Mutex::default() });
+        let calls: Arc<dyn SessionCalls> = node.clone();
+        let sessions = Sessions::default();
+        let ttl = Duration::from_secs(60);
+        let used = sessions.session_for(calls.clone(), "a", ttl, None, "LOCK.ACQUIRE").await.expect("granted");
+        let now = Instant::now();
+        let lock = |key: &str, token: &str| {
+            let s =
+                Shared::new(key.into(), token.into(), LockKind::Exclusive, now, ttl).with_session(used.lease.clone());
+            let s = Arc::new(s);
+            sessions.attach(&used.lease, s.clone());
+            s
+        };
+        let (a, other, s1, s2) = (lock("a", "ta"), lock("b", "tb"), lock("s", "s1"), lock("s", "s2"));
+        hear(&sessions, &calls, vec![("n".into(), used.lease.clone())]).await;
+        let g = a.lock();
+        let r = g.revoked.clone().filter(|_| g.revoke_told).expect("a heard it");
+        drop(g);
+        assert_eq!(r.reason.as_deref(), Some("drain"));
+        assert!(
+            r.deadline > now + Duration::from_millis(400) && r.deadline <= Instant::now() + Duration::from_millis(500)
+        );
+        assert!(other.lock().revoked.is_none(), "b is not listed");
+        assert_eq!(*node.checked.lock().unwrap(), vec!["s1", "s2"], "a key held twice is checked hold by hold");
+        assert!(s1.lock().revoke_told && s2.lock().revoked.is_none());
+        // A later keepalive's listing fires nothing again.
+        a.lock().revoke_told = false;
+        hear(&sessions, &calls, vec![("n".into(), used.lease.clone())]).await;
+        assert!(!a.lock().revoke_told, "told once");
+        // A lock released meanwhile is not told.
+        let listed = || vec![SessionRevoked { key: "b".into(), db: 0, revocation: r.clone() }];
+        assert_eq!(sessions.revoked_holds(&used.lease, listed()).0.len(), 1);
+        other.mark_released();
+        assert!(sessions.revoked_holds(&used.lease, listed()).0.is_empty());
+    }
+}
