@@ -221,9 +221,10 @@ mod tests {
         };
         let (a, other, s1, s2) = (lock("a", "ta"), lock("b", "tb"), lock("s", "s1"), lock("s", "s2"));
         hear(&sessions, &calls, vec![("n".into(), used.lease.clone())]).await;
-        let g = a.lock();
-        let r = g.revoked.clone().filter(|_| g.revoke_told).expect("a heard it");
-        drop(g);
+        let r = {
+            let g = a.lock();
+            g.revoked.clone().filter(|_| g.revoke_told).expect("a heard it")
+        };
         assert_eq!(r.reason.as_deref(), Some("drain"));
         assert!(
             r.deadline > now + Duration::from_millis(400) && r.deadline <= Instant::now() + Duration::from_millis(500)
