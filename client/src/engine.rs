@@ -27,9 +27,10 @@ use tokio::sync::Notify;
 
 use crate::attach::SessionLease;
 use crate::error::{Error, Result};
+use crate::keepalive;
 use crate::options::WatchdogOptions;
 use crate::runtime;
-use crate::session::{self, SessionCalls, Sessions};
+use crate::session::{SessionCalls, Sessions};
 use crate::state::{Shared, Status};
 use crate::watchdog::{self, Outcome, Schedule};
 
@@ -143,7 +144,7 @@ impl Engine {
         });
         runtime::spawn(renewals(engine.clone(), renewer.clone()))?;
         runtime::spawn(releases(engine.clone()))?;
-        runtime::spawn(session::keepalives(engine.sessions.clone(), renewer))?;
+        runtime::spawn(keepalive::keepalives(engine.sessions.clone(), renewer))?;
         Ok(engine)
     }
 

@@ -204,6 +204,7 @@ mod error;
 mod failure;
 mod holding;
 mod info;
+mod keepalive;
 mod lock;
 mod loss;
 mod multi;

@@ -15,9 +15,10 @@ pub struct Revocation {
     /// renewal that heard it was sent, plus the time left the server
     /// replied (so never later than the server's deadline).
     pub deadline: Instant,
-    /// The revoke's `REASON`, read once with `LOCK.INFO` for a lock or a
-    /// leadership; `None` for a semaphore permit or a read-write guard
-    /// (the server keeps no reason for them), or when it could not be read.
+    /// The revoke's `REASON` (`Some("")` without one), read once with
+    /// `LOCK.INFO` for a lock or a leadership, or from `SESSION.INFO` for
+    /// a session-held one; `None` for a semaphore permit or a read-write
+    /// guard, or when it could not be read.
     pub reason: Option<String>,
 }
 
@@ -126,7 +127,8 @@ pub(crate) fn deadline_of(sent: Instant, left_ms: u64) -> Instant {
     sent + Duration::from_millis(left_ms)
 }
 
-/// A revoked lock of a session, as `SESSION.INFO` lists it.
+/// A revoked lock of a session, as `SESSION.INFO` lists it (a `-ttl` in
+/// `SESSION.KEEPALIVE`'s reply, `cmd::Kept::Revoked`, asks for it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SessionRevoked {
     pub key: String,
@@ -134,21 +136,11 @@ pub(crate) struct SessionRevoked {
     pub revocation: Revocation,
 }
 
-/// Whether a `SESSION.KEEPALIVE` entry says the session was kept alive and
-/// some of its locks are revoked: `-ttl` (docs/commands.md). The engine
-/// then reads `SESSION.INFO id COUNT 1000` and hands each listed lock its
-/// revocation ([`session_revocations`]).
-#[cfg_attr(not(test), allow(dead_code))]
-pub(crate) fn keepalive_says_revoked(entry: &redis::Value) -> bool {
-    matches!(entry, redis::Value::Int(n) if *n < 0)
-}
-
 /// The revoked locks a `SESSION.INFO` reply (flat or a map) lists, read
 /// when it was sent at `sent`: `revoked` is `key, db, deadline, reason, …`
 /// (Unix ms on the server's clock), and the server's now is the session's
 /// `deadline` less its `ttl-left-ms`, so each deadline on this process's
 /// clock is never later than the server's.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn session_revocations(info: redis::Value, sent: Instant) -> Vec<SessionRevoked> {
     let Some(pairs) = pairs(info) else { return Vec::new() };
     let text = |v: &redis::Value| redis::from_redis_value::<String>(v.clone()).ok();
@@ -193,8 +185,6 @@ mod tests {
     fn a_sessions_revoked_locks_are_read_from_session_info() {
         use redis::Value::{Array, BulkString, Int, Map};
         let b = |s: &str| BulkString(s.as_bytes().to_vec());
-        assert!(keepalive_says_revoked(&Int(-60_000)));
-        assert!(!keepalive_says_revoked(&Int(60_000)) && !keepalive_says_revoked(&Int(0)));
         let t0 = Instant::now();
         let revoked = Array(vec![b("a"), Int(0), Int(10_500), b("drain"), b("b"), Int(2), Int(9_000), b("")]);
         let info = Array(vec![

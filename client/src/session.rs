@@ -13,6 +13,10 @@
 //! - **End**: a keepalive that says the session ended ends every lock of
 //!   it at once, [`LossReason::SessionEnded`], through each lock's loss
 //!   signal; the session leaves the table and the next lock gets a new one.
+//! - **Revocation**: a keepalive that says some of a session's locks are
+//!   revoked (`-ttl`) has the engine read which (`SESSION.INFO`,
+//!   `keepalive.rs`, which runs the keepalive task) and fire each one's
+//!   revoked signal.
 //! - **Idle**: a session holding nothing and used by no acquire on two
 //!   keepalives in a row is revoked (`SESSION.REVOKE`) and forgotten.
 //!
@@ -21,14 +25,14 @@
 //! grows), and the task one per client.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
 use crate::attach::{InUse, SessionLease};
 use crate::cmd::LockCmd;
-use crate::cmd::{grant_cmd, grant_reply, keepalive_cmd, keepalive_reply, revoke_cmd, session_refusal, Kept, Refusal};
+use crate::cmd::{grant_cmd, grant_reply, keepalive_cmd, keepalive_reply, session_refusal, Kept, Refusal};
 use crate::error::{Error, Result};
 use crate::options::{ClientOptions, LockOptions};
 use crate::state::{LossReason, Shared, Status};
@@ -64,7 +68,8 @@ pub(crate) trait SessionCalls: Send + Sync + 'static {
     fn nodes_changed(&self) {}
 
     /// Checks each of `locks` on its own (a `LOCK.RENEW`, which changes
-    /// nothing on a session's lock): whether its key still holds it.
+    /// nothing on a session's lock): whether its key still holds it; a
+    /// revoked one's revocation (`-ms`) is noted and its signal fired.
     fn check(self: Arc<Self>, locks: Vec<Arc<Shared>>) -> BoxFuture<'static, Vec<Result<bool>>> {
         Box::pin(async move { locks.iter().map(|_| Ok(true)).collect() })
     }
@@ -97,14 +102,17 @@ struct SessionKey {
     lock_delay_ms: Option<u64>,
 }
 
-struct Entry {
+pub(crate) struct Entry {
     key: SessionKey,
     /// The key of the lock it was granted for: where to look for its node
     /// again when that node stops answering (a failover).
     home: String,
-    lease: Arc<SessionLease>,
-    /// Its locks (those released or lost are pruned as the vector grows).
-    attached: Vec<Arc<Shared>>,
+    pub(crate) lease: Arc<SessionLease>,
+    /// Its locks by key (those released or lost are pruned as they grow):
+    /// a revoked key finds its locks in O(1).
+    pub(crate) attached: HashMap<String, Vec<Arc<Shared>>>,
+    /// How many locks `attached` has, all keys together.
+    attached_n: usize,
     /// When its next keepalive is due.
     next: Instant,
     /// Keepalives in a row that found it holding nothing.
@@ -112,14 +120,14 @@ struct Entry {
 }
 
 #[derive(Default)]
-struct Table {
+pub(crate) struct Table {
     /// By id.
-    sessions: HashMap<String, Entry>,
+    pub(crate) sessions: HashMap<String, Entry>,
     /// The live session of each key, by id.
     current: HashMap<SessionKey, String>,
     /// Nodes, or `node command` pairs, not to ask until then.
     refused: HashMap<String, Instant>,
-    closed: bool,
+    pub(crate) closed: bool,
 }
 
 /// An acquire under way with a session.
@@ -135,11 +143,11 @@ pub(crate) struct Sessions {
     table: Mutex<Table>,
     /// One grant at a time: locks taken together share one session.
     granting: tokio::sync::Mutex<()>,
-    wake: Notify,
+    pub(crate) wake: Notify,
 }
 
 impl Sessions {
-    fn lock(&self) -> MutexGuard<'_, Table> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -203,7 +211,7 @@ impl Sessions {
         let mut t = self.lock();
         t.current.insert(key.clone(), id.clone());
         let home = lock_key.to_string();
-        t.sessions.insert(id, Entry { key, home, lease, attached: Vec::new(), next, idle: 0 });
+        t.sessions.insert(id, Entry { key, home, lease, attached: HashMap::new(), attached_n: 0, next, idle: 0 });
         drop(t);
         self.wake.notify_one();
         Some(use_)
@@ -225,10 +233,15 @@ impl Sessions {
     pub(crate) fn attach(&self, lease: &Arc<SessionLease>, lock: Arc<Shared>) {
         let mut t = self.lock();
         let Some(e) = t.sessions.get_mut(&lease.id).filter(|e| Arc::ptr_eq(&e.lease, lease)) else { return };
-        if e.attached.len() >= 2 * e.lease.held() + 64 {
-            e.attached.retain(|l| l.status() == Status::Held);
+        if e.attached_n >= 2 * e.lease.held() + 64 {
+            e.attached.retain(|_, locks| {
+                locks.retain(|l| l.status() == Status::Held);
+                !locks.is_empty()
+            });
+            e.attached_n = e.attached.values().map(Vec::len).sum();
         }
-        e.attached.push(lock);
+        e.attached.entry(lock.key.clone()).or_default().push(lock);
+        e.attached_n += 1;
     }
 
     /// How many locks the client's sessions hold, all together.
@@ -243,7 +256,7 @@ impl Sessions {
 
     /// The keepalives due now, one per node, each with every session of
     /// the node; the idle sessions to revoke; else when to look again.
-    fn take_due(&self, now: Instant) -> (Vec<NodeKeepalive>, Vec<(String, String)>, Option<Instant>) {
+    pub(crate) fn take_due(&self, now: Instant) -> (Vec<NodeKeepalive>, Vec<(String, String)>, Option<Instant>) {
         let mut t = self.lock();
         let mut nodes: Vec<String> = Vec::new();
         let mut idle = Vec::new();
@@ -288,11 +301,17 @@ impl Sessions {
     }
 
     /// Applies one node's keepalive, sent at `sent`; returns the locks of
-    /// the sessions it found ended, to be told outside the table's lock.
-    fn apply(&self, k: &NodeKeepalive, sent: Instant, r: Result<Vec<Kept>>) -> Vec<Arc<Shared>> {
+    /// the sessions it found ended, to be told outside the table's lock,
+    /// and the sessions it said have revoked locks.
+    pub(crate) fn apply(
+        &self,
+        k: &NodeKeepalive,
+        sent: Instant,
+        r: Result<Vec<Kept>>,
+    ) -> (Vec<Arc<Shared>>, Vec<Arc<SessionLease>>) {
         let now = Instant::now();
         let mut t = self.lock();
-        let mut lost = Vec::new();
+        let (mut lost, mut revoked) = (Vec::new(), Vec::new());
         for (i, lease) in k.sessions.iter().enumerate() {
             let kept = match &r {
                 Ok(v) => v.get(i).copied().unwrap_or(Kept::Unreadable),
@@ -300,9 +319,12 @@ impl Sessions {
             };
             let Some(e) = t.sessions.get_mut(&lease.id).filter(|e| Arc::ptr_eq(&e.lease, lease)) else { continue };
             let gone = match kept {
-                Kept::Alive => {
+                Kept::Alive | Kept::Revoked => {
                     lease.kept(sent);
                     e.next = sent + interval(lease.ttl);
+                    if kept == Kept::Revoked {
+                        revoked.push(lease.clone());
+                    }
                     false
                 }
                 Kept::Ended => {
@@ -322,25 +344,25 @@ impl Sessions {
                         t.current.remove(&e.key);
                     }
                     if kept == Kept::Ended {
-                        lost.extend(e.attached);
+                        lost.extend(e.attached.into_values().flatten());
                     }
                 }
             }
         }
-        lost
+        (lost, revoked)
     }
 }
 
 impl Sessions {
     /// Lock keys of `node`'s sessions, to find the node again: each
-    /// session's first, and its latest held ones (a slot may have moved
-    /// away since).
+    /// session's first, and a few held ones (a slot may have moved away
+    /// since).
     fn homes_of(&self, node: &str) -> Vec<String> {
         let t = self.lock();
         let mut keys = Vec::new();
         for e in t.sessions.values().filter(|e| e.key.node == node) {
             keys.push(e.home.clone());
-            let held = e.attached.iter().rev().filter(|l| l.status() == Status::Held).take(4);
+            let held = e.attached.values().flatten().filter(|l| l.status() == Status::Held).take(4);
             keys.extend(held.map(|l| l.key.clone()));
         }
         keys
@@ -355,7 +377,7 @@ impl Sessions {
         let mut t = self.lock();
         let mut locks = Vec::new();
         for (lease, kept) in k.sessions.iter().zip(kept) {
-            if *kept != Kept::Alive {
+            if !kept.alive() {
                 continue;
             }
             let Some(e) = t.sessions.get_mut(&lease.id).filter(|e| Arc::ptr_eq(&e.lease, lease)) else { continue };
@@ -363,7 +385,7 @@ impl Sessions {
             e.next = sent + interval(lease.ttl);
             let old = std::mem::replace(&mut e.key.node, to.to_string());
             let key = e.key.clone();
-            locks.extend(e.attached.iter().filter(|l| l.status() == Status::Held).cloned());
+            locks.extend(e.attached.values().flatten().filter(|l| l.status() == Status::Held).cloned());
             let was = SessionKey { node: old, ..key.clone() };
             if t.current.get(&was).is_some_and(|c| *c == lease.id) {
                 t.current.remove(&was);
@@ -378,7 +400,7 @@ impl Sessions {
 /// now, if another one (a failover promoted a replica), is asked to keep
 /// them alive, and takes those it knows. One it does not know (the slot
 /// moved to a master of its own) is left to run out on its node.
-async fn follow(sessions: &Sessions, calls: &Arc<dyn SessionCalls>, k: &NodeKeepalive) {
+pub(crate) async fn follow(sessions: &Sessions, calls: &Arc<dyn SessionCalls>, k: &NodeKeepalive) {
     calls.nodes_changed();
     let mut tried = vec![k.node.clone()];
     for home in sessions.homes_of(&k.node) {
@@ -395,73 +417,16 @@ async fn follow(sessions: &Sessions, calls: &Arc<dyn SessionCalls>, k: &NodeKeep
                 lock.mark_lost(LossReason::NotOwner);
             }
         }
-        if kept.contains(&Kept::Alive) {
+        if kept.iter().any(|k| k.alive()) {
             return;
         }
     }
 }
 
 /// One node's keepalive: all of its sessions, in the order sent.
-struct NodeKeepalive {
-    node: String,
-    sessions: Vec<Arc<SessionLease>>,
-}
-
-/// The keepalive task of one client's sessions.
-pub(crate) async fn keepalives(sessions: Arc<Sessions>, renewer: Weak<dyn SessionCalls>) {
-    loop {
-        let notified = sessions.wake.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if sessions.lock().closed {
-            return;
-        }
-        let (due, idle, next) = sessions.take_due(Instant::now());
-        if due.is_empty() && idle.is_empty() {
-            match next {
-                Some(at) => {
-                    tokio::select! {
-                        _ = notified => {}
-                        _ = tokio::time::sleep_until(at.into()) => {}
-                    }
-                }
-                None => notified.await,
-            }
-            continue;
-        }
-        let Some(r) = renewer.upgrade() else { return };
-        let revokes = idle.into_iter().map(|(node, id)| {
-            let r = r.clone();
-            async move {
-                let _ = r.session_call(node, revoke_cmd(&id)).await;
-            }
-        });
-        let calls = due.iter().map(|k| {
-            let r = r.clone();
-            async move {
-                let sent = Instant::now();
-                let ids = k.sessions.iter().map(|s| s.id.as_str());
-                let reply = r.session_call(k.node.clone(), keepalive_cmd(ids)).await;
-                (sent, reply.and_then(|v| Ok(keepalive_reply(v, k.sessions.len())?)))
-            }
-        });
-        let (answers, _) =
-            futures_util::future::join(futures_util::future::join_all(calls), futures_util::future::join_all(revokes))
-                .await;
-        let mut failed = Vec::new();
-        for (k, (sent, reply)) in due.iter().zip(answers) {
-            if reply.is_err() {
-                failed.push(k);
-            }
-            for lock in sessions.apply(k, sent, reply) {
-                lock.mark_lost(LossReason::SessionEnded);
-            }
-        }
-        for k in failed {
-            follow(&sessions, &r, k).await;
-        }
-        drop(r);
-    }
+pub(crate) struct NodeKeepalive {
+    pub(crate) node: String,
+    pub(crate) sessions: Vec<Arc<SessionLease>>,
 }
 
 #[cfg(test)]

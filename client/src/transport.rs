@@ -209,13 +209,20 @@ impl SessionCalls for Core {
                 locks.iter().map(|l| LockCmd::renew_of(l.kind, &l.key, &l.token, l.ttl())).collect();
             let ok: Vec<LockCmd> = cmds.iter().filter_map(|c| c.as_ref().ok().cloned()).collect();
             let mut ran = self.transport.clone().run_batch(ok, self.opts.watchdog_batch).await.into_iter();
-            cmds.into_iter()
-                .map(|c| match (c, ran.next()) {
-                    (Ok(_), Some((_, r))) => r.map(Grant::took_effect),
+            let checked: Vec<Result<bool>> = cmds
+                .into_iter()
+                .zip(&locks)
+                .map(|(c, l)| match (c, ran.next()) {
+                    // `-ms`: a revoked hold, whose revocation is noted.
+                    (Ok(_), Some((sent, r))) => r.map(|g| renewal_took_effect(l, sent, g)),
                     (Err(e), _) => Err(e),
                     (Ok(_), None) => Err(Error::InvalidArgument("no check answer".into())),
                 })
-                .collect()
+                .collect();
+            for lock in &locks {
+                note_revocation(self.transport.as_ref(), &self.opts, lock).await;
+            }
+            checked
         })
     }
 }

@@ -2,7 +2,10 @@
 //! the holder's CMD gets the `--on-revoke` signal on the watchdog's next
 //! renewal, and the key is free once it exits, long before the deadline;
 //! a CMD that ignores it is killed at the revocation's deadline, so nothing
-//! `run` started outlives the lock. Only orders are asserted, no durations.
+//! `run` started outlives the lock. Each runs twice: with the lock held by
+//! a session (the default: the session's keepalive hears the revocation)
+//! and on its own lease (`--no-session`: its renewal hears it). Only
+//! orders are asserted, no durations.
 //!
 //! Linux: a pid's liveness is read in /proc.
 
@@ -75,17 +78,45 @@ fn alive(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
+/// `--no-session` when `session` is false.
+fn session_flag(session: bool) -> &'static [&'static str] {
+    if session {
+        &[]
+    } else {
+        &["--no-session"]
+    }
+}
+
+/// The name of a scratch dir for `name` with or without a session.
+fn named(name: &str, session: bool) -> String {
+    format!("{name}-{}", if session { "session" } else { "lease" })
+}
+
+/// Whether `key` is held by a session on `s` (its value names one).
+fn session_held(s: &Server, key: &str) -> bool {
+    get(s, key).is_some_and(|v| v.contains("\"session\":\""))
+}
+
 #[test]
 fn run_passes_a_revocation_to_cmd_and_frees_the_key_when_cmd_exits() {
+    passes_a_revocation_to_cmd(true);
+}
+
+#[test]
+fn run_passes_a_revocation_to_cmd_without_a_session() {
+    passes_a_revocation_to_cmd(false);
+}
+
+fn passes_a_revocation_to_cmd(session: bool) {
     let s = Server::start();
     let url = s.url();
-    let dir = scratch("term");
+    let dir = scratch(&named("term", session));
     let d = dir.to_str().unwrap();
     let script = format!("trap 'echo term > {d}/got; exit 0' TERM; touch {d}/started; while :; do sleep 0.05; done");
-    // Its own lease: LOCK.REVOKE does not take a session-held lock yet.
-    let mut run =
-        spawn(&dir, &["run", "--url", &url, "--ttl", "1500", "--no-session", "rv:job", "--", "sh", "-c", &script]);
+    let args = ["run", "--url", &url, "--ttl", "1500"];
+    let mut run = spawn(&dir, &[&args[..], session_flag(session), &["rv:job", "--", "sh", "-c", &script]].concat());
     until_exists(&dir.join("started"), &mut run, &dir);
+    assert_eq!(session_held(&s, "rv:job"), session, "{:?}", get(&s, "rv:job"));
     let o = cli(&["revoke", "--url", &url, "--grace", "60000", "--reason", "drain", "rv:job"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
@@ -105,31 +136,26 @@ fn run_passes_a_revocation_to_cmd_and_frees_the_key_when_cmd_exits() {
 
 #[test]
 fn a_cmd_that_ignores_the_signal_is_killed_at_the_deadline() {
+    killed_at_the_deadline(true);
+}
+
+#[test]
+fn a_cmd_that_ignores_the_signal_is_killed_at_the_deadline_without_a_session() {
+    killed_at_the_deadline(false);
+}
+
+fn killed_at_the_deadline(session: bool) {
     let s = Server::start();
     let url = s.url();
-    let dir = scratch("ignore");
+    let dir = scratch(&named("ignore", session));
     let d = dir.to_str().unwrap();
     let script = format!("trap '' TERM; echo $$ > {d}/pid.tmp; mv {d}/pid.tmp {d}/pid; while :; do sleep 0.05; done");
     // A grace far past the revocation's: the kill comes from the deadline.
-    let mut run = spawn(
-        &dir,
-        &[
-            "run",
-            "--url",
-            &url,
-            "--ttl",
-            "1500",
-            "--grace",
-            "600000",
-            "--no-session",
-            "rv:stubborn",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    );
+    let args = ["run", "--url", &url, "--ttl", "1500", "--grace", "600000"];
+    let mut run =
+        spawn(&dir, &[&args[..], session_flag(session), &["rv:stubborn", "--", "sh", "-c", &script]].concat());
     until_exists(&dir.join("pid"), &mut run, &dir);
+    assert_eq!(session_held(&s, "rv:stubborn"), session, "{:?}", get(&s, "rv:stubborn"));
     let pid: i32 = std::fs::read_to_string(dir.join("pid")).unwrap().trim().parse().unwrap();
     let o = cli(&["revoke", "--url", &url, "--grace", "2000", "rv:stubborn"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
@@ -145,14 +171,25 @@ fn a_cmd_that_ignores_the_signal_is_killed_at_the_deadline() {
 
 #[test]
 fn elect_passes_a_revocation_of_its_leadership_to_cmd() {
+    elect_passes_it(true);
+}
+
+#[test]
+fn elect_passes_a_revocation_of_its_leadership_to_cmd_without_a_session() {
+    elect_passes_it(false);
+}
+
+fn elect_passes_it(session: bool) {
     let s = Server::start();
     let url = s.url();
-    let dir = scratch("elect");
+    let dir = scratch(&named("elect", session));
     let d = dir.to_str().unwrap();
     let script = format!("trap 'echo usr1 > {d}/got; exit 0' USR1; touch {d}/started; while :; do sleep 0.05; done");
-    let args = ["elect", "--url", &url, "--value", "me", "--ttl", "1500", "--on-revoke", "USR1", "rv:leader"];
-    let mut elect = spawn(&dir, &[&args[..], &["--", "sh", "-c", &script]].concat());
+    let args = ["elect", "--url", &url, "--value", "me", "--ttl", "1500", "--on-revoke", "USR1"];
+    let mut elect =
+        spawn(&dir, &[&args[..], session_flag(session), &["rv:leader", "--", "sh", "-c", &script]].concat());
     until_exists(&dir.join("started"), &mut elect, &dir);
+    assert_eq!(session_held(&s, "rv:leader"), session, "{:?}", get(&s, "rv:leader"));
     let o = cli(&["revoke", "--url", &url, "--grace", "60000", "--reason", "better candidate", "rv:leader"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(exit_code(&mut elect), 0, "{:?}", std::fs::read_to_string(dir.join("stderr")));

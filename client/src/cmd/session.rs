@@ -42,11 +42,22 @@ pub(crate) fn revoke_cmd(id: &str) -> Cmd {
     c
 }
 
+/// `SESSION.INFO id COUNT n`: the session's revoked locks (`revoked`),
+/// the first `n` of them (1 to 1000).
+pub(crate) fn info_cmd(id: &str, count: u32) -> Cmd {
+    let mut c = redis::cmd("SESSION.INFO");
+    c.arg(id).arg("COUNT").arg(count.clamp(1, 1000));
+    c
+}
+
 /// What a keepalive said of one session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kept {
     /// Kept alive for its TTL from when the keepalive was sent.
     Alive,
+    /// Kept alive as [`Kept::Alive`], and some of its locks are revoked
+    /// (`-ttl`): `SESSION.INFO` lists which.
+    Revoked,
     /// Unknown to the node, or ended (expired, revoked, forgotten): its
     /// locks are no longer held for it.
     Ended,
@@ -55,16 +66,22 @@ pub(crate) enum Kept {
     Unreadable,
 }
 
+impl Kept {
+    /// Whether the session was kept alive (revoked locks or not).
+    pub(crate) fn alive(self) -> bool {
+        matches!(self, Kept::Alive | Kept::Revoked)
+    }
+}
+
 /// One session's entry in a keepalive's reply: its TTL when kept alive
-/// (a positive number), `0` (or nil) when unknown or ended. Read
-/// tolerantly: an entry that carries more than the TTL (an array whose
-/// first element is it, as a later module may send to tell of revoked
-/// holds) is read by that first element, and a negative number (the
-/// module's way of saying "took effect, until a deadline" elsewhere) is
-/// alive.
+/// (a positive number), `-ttl` when kept alive with some of its locks
+/// revoked, `0` (or nil) when unknown or ended. Read tolerantly: an entry
+/// that carries more than the TTL (an array whose first element is it) is
+/// read by that first element.
 pub(crate) fn keepalive_entry(v: &Value) -> Kept {
     match v {
         Value::Int(0) | Value::Nil => Kept::Ended,
+        Value::Int(n) if *n < 0 => Kept::Revoked,
         Value::Int(_) => Kept::Alive,
         Value::Array(a) | Value::Set(a) => a.first().map_or(Kept::Unreadable, keepalive_entry),
         Value::BulkString(b) => match std::str::from_utf8(b).ok().and_then(|s| s.parse::<i64>().ok()) {
@@ -131,6 +148,7 @@ mod tests {
         assert!(packed(grant_cmd(1500, Some(250))).ends_with("$4 1500 $9 LOCKDELAY $3 250 "));
         assert!(packed(keepalive_cmd(["a", "b"])).ends_with("$17 SESSION.KEEPALIVE $1 a $1 b "));
         assert!(packed(revoke_cmd("a")).ends_with("$14 SESSION.REVOKE $1 a "));
+        assert!(packed(info_cmd("a", 1000)).ends_with("$12 SESSION.INFO $1 a $5 COUNT $4 1000 "));
         assert_eq!(grant_reply(Value::BulkString(b"0123abcd".to_vec())).unwrap(), "0123abcd");
         assert!(grant_reply(Value::Int(1)).is_err());
     }
@@ -140,7 +158,9 @@ mod tests {
         assert_eq!(keepalive_entry(&Value::Int(1500)), Kept::Alive);
         assert_eq!(keepalive_entry(&Value::Int(0)), Kept::Ended);
         assert_eq!(keepalive_entry(&Value::Nil), Kept::Ended);
-        assert_eq!(keepalive_entry(&Value::Int(-20)), Kept::Alive);
+        assert_eq!(keepalive_entry(&Value::Int(-20)), Kept::Revoked, "-ttl: alive, some locks revoked");
+        assert!(Kept::Revoked.alive() && Kept::Alive.alive() && !Kept::Ended.alive() && !Kept::Unreadable.alive());
+        assert_eq!(keepalive_entry(&Value::BulkString(b"-1500".to_vec())), Kept::Revoked);
         assert_eq!(keepalive_entry(&Value::Array(vec![Value::Int(1500), Value::Array(vec![])])), Kept::Alive);
         assert_eq!(keepalive_entry(&Value::Array(vec![Value::Int(0)])), Kept::Ended);
         assert_eq!(keepalive_entry(&Value::Array(vec![])), Kept::Unreadable);
