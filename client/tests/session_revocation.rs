@@ -145,3 +145,32 @@ fn the_per_lock_check_hears_it_too() {
     assert_eq!(heard.reason.as_deref(), Some("drain"));
     assert_eq!(lock.lost_signal().wait_timeout(PATIENCE), Some(LossReason::Revoked));
 }
+
+#[test]
+fn a_session_held_permit_hears_its_revocation_from_the_keepalive() {
+    let s = Server::start();
+    let c = client(&s, 0);
+    let pool = c.semaphore("srv:pool", 3);
+    let permit = pool.try_acquire_with(ms(1_500), &watched()).expect("a permit");
+    let kept = pool.try_acquire_with(ms(1_500), &watched()).expect("another");
+    assert_eq!(the_session(&s).1, 2, "both permits are the session's");
+    let token = permit.token().to_string();
+    let r = c.revoke("srv:pool", &revoke(Some(&token), 4_000, "shrink")).unwrap();
+    assert_eq!(r.outcome, RevokeOutcome::Revoked);
+    // Heard from a keepalive (no permit is checked on its own here).
+    let heard = permit.lost_signal().wait_revoked_timeout(PATIENCE).expect("the revocation was heard");
+    assert!(permit.is_held(), "held until the deadline");
+    assert!(kept.lost_signal().revocation().is_none(), "the other permit was not revoked");
+    assert_eq!(permit.lost_signal().wait_timeout(PATIENCE), Some(LossReason::Revoked));
+    // (A later keepalive may place the deadline a little earlier, never later.)
+    let last = permit.lost_signal().revocation().expect("the revocation is kept");
+    assert!(last.deadline <= heard.deadline && Instant::now() >= last.deadline);
+    // The session keeps the other permit.
+    let end = Instant::now() + PATIENCE;
+    while the_session(&s).1 != 1 {
+        assert!(Instant::now() < end, "the revoked permit left its session");
+        std::thread::sleep(ms(50));
+    }
+    assert!(kept.is_held());
+    kept.release().unwrap();
+}
