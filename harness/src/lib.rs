@@ -374,9 +374,60 @@ impl Drop for Server {
             }
         }
         self.kill();
+        unclaim(self.port);
+        if let Some(b) = self.bus_port {
+            unclaim(b);
+        }
         if self.owns_dir {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+/// Where this machine's test processes note the ports their servers own.
+fn claims() -> std::path::PathBuf {
+    std::env::temp_dir().join("redis-lock-ports")
+}
+
+/// Notes `port` as this process's for as long as its server's guard lives,
+/// across the guard's restarts: a cluster node or a restarted server comes
+/// back on the same port, and while it is down another test binary (they
+/// run side by side) found the port free and started its own server
+/// there, so that every attempt to restart failed. A claim whose process
+/// is gone is taken over. False: another live process holds it.
+fn claim(port: u16) -> bool {
+    let dir = claims();
+    let _ = std::fs::create_dir_all(&dir);
+    let path = dir.join(port.to_string());
+    let me = std::process::id().to_string();
+    for _ in 0..2 {
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(mut f) => {
+                use std::io::Write;
+                return f.write_all(me.as_bytes()).is_ok();
+            }
+            Err(_) => {
+                let owner = std::fs::read_to_string(&path).unwrap_or_default();
+                let owner = owner.trim();
+                if owner == me {
+                    return true;
+                }
+                if !owner.is_empty() && std::path::Path::new("/proc").join(owner).exists() {
+                    return false;
+                }
+                // A dead process's claim (or one being written): take it over.
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    false
+}
+
+/// Gives up this process's claim on `port` ([`claim`]).
+fn unclaim(port: u16) {
+    let path = claims().join(port.to_string());
+    if std::fs::read_to_string(&path).is_ok_and(|o| o.trim() == std::process::id().to_string()) {
+        let _ = std::fs::remove_file(&path);
     }
 }
 
@@ -402,7 +453,7 @@ pub(crate) fn free_port() -> u16 {
             h.write_u32(std::process::id());
             let port = FIRST + (h.finish() % u64::from(ephemeral - FIRST)) as u32;
             let port = u16::try_from(port).expect("below 65536");
-            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() && claim(port) {
                 return port;
             }
         }
