@@ -75,21 +75,7 @@ impl Stored {
             push_go_string(&mut out, run);
             out.push(b'"');
         }
-        if let Some(e) = &self.election {
-            push_number(&mut out, br#","term":"#, e.term as i64);
-            push_number(&mut out, br#","rev":"#, e.rev as i64);
-            out.extend_from_slice(br#","value":""#);
-            push_go_string(&mut out, &e.value);
-            out.push(b'"');
-        }
-        if let (Some(reason), Some(_)) = (&self.revoked, self.hold_until) {
-            out.extend_from_slice(br#","revoked":""#);
-            push_go_string(&mut out, reason);
-            out.push(b'"');
-        }
-        if let Some(at) = self.hold_until {
-            push_number(&mut out, br#","holdUntil":"#, at);
-        }
+        push_election_and_limit(&mut out, self.election.as_ref(), self.revoked.as_deref(), self.hold_until);
         if let Some(d) = self.delay {
             push_number(&mut out, br#","lockDelay":"#, d.lock_delay);
             push_number(&mut out, br#","leaseEnd":"#, d.lease_end);
@@ -181,21 +167,7 @@ impl Held {
         out.extend_from_slice(br#"","token":""#);
         push_go_string(&mut out, &self.token);
         out.push(b'"');
-        if let Some(e) = &self.election {
-            push_number(&mut out, br#","term":"#, e.term as i64);
-            push_number(&mut out, br#","rev":"#, e.rev as i64);
-            out.extend_from_slice(br#","value":""#);
-            push_go_string(&mut out, &e.value);
-            out.push(b'"');
-        }
-        if let (Some(reason), Some(_)) = (&self.revoked, self.hold_until) {
-            out.extend_from_slice(br#","revoked":""#);
-            push_go_string(&mut out, reason);
-            out.push(b'"');
-        }
-        if let Some(at) = self.hold_until {
-            push_number(&mut out, br#","holdUntil":"#, at);
-        }
+        push_election_and_limit(&mut out, self.election.as_ref(), self.revoked.as_deref(), self.hold_until);
         out.push(b'}');
         out
     }
@@ -242,6 +214,32 @@ fn held_parts(value: &[u8]) -> Option<(Held, &[u8])> {
     c.literal(b"}")?;
     c.end()?;
     Some((Held { session, token, election, revoked, hold_until }, raw))
+}
+
+/// The fields a canonical and a session-held value share after their
+/// owner, in this order: an election's, then a revocation's reason (only
+/// with its deadline, the hold limit), then the hold limit.
+fn push_election_and_limit(
+    out: &mut Vec<u8>,
+    election: Option<&Election>,
+    revoked: Option<&str>,
+    hold_until: Option<i64>,
+) {
+    if let Some(e) = election {
+        push_number(out, br#","term":"#, e.term as i64);
+        push_number(out, br#","rev":"#, e.rev as i64);
+        out.extend_from_slice(br#","value":""#);
+        push_go_string(out, &e.value);
+        out.push(b'"');
+    }
+    if let (Some(reason), Some(_)) = (revoked, hold_until) {
+        out.extend_from_slice(br#","revoked":""#);
+        push_go_string(out, reason);
+        out.push(b'"');
+    }
+    if let Some(at) = hold_until {
+        push_number(out, br#","holdUntil":"#, at);
+    }
 }
 
 /// A strict reader of the grammar above. Every read either consumes
