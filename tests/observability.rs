@@ -200,8 +200,11 @@ fn holds_end_released_expired_or_taken_over() {
     let held = before.elapsed().as_millis() as u64;
     let i = info(&mut c);
     assert_eq!(count(&i, "holds_released_exclusive"), 1);
+    // Two readings of the server's millisecond clock, as for waits
+    // (assert_waits_between): up to 1 ms either side of the real hold
+    // (redis 8.2 recorded 304 for a hold the client timed at 303).
     for (name, v) in percentiles(&i, "hold_ms_exclusive") {
-        assert!(bucket_of(300) <= bucket_of(v) && bucket_of(v) <= bucket_of(held), "hold {name}={v}");
+        assert!(bucket_of(300 - 1) <= bucket_of(v) && bucket_of(v) <= bucket_of(held + 1), "hold {name}={v}");
     }
     // A 100 ms lease nobody renews expires while held; a read deletes it
     // (and Redis raises `expired`) if the active cycle has not yet.
