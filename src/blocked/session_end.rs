@@ -29,10 +29,10 @@ use crate::boundary::ctx::Ctx;
 use crate::boundary::timer;
 use crate::server::counters as stats;
 use crate::server::events::DbEvent;
+use crate::store::aof_walk::{self, Budget};
 use crate::store::holders_key::{Edit, Hold, HoldersKey, Mark};
 use crate::store::lease;
 use crate::store::session::{self, table};
-use crate::store::aof_walk::{self, Budget};
 use crate::store::session_revoked;
 
 /// Sessions ended per tick, at most.

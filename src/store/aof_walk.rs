@@ -49,10 +49,21 @@ enum Phase {
     /// The sessions to restate (`None`: not copied yet), the next one's
     /// index, and the session whose holds are being restated with the
     /// last hold restated.
-    Sessions { ids: Option<Vec<Id>>, next: usize, at: Option<(Id, Option<HoldKey>)> },
-    Revoked { after: Option<(i64, Id, HoldKey)> },
-    Notes { keys: Option<Vec<(c_int, Vec<u8>)>>, next: usize },
-    Reasons { after: Option<Holder> },
+    Sessions {
+        ids: Option<Vec<Id>>,
+        next: usize,
+        at: Option<(Id, Option<HoldKey>)>,
+    },
+    Revoked {
+        after: Option<(i64, Id, HoldKey)>,
+    },
+    Notes {
+        keys: Option<Vec<(c_int, Vec<u8>)>>,
+        next: usize,
+    },
+    Reasons {
+        after: Option<Holder>,
+    },
 }
 
 static WALK: Mutex<Option<Phase>> = Mutex::new(None);
@@ -97,14 +108,18 @@ fn stop() {
 fn needs_walk(ctx: Ctx) -> bool {
     let flags = unsafe { rm!(RedisModule_GetContextFlags)(ctx.0) } as u32;
     let (master, aof) = (raw::REDISMODULE_CTX_FLAGS_MASTER, raw::REDISMODULE_CTX_FLAGS_AOF);
-    flags & master != 0 && flags & aof != 0 && rewriting() && config(ctx, c"aof-use-rdb-preamble") == Some(b"no".to_vec())
+    flags & master != 0
+        && flags & aof != 0
+        && rewriting()
+        && config(ctx, c"aof-use-rdb-preamble") == Some(b"no".to_vec())
 }
 
 /// `aof_rewrite_in_progress` of `INFO persistence`: the child just forked
 /// is the rewrite's (Redis sets the child's type before the event).
 fn rewriting() -> bool {
-    let apis =
-        unsafe { (raw::RedisModule_GetServerInfo, raw::RedisModule_ServerInfoGetFieldSigned, raw::RedisModule_FreeServerInfo) };
+    let apis = unsafe {
+        (raw::RedisModule_GetServerInfo, raw::RedisModule_ServerInfoGetFieldSigned, raw::RedisModule_FreeServerInfo)
+    };
     let (Some(get), Some(field), Some(free)) = apis else { return false };
     unsafe {
         let data = get(std::ptr::null_mut(), c"persistence".as_ptr());
@@ -219,7 +234,12 @@ impl Slice {
 
     /// The sessions: each one's grant (and end), then its holds. `Ok`: the
     /// next phase; `Err`: where to resume.
-    fn sessions(&mut self, ids: Option<Vec<Id>>, mut next: usize, mut at: Option<(Id, Option<HoldKey>)>) -> Result<Phase, Phase> {
+    fn sessions(
+        &mut self,
+        ids: Option<Vec<Id>>,
+        mut next: usize,
+        mut at: Option<(Id, Option<HoldKey>)>,
+    ) -> Result<Phase, Phase> {
         let ids = ids.unwrap_or_else(|| table().iter().map(|(id, _)| id).collect());
         loop {
             if self.spent() {
