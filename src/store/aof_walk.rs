@@ -194,6 +194,7 @@ impl Slice {
                 || self.started.elapsed() >= self.budget.time)
     }
 
+    /// One entry sent (or one step that sent none), of `bytes` key bytes.
     fn sent(&mut self, bytes: usize) {
         self.entries += 1;
         self.bytes += bytes;
@@ -248,8 +249,10 @@ impl Slice {
             let Some((id, after)) = at.take() else {
                 let Some(&id) = ids.get(next) else { return Ok(Phase::Revoked { after: None }) };
                 next += 1;
-                if self.restate_session(id) {
-                    at = Some((id, None));
+                match self.restate_session(id) {
+                    true => at = Some((id, None)),
+                    // Gone since (its end was replicated): a step all the same.
+                    false => self.sent(0),
                 }
                 continue;
             };
@@ -313,8 +316,11 @@ impl Slice {
             }
             let Some((db, key)) = keys.get(next) else { return Ok(Phase::Reasons { after: None }) };
             next += 1;
-            // Gone since: its end was replicated.
-            let Some(deadline) = revoked::note_of(*db, key) else { continue };
+            // Gone since (its end was replicated): a step all the same.
+            let Some(deadline) = revoked::note_of(*db, key) else {
+                self.sent(0);
+                continue;
+            };
             self.ctx.select(*db);
             let name = self.ctx.string(key);
             revoked::replicate_note(self.ctx, name, deadline, None);
