@@ -81,7 +81,8 @@ fn fence(c: &mut Connection, key: &str, token: &str) -> i64 {
     int(c, &["LOCK.ACQUIRE", key, token, "60000", "FENCE"])
 }
 
-/// Every kind of session hold, a revoked one and a fenced grant survive a
+/// Every kind of session hold, a revoked lock and a revoked permit (with
+/// its reason), and a fenced grant survive a
 /// rewrite and a `kill -9`: the same sessions, deadlines and holds, a
 /// keepalive that works (and says some hold is revoked), the locks refused
 /// to others, and fences above the last.
@@ -106,6 +107,17 @@ fn sessions_revoked_holds_and_the_fence_mark_survive_a_rewrite_without_the_pream
     assert!(matches!(revoke, Value::Array(_)), "{revoke:?}");
     let other = grant(&mut c, &["30000"]);
     assert_eq!(int(&mut c, &["SEM.ACQUIRE", "sem2", "o", "2", "1000", "SESSION", &other]), 1);
+    // A revoked holder: its reason is kept beside the key (with its note).
+    let revoke: Value = redis::cmd("LOCK.REVOKE")
+        .arg(&["sem2", "TOKEN", "o", "GRACE", "600000", "REASON", "resize"])
+        .query(&mut c)
+        .unwrap();
+    assert!(matches!(revoke, Value::Array(_)), "{revoke:?}");
+    let reasons = |c: &mut Connection| field(&fields_of(c, &["SEM.INFO", "sem2"]).unwrap(), "revoked-reasons");
+    assert_eq!(
+        reasons(&mut c),
+        Value::Array(vec![Value::BulkString(b"o".to_vec()), Value::BulkString(b"resize".to_vec())])
+    );
     // A mark far above the clock's floor, so that only the mark can
     // explain the next fence.
     let floor = {
@@ -135,8 +147,12 @@ fn sessions_revoked_holds_and_the_fence_mark_survive_a_rewrite_without_the_pream
     assert_eq!(list(&mut c), ids, "the sessions came back");
     assert_eq!((described(&mut c, &id), described(&mut c, &other)), before, "deadlines, holds, revoked holds");
     assert_eq!((zrange(&mut c, "sem"), zrange(&mut c, "rw"), zrange(&mut c, "sem2")), sets);
+    assert_eq!(
+        reasons(&mut c),
+        Value::Array(vec![Value::BulkString(b"o".to_vec()), Value::BulkString(b"resize".to_vec())])
+    );
     let kept: Vec<i64> = redis::cmd("SESSION.KEEPALIVE").arg(&id).arg(&other).query(&mut c).unwrap();
-    assert_eq!(kept, vec![-60_000, 30_000], "alive; the first says some hold of it is revoked");
+    assert_eq!(kept, vec![-60_000, -30_000], "alive; each says some hold of it is revoked");
     assert_eq!(int(&mut c, &["LOCK.ACQUIRE", "lock", "x", "1000"]), 0);
     assert!(matches!(
         redis::cmd("SEM.ACQUIRE").arg(&["sem", "x", "1", "1000"]).query::<Value>(&mut c).unwrap(),
