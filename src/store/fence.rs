@@ -117,6 +117,13 @@ pub fn raise(floor: u64) {
     HIGH_WATER.fetch_max(floor, Ordering::Relaxed);
 }
 
+/// [`raise`], from a command (`LOCK.FENCEFLOOR`, also replayed from the
+/// master or the AOF): the mark must then outlive an AOF rewrite too.
+pub fn raise_from(ctx: Ctx, floor: u64) {
+    events::need_fork(ctx);
+    raise(floor);
+}
+
 /// The mark: the largest fence issued or learnt.
 pub fn mark() -> u64 {
     HIGH_WATER.load(Ordering::Relaxed)
@@ -138,6 +145,9 @@ unsafe extern "C" fn aux_load(rdb: *mut RedisModuleIO, _encver: c_int, _when: c_
     match raw::load_unsigned(rdb) {
         Ok(v) => {
             raise(v);
+            if let (true, Some(from_io)) = (v > 0, raw::RedisModule_GetContextFromIO) {
+                events::need_fork(Ctx(from_io(rdb)));
+            }
             raw::REDISMODULE_OK as c_int
         }
         Err(_) => raw::REDISMODULE_ERR as c_int,
