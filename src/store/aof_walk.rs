@@ -26,22 +26,20 @@
 //! walk ended (`INFO lock`'s `lock_aof_walking`) misses what was not
 //! restated yet.
 
-use std::ffi::{c_int, CStr};
+use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use redis_lock_rules::session::Id;
-use redis_module::raw;
-
-use crate::boundary::api::rm;
 use crate::boundary::ctx::Ctx;
+use crate::server::aof;
 use crate::server::counters::{AOF_WALKING, AOF_WALKS};
 use crate::server::events::DbEvent;
 use crate::server::revoked::{self, Holder};
 use crate::store::hold_key::HoldKey;
 use crate::store::session::{self, table};
 use crate::store::{fence, session_revoked};
+use redis_lock_rules::session::Id;
 
 /// Where a walk is.
 enum Phase {
@@ -84,7 +82,7 @@ pub struct Budget {
 /// (re)starts: the caller arms the sessions' timer.
 pub fn on_db_event(ctx: Ctx, ev: &DbEvent) -> bool {
     match ev {
-        DbEvent::Forked if needs_walk(ctx) => {
+        DbEvent::Forked if aof::rewrite_without_preamble(ctx) => {
             *walk() = Some(Phase::Fence);
             AOF_WALKS.add();
             AOF_WALKING.store(1, Ordering::Relaxed);
@@ -101,53 +99,6 @@ pub fn on_db_event(ctx: Ctx, ev: &DbEvent) -> bool {
 fn stop() {
     *walk() = None;
     AOF_WALKING.store(0, Ordering::Relaxed);
-}
-
-/// Whether this fork needs a walk: a master with the AOF on, whose child
-/// is an AOF rewrite (`INFO persistence`), with `aof-use-rdb-preamble no`.
-fn needs_walk(ctx: Ctx) -> bool {
-    let flags = unsafe { rm!(RedisModule_GetContextFlags)(ctx.0) } as u32;
-    let (master, aof) = (raw::REDISMODULE_CTX_FLAGS_MASTER, raw::REDISMODULE_CTX_FLAGS_AOF);
-    flags & master != 0
-        && flags & aof != 0
-        && rewriting()
-        && config(ctx, c"aof-use-rdb-preamble") == Some(b"no".to_vec())
-}
-
-/// `aof_rewrite_in_progress` of `INFO persistence`: the child just forked
-/// is the rewrite's (Redis sets the child's type before the event).
-fn rewriting() -> bool {
-    let apis = unsafe {
-        (raw::RedisModule_GetServerInfo, raw::RedisModule_ServerInfoGetFieldSigned, raw::RedisModule_FreeServerInfo)
-    };
-    let (Some(get), Some(field), Some(free)) = apis else { return false };
-    unsafe {
-        let data = get(std::ptr::null_mut(), c"persistence".as_ptr());
-        if data.is_null() {
-            return false;
-        }
-        let mut err: c_int = 0;
-        let v = field(data, c"aof_rewrite_in_progress".as_ptr(), &mut err);
-        free(std::ptr::null_mut(), data);
-        err == 0 && v == 1
-    }
-}
-
-/// A server config's value (`CONFIG GET name`'s second element).
-fn config(ctx: Ctx, name: &CStr) -> Option<Vec<u8>> {
-    let element = unsafe { raw::RedisModule_CallReplyArrayElement }?;
-    unsafe {
-        let reply = rm!(RedisModule_Call)(ctx.0, c"CONFIG".as_ptr(), c"cc".as_ptr(), c"GET".as_ptr(), name.as_ptr());
-        if reply.is_null() {
-            return None;
-        }
-        let value = element(reply, 1);
-        let mut len = 0usize;
-        let ptr = if value.is_null() { std::ptr::null() } else { rm!(RedisModule_CallReplyStringPtr)(value, &mut len) };
-        let out = (!ptr.is_null()).then(|| std::slice::from_raw_parts(ptr.cast::<u8>(), len).to_vec());
-        rm!(RedisModule_FreeCallReply)(reply);
-        out
-    }
 }
 
 /// Whether a walk is under way.
