@@ -7,7 +7,11 @@
 //! (`SESSION.APPLY GRANT`, `END`, `ATTACH`, `REVOKEHOLD`, `NOTE`, and
 //! `LOCK.FENCEFLOOR`): Redis opened the new incremental file before the
 //! fork, so they land after the new base, and whatever changes later is
-//! replicated after them as usual. The old base and increments stay the
+//! replicated after them as usual. (`rewriteAppendOnlyFileBackground`
+//! calls `openNewIncrAofForAppend` before `redisFork`, which sets the
+//! child's type and then fires `FORK_CHILD_BORN` in the parent: read in
+//! redis 7.0.15's and valkey's sources; `tests/aof_rewrite.rs` passes on
+//! redis 7.0 and 8.2, valkey 8.1 and 9.1.) The old base and increments stay the
 //! AOF until the rewrite is done.
 //!
 //! The walk runs in bounded slices from the sessions' timer
