@@ -258,3 +258,29 @@ fn a_walk_in_slices_with_writes_between_them_leaves_the_state_of_the_master() {
         thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Only a rewrite without the preamble is walked: not a `BGSAVE`'s fork,
+/// not a rewrite with the preamble (it carries the state itself), and
+/// the state survives both all the same.
+#[test]
+fn no_walk_after_a_bgsave_or_a_rewrite_with_the_preamble() {
+    let (mut server, _dir) = no_preamble("others");
+    let mut c = server.conn();
+    let id = grant(&mut c, &["60000"]);
+    assert_eq!(int(&mut c, &["LOCK.ACQUIRE", "lock", "t", "1000", "SESSION", &id]), 1);
+    let _: Value = redis::cmd("BGSAVE").query(&mut c).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !persistence(&mut c).contains("rdb_bgsave_in_progress:0") {
+        assert!(Instant::now() < deadline, "BGSAVE did not end");
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(info_field(&mut c, "aof_walks"), 0, "a BGSAVE's fork");
+    let _: () = redis::cmd("CONFIG").arg(&["SET", "aof-use-rdb-preamble", "yes"]).query(&mut c).unwrap();
+    bgrewriteaof(&mut c);
+    until_rewritten(&mut c);
+    assert_eq!(info_field(&mut c, "aof_walks"), 0, "a rewrite with the preamble");
+    let before = described(&mut c, &id);
+    server.restart();
+    let mut c = server.conn();
+    assert_eq!(described(&mut c, &id), before, "the preamble carried the session");
+}
