@@ -13,6 +13,7 @@
 //! - [`observers`]: the observers' bookkeeping (per key, grouped by the revision they saw).
 //! - [`encode`]: the structured value as Go's encoding/json writes it.
 //! - [`eviction`]: which memory settings evict lock keys, the refusal, the evicted holds' table.
+//! - [`eviction_window`]: holds given while nothing could be evicted: the window in which an eviction may have taken one.
 //! - [`fence`]: fencing token numbering.
 //! - [`guard`]: LOCK.GUARD's ownership rule and the inner commands it refuses.
 //! - [`histogram`]: fixed-size duration histograms (`INFO lock` percentiles).
@@ -41,6 +42,7 @@ pub mod election;
 pub mod encode;
 pub mod error;
 pub mod eviction;
+pub mod eviction_window;
 pub mod fence;
 pub mod guard;
 pub mod held;
