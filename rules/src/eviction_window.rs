@@ -16,6 +16,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::eviction::Evicted;
+
 /// A lease end at or beyond this is a session's hold (a session-held
 /// holder's place is scored 2^53, a persistent key's end is `i64::MAX`):
 /// its session's deadline is its lease ([`Sessions`]), not this number.
@@ -163,6 +165,48 @@ impl Sessions {
     }
 }
 
+const FAMILY_NAMES: [&str; 4] = ["lock", "leader", "semaphore holder", "read-write holder"];
+
+/// The log line of one evicted key `name` (db `db`, under `policy`): the
+/// tracked holds it took (`lost`), and `unverified`: the window's end when
+/// it may also have taken holds given untracked.
+pub fn lost_line(name: &str, db: i32, policy: &str, lost: &Evicted, unverified: Option<i64>) -> String {
+    let what: Vec<String> = lost
+        .holds
+        .iter()
+        .zip(FAMILY_NAMES)
+        .filter(|(&n, _)| n > 0)
+        .map(|(n, f)| format!("{n} {f}{}", if *n == 1 { "" } else { "s" }))
+        .collect();
+    let head = format!("lock: key {name:?} (db {db}) was evicted (maxmemory-policy {policy})");
+    let maybe = |until: i64| {
+        format!(
+            "holds granted while Redis could not evict, which no table tracks, may have been live until {until} (Unix ms): if this key held one, its holder lost mutual exclusion; counted in lock_evicted_unverified, and LOCK.EVICTED answers 1 for the key to any token not granted it since"
+        )
+    };
+    match (what.is_empty(), unverified) {
+        (false, None) => format!(
+            "{head} while held: {} lost mutual exclusion; the next caller can acquire it at once",
+            what.join(", ")
+        ),
+        (false, Some(until)) => format!(
+            "{head} while held: {} lost mutual exclusion, and other {}",
+            what.join(", "),
+            maybe(until)
+        ),
+        (true, Some(until)) => format!("{head}, not a hold the module tracks, but {}", maybe(until)),
+        (true, None) => format!("{head}: no hold lost"),
+    }
+}
+
+/// The line summing, a second later, the evictions not logged one by one:
+/// `held` tracked holds, and `keys` evicted in the window.
+pub fn suppressed_line(held: u64, keys: u64, policy: &str) -> String {
+    format!(
+        "lock: {held} more held locks or holders were evicted in the last second (maxmemory-policy {policy}), each counted in INFO lock (lock_evicted_*) and known to LOCK.EVICTED but not logged one by one; and {keys} more evicted keys may have been locks granted before Redis could evict (lock_evicted_unverified)"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,5 +265,20 @@ mod tests {
             s.lease(100 + id, 10, true, false, 20);
         }
         assert!(s.len() <= 200, "{}", s.len());
+    }
+
+    #[test]
+    fn the_lines_say_what_was_lost_and_what_may_have_been() {
+        let mut lost = Evicted::default();
+        lost.holds[2] = 2;
+        let l = lost_line("s", 0, "allkeys-lru", &lost, None);
+        assert!(l.starts_with("lock: key \"s\" (db 0) was evicted (maxmemory-policy allkeys-lru) while held: 2 semaphore holders lost mutual exclusion"), "{l}");
+        let l = lost_line("s", 0, "allkeys-lru", &lost, Some(1_234));
+        assert!(l.contains("2 semaphore holders lost mutual exclusion, and other holds granted while Redis could not evict"), "{l}");
+        assert!(l.contains("until 1234 (Unix ms)") && l.contains("lock_evicted_unverified"), "{l}");
+        let l = lost_line("k", 3, "volatile-ttl", &Evicted::default(), Some(9));
+        assert!(l.starts_with("lock: key \"k\" (db 3) was evicted (maxmemory-policy volatile-ttl), not a hold the module tracks, but holds granted"), "{l}");
+        let l = suppressed_line(4, 7, "allkeys-lru");
+        assert!(l.starts_with("lock: 4 more held locks") && l.contains("and 7 more evicted keys may have been locks"), "{l}");
     }
 }

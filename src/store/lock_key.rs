@@ -316,11 +316,13 @@ impl LockKey {
     }
 
     /// Tells eviction's tracker (while it watches) who holds the key now,
-    /// until `at_ms`.
+    /// until `at_ms`; else its window how long an untracked hold may last.
     #[inline]
     fn tell_eviction(&self, at_ms: i64) {
         if eviction::watching() {
             self.tell_eviction_now(at_ms);
+        } else {
+            eviction::untracked(at_ms);
         }
     }
 

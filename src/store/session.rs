@@ -18,6 +18,7 @@ use redis_module::raw::RedisModuleString;
 use crate::boundary::api::rm;
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::server::counters as stats;
+use crate::server::eviction;
 use crate::server::events::{self, Changed, DbEvent};
 
 pub use crate::store::hold_key::HoldKey;
@@ -69,12 +70,13 @@ pub fn grant(ctx: Ctx, ttl: i64, lock_delay: i64) -> Result<(Id, i64), ArgError>
 /// `SESSION.KEEPALIVE` of one id: its TTL when it was kept alive (its new
 /// deadline replicated), `None` when it is unknown or ended. O(1).
 pub fn keepalive(ctx: Ctx, id: Id) -> Option<i64> {
-    let (ttl, delay, deadline) = {
+    let (ttl, delay, deadline, holds) = {
         let mut t = table();
         let deadline = t.keepalive(id, ctx.now_ms())?;
         let info = t.info(id, 0)?;
-        (info.ttl, info.lock_delay, deadline)
+        (info.ttl, info.lock_delay, deadline, info.holds > 0)
     };
+    eviction::session_lease(ctx, id, deadline, holds);
     replicate_grant(ctx, id, ttl, delay, deadline);
     stats::SESSION_KEEPALIVES.add();
     Some(ttl)
@@ -159,15 +161,28 @@ pub fn held_grant(id: Id, token: &[u8], now: i64, max_hold: Option<i64>) -> Resu
 /// Notes that `id` now holds `name` (in the context's database), and
 /// tells replicas and the AOF, next to the key's own effect.
 pub fn attach(ctx: Ctx, id: Id, name: *mut RedisModuleString) {
-    if table().attach(id, HoldKey::new(ctx.db(), bytes(name), None)) {
+    if attached(ctx, id, HoldKey::new(ctx.db(), bytes(name), None)) {
         replicate_hold(ctx, c"ATTACH", id, name);
     }
+}
+
+/// Attaches `key` to `id`, and tells eviction's window the session's
+/// deadline (a session-held hold's lease).
+fn attached(ctx: Ctx, id: Id, key: HoldKey) -> bool {
+    let mut t = table();
+    let new = t.attach(id, key);
+    let deadline = t.info(id, 0).map(|i| i.deadline);
+    drop(t);
+    if let Some(deadline) = deadline {
+        eviction::session_lease(ctx, id, deadline, true);
+    }
+    new
 }
 
 /// Notes that `id` now holds `token`'s place among `name`'s holders, and
 /// tells replicas and the AOF, after the key's own effect.
 pub fn attach_holder(ctx: Ctx, id: Id, name: *mut RedisModuleString, token: *mut RedisModuleString) {
-    if table().attach(id, HoldKey::new(ctx.db(), bytes(name), Some(bytes(token)))) {
+    if attached(ctx, id, HoldKey::new(ctx.db(), bytes(name), Some(bytes(token)))) {
         replicate_holder(ctx, c"ATTACH", id, name, token);
     }
 }
