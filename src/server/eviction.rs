@@ -56,7 +56,8 @@ use crate::server::timings::{Commit, HolderEdit};
 pub const MAX_TRACKED: usize = 1 << 20;
 /// Evicted (key, token) pairs remembered for `LOCK.EVICTED`, oldest first out.
 pub const MAX_RECENT: usize = 10_000;
-/// Eviction log lines per second at most; the rest are counted only.
+/// Eviction log lines per second at most, of each kind (holds known lost,
+/// keys evicted in the window); the rest are summed a second later.
 const LOG_PER_SECOND: u64 = 10;
 
 /// The server may evict lock keys now (`maxmemory` > 0, policy not `noeviction`).
@@ -81,15 +82,16 @@ static UNTRACKED: Counter = Counter::new();
 
 struct State {
     tracker: Tracker,
-    /// The second of the last eviction log line, and lines in it.
+    /// The second of the last eviction log line, and lines in it: of
+    /// tracked holds lost, and of keys evicted in the window only.
     log_second: i64,
-    logged: u64,
+    logged: [u64; 2],
     /// Holds, and keys evicted in the window, not logged one by one yet.
     suppressed: (u64, u64),
 }
 
 static STATE: LazyLock<Mutex<State>> = LazyLock::new(|| {
-    Mutex::new(State { tracker: Tracker::new(MAX_TRACKED, MAX_RECENT), log_second: 0, logged: 0, suppressed: (0, 0) })
+    Mutex::new(State { tracker: Tracker::new(MAX_TRACKED, MAX_RECENT), log_second: 0, logged: [0, 0], suppressed: (0, 0) })
 });
 
 fn state() -> MutexGuard<'static, State> {
@@ -421,9 +423,12 @@ pub fn on_key_event(c: Ctx, ev: &KeyEvent) {
     let second = now.div_euclid(1000);
     if second != s.log_second {
         s.log_second = second;
-        s.logged = 0;
+        s.logged = [0, 0];
     }
-    if s.logged >= LOG_PER_SECOND {
+    // Tracked losses and keys evicted in the window have a budget each:
+    // a cache's evictions in the window never hide a lock known lost.
+    let budget = usize::from(lost.total() == 0);
+    if s.logged[budget] >= LOG_PER_SECOND {
         if s.suppressed == (0, 0) {
             // The sum is logged a second later, whatever comes next.
             timer::start(c, 1000, log_suppressed, ());
@@ -432,7 +437,7 @@ pub fn on_key_event(c: Ctx, ev: &KeyEvent) {
         s.suppressed.1 += u64::from(unverified);
         return;
     }
-    s.logged += 1;
+    s.logged[budget] += 1;
     drop(s);
     let until = unverified.then(window::until);
     log(c.0, c"warning", &lost_line(&String::from_utf8_lossy(name), db, memory().policy_name(), &lost, until));
