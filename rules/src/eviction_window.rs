@@ -53,12 +53,17 @@ const GRANTED_CAP: usize = 16;
 
 /// Keys (database and name hash) evicted while the window was open and
 /// not known to the table: any token's hold of one was lost to that
-/// eviction, unless the token was granted the key again since. The last
-/// `cap`, oldest first out.
+/// eviction, unless the token was granted the key again since. Each is
+/// answered for until [`GRACE_MS`] after its horizon (the window's end
+/// at its eviction: every hold it may have taken had ended by then), and
+/// only the last `cap` are kept.
 #[derive(Debug)]
 pub struct Unverified {
-    keys: HashMap<u64, Vec<u64>>,
-    order: VecDeque<u64>,
+    /// Key → tokens granted it since, and its horizon.
+    keys: HashMap<u64, (Vec<u64>, i64)>,
+    /// (key, horizon) in eviction order, so horizons never decrease; a
+    /// key evicted again has a later entry (the earlier one is skipped).
+    order: VecDeque<(u64, i64)>,
     cap: usize,
 }
 
@@ -75,49 +80,53 @@ impl Unverified {
         self.keys.is_empty()
     }
 
-    /// `key` was evicted in the window (again: who was granted it since
-    /// the last time holds it no more).
-    pub fn evicted(&mut self, key: u64) {
+    /// `key` was evicted in the window, whose end is `horizon` (again:
+    /// who was granted it since the last time holds it no more).
+    pub fn evicted(&mut self, key: u64, horizon: i64) {
         if self.cap == 0 {
             return;
         }
-        if let Some(granted) = self.keys.get_mut(&key) {
-            granted.clear();
-            return;
+        self.keys.insert(key, (Vec::new(), horizon));
+        self.order.push_back((key, horizon));
+        while self.keys.len() > self.cap || self.order.len() > 2 * self.cap {
+            self.pop();
         }
-        self.keys.insert(key, Vec::new());
-        self.order.push_back(key);
-        while self.order.len() > self.cap {
-            if let Some(old) = self.order.pop_front() {
-                self.keys.remove(&old);
+    }
+
+    fn pop(&mut self) {
+        if let Some((key, horizon)) = self.order.pop_front() {
+            if self.keys.get(&key).is_some_and(|e| e.1 == horizon) {
+                self.keys.remove(&key);
             }
+        }
+    }
+
+    /// Forgets the keys whose horizon is [`GRACE_MS`] past at `now`.
+    pub fn prune(&mut self, now: i64) {
+        while self.order.front().is_some_and(|&(_, horizon)| stale(horizon, now)) {
+            self.pop();
         }
     }
 
     /// `token` was granted `key` after its eviction: a later loss of that
     /// hold is not the eviction's.
     pub fn granted(&mut self, key: u64, token: u64) {
-        let Some(granted) = self.keys.get_mut(&key) else { return };
+        let Some((granted, _)) = self.keys.get_mut(&key) else { return };
         if granted.contains(&token) {
             return;
         }
         if granted.len() < GRANTED_CAP {
             granted.push(token);
         } else {
+            // Its order entry is skipped when it comes first.
             self.keys.remove(&key);
-            self.order.retain(|&k| k != key);
         }
     }
 
     /// Whether `token`'s hold of `key` may have been lost to an eviction
-    /// in the window.
-    pub fn was_evicted(&self, key: u64, token: u64) -> bool {
-        self.keys.get(&key).is_some_and(|g| !g.contains(&token))
-    }
-
-    pub fn clear(&mut self) {
-        self.keys.clear();
-        self.order.clear();
+    /// in the window, asked at `now`.
+    pub fn was_evicted(&self, key: u64, token: u64, now: i64) -> bool {
+        self.keys.get(&key).is_some_and(|(g, horizon)| !stale(*horizon, now) && !g.contains(&token))
     }
 }
 
@@ -225,30 +234,51 @@ mod tests {
     #[test]
     fn an_evicted_key_answers_for_every_token_but_those_granted_since() {
         let mut u = Unverified::new(3);
-        u.evicted(1);
-        assert!(u.was_evicted(1, 10) && u.was_evicted(1, 11));
-        assert!(!u.was_evicted(2, 10));
+        u.evicted(1, 100);
+        assert!(u.was_evicted(1, 10, 0) && u.was_evicted(1, 11, 0));
+        assert!(!u.was_evicted(2, 10, 0));
         u.granted(1, 11);
-        assert!(u.was_evicted(1, 10) && !u.was_evicted(1, 11), "11's hold came after the eviction");
-        u.evicted(1);
-        assert!(u.was_evicted(1, 11), "evicted again: 11's new hold was lost too");
+        assert!(u.was_evicted(1, 10, 0) && !u.was_evicted(1, 11, 0), "11's hold came after the eviction");
+        u.evicted(1, 100);
+        assert!(u.was_evicted(1, 11, 0), "evicted again: 11's new hold was lost too");
         assert_eq!(u.len(), 1);
         for k in 2..5 {
-            u.evicted(k);
+            u.evicted(k, 100);
         }
         assert_eq!(u.len(), 3);
-        assert!(!u.was_evicted(1, 10), "the oldest went first");
+        assert!(!u.was_evicted(1, 10, 0), "the oldest went first");
         // Past the cap of tokens granted since, the key is forgotten: a
         // plain loss, never a wrong "evicted".
         for t in 0..=GRANTED_CAP as u64 {
             u.granted(4, t);
         }
-        assert!(!u.was_evicted(4, 1_000));
+        assert!(!u.was_evicted(4, 1_000, 0));
         assert_eq!(u.len(), 2);
         u.granted(9, 1);
         assert_eq!(u.len(), 2, "a key never evicted is not added");
-        u.clear();
+    }
+
+    #[test]
+    fn an_evicted_key_is_answered_for_until_its_horizon_is_long_past() {
+        let mut u = Unverified::new(10);
+        u.evicted(1, 1_000);
+        u.evicted(2, 5_000);
+        assert!(u.was_evicted(1, 7, 1_000 + GRACE_MS - 1));
+        assert!(!u.was_evicted(1, 7, 1_000 + GRACE_MS), "every hold it may have taken ended a minute ago");
+        u.prune(1_000 + GRACE_MS);
+        assert_eq!(u.len(), 1);
+        assert!(u.was_evicted(2, 7, 1_000 + GRACE_MS));
+        // Evicted again later: its new horizon counts, its old entry is skipped.
+        u.evicted(2, 9_000);
+        u.prune(5_000 + GRACE_MS);
+        assert!(u.was_evicted(2, 7, 5_000 + GRACE_MS));
+        u.prune(9_000 + GRACE_MS);
         assert!(u.is_empty());
+        // Re-evicting one key never grows the order past twice the cap.
+        for h in 0..100 {
+            u.evicted(3, h);
+        }
+        assert!(u.order.len() <= 20 && u.len() == 1);
     }
 
     #[test]

@@ -13,7 +13,7 @@
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
-use redis_lock_rules::eviction_window::{extend, open, stale, Sessions, Unverified};
+use redis_lock_rules::eviction_window::{extend, open, Sessions, Unverified};
 
 use crate::server::counters::Counter;
 use crate::server::eviction::MAX_RECENT;
@@ -56,11 +56,10 @@ pub fn pending() -> bool {
     KEYS.load(Ordering::Relaxed) != 0
 }
 
-/// Forgets the remembered keys once old news; whether any remain.
+/// Forgets the remembered keys that are old news (so that the writes of
+/// lock keys stop watching once none is left).
 fn settle(w: &mut Window, now: i64) {
-    if !w.unverified.is_empty() && stale(until(), now) {
-        w.unverified.clear();
-    }
+    w.unverified.prune(now);
     KEYS.store(w.unverified.len(), Ordering::Relaxed);
 }
 
@@ -81,15 +80,15 @@ pub fn evicted(key: u64, now: i64) -> bool {
         return false;
     }
     EVICTED.add();
-    w.unverified.evicted(key);
+    w.unverified.evicted(key, until());
     KEYS.store(w.unverified.len(), Ordering::Relaxed);
     true
 }
 
 /// Whether `token`'s hold of `key` may have been lost to an eviction in
-/// the window (and the window is not long past).
+/// the window (whose end at the eviction is not long past).
 pub fn was_evicted(key: u64, token: u64, now: i64) -> bool {
-    pending() && !stale(until(), now) && window().unverified.was_evicted(key, token)
+    pending() && window().unverified.was_evicted(key, token, now)
 }
 
 /// Session `id` attached a hold or was kept alive at `now`: it holds
