@@ -136,7 +136,9 @@ fn logged_unverified(log: &str) -> u64 {
     let also = log.lines().filter(|l| l.contains("lost mutual exclusion, and other holds granted")).count() as u64;
     let summed: u64 = log
         .lines()
-        .filter_map(|l| l.split("; and ").nth(1)?.split(" more evicted keys may have been locks").next()?.parse::<u64>().ok())
+        .filter_map(|l| {
+            l.split("; and ").nth(1)?.split(" more evicted keys may have been locks").next()?.parse::<u64>().ok()
+        })
         .sum();
     single + also + summed
 }
@@ -194,8 +196,10 @@ fn holds_granted_before_eviction_was_possible_are_never_lost_in_silence() {
         let unverified = num(&i, "evicted_unverified");
         eprintln!("{what}: {} holds on {} keys lost, {unverified} counted", lost.len(), keys.len());
         assert!(unverified >= keys.len() as u64, "{what}: {unverified} counted, {} hold keys lost", keys.len());
-        let exact: u64 =
-            ["evicted_locks", "evicted_leaders", "evicted_sem_holders", "evicted_rw_holders"].map(|f| num(&i, f)).iter().sum();
+        let exact: u64 = ["evicted_locks", "evicted_leaders", "evicted_sem_holders", "evicted_rw_holders"]
+            .map(|f| num(&i, f))
+            .iter()
+            .sum();
         assert_eq!(exact, 0, "{what}: no hold was tracked");
         // Logged one by one, or summed a second later.
         std::thread::sleep(Duration::from_millis(1100));
@@ -235,10 +239,11 @@ fn after_the_window_evictions_are_not_counted() {
         assert!(!server.log().contains("holds granted while Redis could not evict"), "{policy}");
         fill(&mut c, policy);
         config_set(&mut c, "maxmemory", "0");
-        let evicted: i64 = redis::cmd("INFO").arg("stats").query::<String>(&mut c).map(|t| {
-            t.lines().find_map(|l| l.strip_prefix("evicted_keys:")).unwrap().trim().parse().unwrap()
-        })
-        .unwrap();
+        let evicted: i64 = redis::cmd("INFO")
+            .arg("stats")
+            .query::<String>(&mut c)
+            .map(|t| t.lines().find_map(|l| l.strip_prefix("evicted_keys:")).unwrap().trim().parse().unwrap())
+            .unwrap();
         assert!(evicted > 0, "{policy}: nothing evicted");
         assert_eq!(num(&info(&mut c), "evicted_unverified"), 0, "{policy}");
         assert!(!server.log().contains("not a hold the module tracks"), "{policy}");

@@ -184,7 +184,20 @@ fn run_exits_78_when_its_lock_taken_before_eviction_is_evicted() {
     let s = quiet_server();
     let url = s.url();
     let child = Command::new(cli_support::BIN)
-        .args(["run", "--url", &url, "--ttl", "9000", "--grace", "2000", "--no-session", "early:run", "--", "sleep", "60"])
+        .args([
+            "run",
+            "--url",
+            &url,
+            "--ttl",
+            "9000",
+            "--grace",
+            "2000",
+            "--no-session",
+            "early:run",
+            "--",
+            "sleep",
+            "60",
+        ])
         .env_remove("REDIS_URL")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

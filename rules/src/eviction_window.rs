@@ -198,11 +198,9 @@ pub fn lost_line(name: &str, db: i32, policy: &str, lost: &Evicted, unverified: 
             "{head} while held: {} lost mutual exclusion; the next caller can acquire it at once",
             what.join(", ")
         ),
-        (false, Some(until)) => format!(
-            "{head} while held: {} lost mutual exclusion, and other {}",
-            what.join(", "),
-            maybe(until)
-        ),
+        (false, Some(until)) => {
+            format!("{head} while held: {} lost mutual exclusion, and other {}", what.join(", "), maybe(until))
+        }
         (true, Some(until)) => format!("{head}, not a hold the module tracks, but {}", maybe(until)),
         (true, None) => format!("{head}: no hold lost"),
     }
@@ -304,11 +302,19 @@ mod tests {
         let l = lost_line("s", 0, "allkeys-lru", &lost, None);
         assert!(l.starts_with("lock: key \"s\" (db 0) was evicted (maxmemory-policy allkeys-lru) while held: 2 semaphore holders lost mutual exclusion"), "{l}");
         let l = lost_line("s", 0, "allkeys-lru", &lost, Some(1_234));
-        assert!(l.contains("2 semaphore holders lost mutual exclusion, and other holds granted while Redis could not evict"), "{l}");
+        assert!(
+            l.contains(
+                "2 semaphore holders lost mutual exclusion, and other holds granted while Redis could not evict"
+            ),
+            "{l}"
+        );
         assert!(l.contains("until 1234 (Unix ms)") && l.contains("lock_evicted_unverified"), "{l}");
         let l = lost_line("k", 3, "volatile-ttl", &Evicted::default(), Some(9));
         assert!(l.starts_with("lock: key \"k\" (db 3) was evicted (maxmemory-policy volatile-ttl), not a hold the module tracks, but holds granted"), "{l}");
         let l = suppressed_line(4, 7, "allkeys-lru");
-        assert!(l.starts_with("lock: 4 more held locks") && l.contains("and 7 more evicted keys may have been locks"), "{l}");
+        assert!(
+            l.starts_with("lock: 4 more held locks") && l.contains("and 7 more evicted keys may have been locks"),
+            "{l}"
+        );
     }
 }

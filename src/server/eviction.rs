@@ -47,8 +47,8 @@ use crate::boundary::reply::Failure;
 use crate::boundary::timer;
 use crate::server::config;
 use crate::server::counters::Counter;
-use crate::server::eviction_window as window;
 use crate::server::events::{self, Also, DbEvent, KeyEvent};
+use crate::server::eviction_window as window;
 use crate::server::timings::{Commit, HolderEdit};
 
 /// Holds tracked at most (each ~100 bytes: two B-tree entries); beyond,
@@ -91,7 +91,12 @@ struct State {
 }
 
 static STATE: LazyLock<Mutex<State>> = LazyLock::new(|| {
-    Mutex::new(State { tracker: Tracker::new(MAX_TRACKED, MAX_RECENT), log_second: 0, logged: [0, 0], suppressed: (0, 0) })
+    Mutex::new(State {
+        tracker: Tracker::new(MAX_TRACKED, MAX_RECENT),
+        log_second: 0,
+        logged: [0, 0],
+        suppressed: (0, 0),
+    })
 });
 
 fn state() -> MutexGuard<'static, State> {

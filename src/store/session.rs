@@ -18,8 +18,8 @@ use redis_module::raw::RedisModuleString;
 use crate::boundary::api::rm;
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::server::counters as stats;
-use crate::server::eviction;
 use crate::server::events::{self, Changed, DbEvent};
+use crate::server::eviction;
 
 pub use crate::store::hold_key::HoldKey;
 
