@@ -16,7 +16,9 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 use redis_lock_rules::eviction_window::{extend, open, Sessions, Unverified};
 
 use crate::server::counters::Counter;
-use crate::server::eviction::MAX_RECENT;
+
+/// Keys evicted in the window remembered for `LOCK.EVICTED`, oldest first out.
+pub const MAX_KEYS: usize = 10_000;
 
 /// The latest lease end (Unix ms) given to a hold in no table; 0: none.
 static UNTIL: AtomicI64 = AtomicI64::new(0);
@@ -31,7 +33,7 @@ struct Window {
 }
 
 static WINDOW: LazyLock<Mutex<Window>> =
-    LazyLock::new(|| Mutex::new(Window { unverified: Unverified::new(MAX_RECENT), sessions: Sessions::default() }));
+    LazyLock::new(|| Mutex::new(Window { unverified: Unverified::new(MAX_KEYS), sessions: Sessions::default() }));
 
 fn window() -> MutexGuard<'static, Window> {
     WINDOW.lock().unwrap_or_else(|e| e.into_inner())
