@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use redis_lock_rules::eviction::{Evicted, Family, Memory, Tracker, POLICIES, REFUSALS, REFUSAL_OTHER};
-use redis_lock_rules::eviction_window::{lost_line, suppressed_line};
+use redis_lock_rules::eviction_window::{lost_line, suppressed_line, SESSION_HELD};
 use redis_lock_rules::hold_table::{key_hash, token_hash};
 use redis_lock_rules::holders::{last_after, Change, Family as HolderFamily, Last};
 use redis_lock_rules::lock::{owner_of, Owner};
@@ -204,7 +204,7 @@ fn log(ctx: *mut RedisModuleCtx, level: &CStr, message: &str) {
 fn warning() -> String {
     let m = memory();
     let then = if config::eviction_refuses() {
-        "lock.eviction is refuse: every grant is refused with an error until maxmemory-policy is noeviction or maxmemory 0 (CONFIG SET lock.eviction allow grants anyway); locks held now stay held, and those renewed are tracked"
+        "lock.eviction is refuse: every grant is refused with an error until maxmemory-policy is noeviction or maxmemory 0 (CONFIG SET lock.eviction allow grants anyway); locks held now stay held, those renewed are tracked, and an eviction that may have taken one not renewed yet is counted (lock_evicted_unverified)"
     } else {
         "lock.eviction is allow: grants go on, and every held lock Redis evicts is counted in INFO lock (lock_evicted_*), logged, and told to its holder (LOCK.EVICTED)"
     };
@@ -324,7 +324,9 @@ pub fn lock_written(ctx: Ctx, name: *mut RedisModuleString, value: Option<&[u8]>
     }
     let mut s = state();
     match owner {
-        Some((token, family)) if evictable => {
+        // A session's hold stays tracked whatever the settings: only the
+        // module's delete ends it, and no keepalive would put it back.
+        Some((token, family)) if evictable || at >= SESSION_HELD => {
             s.tracker.forget_evicted(key, token);
             if !s.tracker.hold(key, token, at, family, true, now) {
                 UNTRACKED.add();
@@ -383,7 +385,7 @@ pub fn holders_commit(c: &Commit) {
         match edit {
             HolderEdit::Keep => {}
             HolderEdit::Remove { token } => s.tracker.drop_hold(key, token_hash(token)),
-            HolderEdit::Put { token, at, tag } if evictable => {
+            HolderEdit::Put { token, at, tag } if evictable || at >= SESSION_HELD => {
                 let kind = tag.map(|t| t.kind).or(summary.map(|s| s.kind));
                 let family = match kind.map(|k| k.family()) {
                     Some(HolderFamily::ReadWrite) => Family::ReadWrite,
