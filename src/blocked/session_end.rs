@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use redis_lock_rules::held;
 use redis_module::raw::{RedisModuleCtx, RedisModuleString, RedisModuleTimerID};
 
-use crate::blocked::{queue, waiters};
+use crate::blocked::queue;
 use crate::boundary::api::rm;
 use crate::boundary::cpu;
 use crate::boundary::ctx::Ctx;
@@ -29,6 +29,7 @@ use crate::server::counters as stats;
 use crate::store::holders_key::{Edit, Hold, HoldersKey, Mark};
 use crate::store::lease;
 use crate::store::session::{self, table};
+use crate::store::session_gone;
 use crate::store::session_revoked;
 
 /// Sessions ended per tick, at most.
@@ -128,11 +129,18 @@ fn end_holder(ctx: Ctx, id: u128, name: *mut RedisModuleString, token: &[u8]) {
 /// One tick's work; when the next is due.
 fn tick(ctx: Ctx) -> Option<i64> {
     let now = ctx.now_ms();
-    let ended = table().expire_due(now, MAX_ENDS);
+    let ended = {
+        let mut t = table();
+        let ended = t.expire_due(now, MAX_ENDS);
+        for &(id, at) in &ended {
+            session_gone::note(&t, id, at, redis_lock_rules::session::Reason::Expired, now);
+        }
+        ended
+    };
     for &(id, at) in &ended {
         session::replicate_end(ctx, id, at, redis_lock_rules::session::Reason::Expired);
         stats::SESSIONS_EXPIRED.add();
-        waiters::session_ended_answer(ctx, id);
+        queue::session_ended_answer(ctx, id);
     }
     // Holds in chunks, until a bound is reached: their count, their key
     // names' bytes, or the time spent (however costly each one's release:

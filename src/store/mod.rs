@@ -5,7 +5,8 @@
 //! fence mark (`fence`), and who leads an election's key (`leadership`);
 //! the node's sessions (`session`: the table and its replication,
 //! `hold_key`: one hold as the table keeps it, `session_rdb`: their RDB
-//! aux data; `session_revoked`: their revoked holds). It imports the server
+//! aux data; `session_revoked`: their revoked holds; `session_gone`: how the
+//! lately ended ones ended). It imports the server
 //! layer and the
 //! boundary.
 
@@ -18,5 +19,6 @@ pub mod lease;
 pub mod lock_key;
 pub mod lock_set;
 pub mod session;
+pub mod session_gone;
 pub mod session_rdb;
 pub mod session_revoked;

@@ -19,6 +19,7 @@ use crate::boundary::api::rm;
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::server::counters as stats;
 use crate::server::events::{self, Changed, DbEvent};
+use crate::store::session_gone;
 
 pub use crate::store::hold_key::HoldKey;
 
@@ -86,7 +87,11 @@ pub fn revoke(ctx: Ctx, id: Id) -> bool {
     let now = ctx.now_ms();
     let revoked = {
         let mut t = table();
-        matches!(t.state(id, now), SessionState::Alive { .. }) && t.end(id, now, Reason::Revoked)
+        let ended = matches!(t.state(id, now), SessionState::Alive { .. }) && t.end(id, now, Reason::Revoked);
+        if ended {
+            session_gone::note(&t, id, now, Reason::Revoked, now);
+        }
+        ended
     };
     if revoked {
         replicate_end(ctx, id, now, Reason::Revoked);
@@ -333,7 +338,9 @@ pub fn apply(ctx: Ctx, entry: Apply) {
     match entry {
         Apply::Grant { id, ttl, lock_delay, deadline } => t.grant(id, ttl, lock_delay, deadline),
         Apply::End { id, at, reason } => {
-            t.end(id, at, reason);
+            if t.end(id, at, reason) {
+                session_gone::note(&t, id, at, reason, ctx.now_ms());
+            }
         }
         Apply::Forget { id } => t.forget(id),
         Apply::Attach { id, key, token } => {
@@ -360,6 +367,7 @@ pub fn on_db_event(ctx: Ctx, ev: &DbEvent) {
             let mut t = table();
             t.clear();
             counted(&t);
+            session_gone::clear();
         }
         DbEvent::Promoted => table().promoted(ctx.now_ms()),
         _ => {}
