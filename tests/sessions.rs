@@ -141,7 +141,8 @@ fn bad_arguments_are_refused_and_change_nothing() {
         (&["LOCK.ACQUIRE", "k", "t", "1000", "SESSION", &id, "LOCKDELAY", "0"], "LOCKDELAY is the session's"),
         (&["LOCK.ACQUIRE", "k", "t", "1000", "SESSION", &id, "MAXHOLD", "10"], "MAXHOLD must be at least ttl-ms"),
         (&["LOCK.TAKEOVER", "k", "t", "run", "1000", "SESSION", &id], "syntax error"),
-        (&["LOCK.ACQUIREALL", "1", "k", "t", "1000", "SESSION", &id], "syntax error"),
+        (&["LOCK.ACQUIREALL", "1", "k", "t", "1000", "SESSION", "0123456789abcdef0123456789abcdef"], "no such session"),
+        (&["LOCK.ACQUIREALL", "1", "k", "t", "1000", "SESSION", &id, "LOCKDELAY", "0"], "LOCKDELAY is the session's"),
         (&["SEM.ACQUIRE", "k", "t", "2", "1000", "SESSION", "0123456789abcdef0123456789abcdef"], "no such session"),
         (&["LOCK.ELECT", "k", "t", "1000", "v", "SESSION", &id, "LOCKDELAY", "0"], "LOCKDELAY is the session's"),
     ] {

@@ -78,8 +78,10 @@ impl ClientOptions {
     /// client built from a URL, a `redis::Client` or an async connection.
     /// Every other lock, and every lock on a server without the module (or
     /// without sessions), is renewed on its own as before. A lock's loss
-    /// when its session ends reads
-    /// [`LossReason::SessionEnded`](crate::LossReason::SessionEnded).
+    /// when its session ends reads how it ended:
+    /// [`LossReason::SessionRevoked`](crate::LossReason::SessionRevoked),
+    /// [`SessionExpired`](crate::LossReason::SessionExpired) or
+    /// [`SessionUnknown`](crate::LossReason::SessionUnknown).
     /// Default: on.
     pub fn sessions(mut self, on: bool) -> Self {
         self.sessions = on;

@@ -10,9 +10,12 @@
 //! - **Validity**: a session's locks share its [`SessionLease`], which
 //!   each answered keepalive moves to its sending + TTL; a lock past it is
 //!   lost as [`LossReason::Expired`] (as a lock whose renewals failed).
-//! - **End**: a keepalive that says the session ended ends every lock of
-//!   it at once, [`LossReason::SessionEnded`], through each lock's loss
-//!   signal; the session leaves the table and the next lock gets a new one.
+//! - **End**: a keepalive that says the session ended (`0`) has the engine
+//!   ask the node how (`SESSION.INFO id`, one round trip: `keepalive.rs`),
+//!   then ends every lock of it at once with that reason
+//!   ([`LossReason::SessionExpired`], `SessionRevoked`, `SessionUnknown`),
+//!   through each lock's loss signal; the session leaves the table and the
+//!   next lock gets a new one.
 //! - **Revocation**: a keepalive that says some of a session's locks are
 //!   revoked (`-ttl`) has the engine read which (`SESSION.INFO`,
 //!   `keepalive.rs`, which runs the keepalive task) and fire each one's
@@ -283,7 +286,8 @@ impl Sessions {
         }
         for (_, id) in &idle {
             if let Some(e) = t.sessions.remove(id) {
-                e.lease.end();
+                // Revoked by this client (it holds nothing).
+                e.lease.end(LossReason::SessionRevoked);
                 if t.current.get(&e.key).is_some_and(|c| c == id) {
                     t.current.remove(&e.key);
                 }
@@ -300,18 +304,19 @@ impl Sessions {
         (due, idle, next)
     }
 
-    /// Applies one node's keepalive, sent at `sent`; returns the locks of
-    /// the sessions it found ended, to be told outside the table's lock,
-    /// and the sessions it said have revoked locks.
+    /// Applies one node's keepalive, sent at `sent`; returns the sessions
+    /// it found ended (out of the table) with their locks, to be ended
+    /// outside the table's lock once the node said how
+    /// (`keepalive.rs`), and the sessions it said have revoked locks.
     pub(crate) fn apply(
         &self,
         k: &NodeKeepalive,
         sent: Instant,
         r: Result<Vec<Kept>>,
-    ) -> (Vec<Arc<Shared>>, Vec<Arc<SessionLease>>) {
+    ) -> (Vec<EndedSession>, Vec<Arc<SessionLease>>) {
         let now = Instant::now();
         let mut t = self.lock();
-        let (mut lost, mut revoked) = (Vec::new(), Vec::new());
+        let (mut ended, mut revoked) = (Vec::new(), Vec::new());
         for (i, lease) in k.sessions.iter().enumerate() {
             let kept = match &r {
                 Ok(v) => v.get(i).copied().unwrap_or(Kept::Unreadable),
@@ -327,10 +332,7 @@ impl Sessions {
                     }
                     false
                 }
-                Kept::Ended => {
-                    lease.end();
-                    true
-                }
+                Kept::Ended => true,
                 // Its locks run out at the session's validity by themselves;
                 // past it, the session is of no more use.
                 Kept::Unreadable => {
@@ -344,12 +346,12 @@ impl Sessions {
                         t.current.remove(&e.key);
                     }
                     if kept == Kept::Ended {
-                        lost.extend(e.attached.into_values().flatten());
+                        ended.push((lease.clone(), e.attached.into_values().flatten().collect()));
                     }
                 }
             }
         }
-        (lost, revoked)
+        (ended, revoked)
     }
 }
 
@@ -422,6 +424,9 @@ pub(crate) async fn follow(sessions: &Sessions, calls: &Arc<dyn SessionCalls>, k
         }
     }
 }
+
+/// A session a keepalive found ended, and its locks.
+pub(crate) type EndedSession = (Arc<SessionLease>, Vec<Arc<Shared>>);
 
 /// One node's keepalive: all of its sessions, in the order sent.
 pub(crate) struct NodeKeepalive {
