@@ -109,7 +109,10 @@ pub(crate) async fn keepalives(sessions: Arc<Sessions>, renewer: Weak<dyn Sessio
             if reply.is_err() {
                 failed.push(k);
             }
-            let (gone, some_revoked) = sessions.apply(k, sent, reply);
+            let (gone, some_revoked, not_owner) = sessions.apply(k, sent, reply);
+            for lock in not_owner {
+                lock.mark_lost(LossReason::NotOwner);
+            }
             ended.extend(gone.into_iter().map(|s| (k.node.clone(), s)));
             revoked.extend(some_revoked.into_iter().map(|lease| (k.node.clone(), lease)));
         }

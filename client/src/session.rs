@@ -120,6 +120,9 @@ pub(crate) struct Entry {
     next: Instant,
     /// Keepalives in a row that found it holding nothing.
     idle: u8,
+    /// Its locks a check found no longer their token's, until its next
+    /// keepalive says whether the session ended ([`Sessions::suspect`]).
+    suspects: Vec<Arc<Shared>>,
 }
 
 #[derive(Default)]
@@ -214,7 +217,8 @@ impl Sessions {
         let mut t = self.lock();
         t.current.insert(key.clone(), id.clone());
         let home = lock_key.to_string();
-        t.sessions.insert(id, Entry { key, home, lease, attached: HashMap::new(), attached_n: 0, next, idle: 0 });
+        let suspects = Vec::new();
+        t.sessions.insert(id, Entry { key, home, lease, attached: HashMap::new(), attached_n: 0, next, idle: 0, suspects });
         drop(t);
         self.wake.notify_one();
         Some(use_)
@@ -245,6 +249,20 @@ impl Sessions {
         }
         e.attached.entry(lock.key.clone()).or_default().push(lock);
         e.attached_n += 1;
+    }
+
+    /// A check found `lock` of `lease` no longer its token's: its
+    /// session's end may be why, which the session's keepalive, sent at
+    /// once, tells before the lock is lost as [`LossReason::NotOwner`]
+    /// ([`Sessions::apply`]). A session already out of the table is ending
+    /// (its end, or its validity, tells its locks).
+    pub(crate) fn suspect(&self, lease: &Arc<SessionLease>, lock: Arc<Shared>) {
+        let mut t = self.lock();
+        let Some(e) = t.sessions.get_mut(&lease.id).filter(|e| Arc::ptr_eq(&e.lease, lease)) else { return };
+        e.suspects.push(lock);
+        e.next = Instant::now();
+        drop(t);
+        self.wake.notify_one();
     }
 
     /// How many locks the client's sessions hold, all together.
@@ -307,16 +325,12 @@ impl Sessions {
     /// Applies one node's keepalive, sent at `sent`; returns the sessions
     /// it found ended (out of the table) with their locks, to be ended
     /// outside the table's lock once the node said how
-    /// (`keepalive.rs`), and the sessions it said have revoked locks.
-    pub(crate) fn apply(
-        &self,
-        k: &NodeKeepalive,
-        sent: Instant,
-        r: Result<Vec<Kept>>,
-    ) -> (Vec<EndedSession>, Vec<Arc<SessionLease>>) {
+    /// (`keepalive.rs`), the sessions it said have revoked locks, and the
+    /// suspects of the sessions it kept alive: those are lost as deleted.
+    pub(crate) fn apply(&self, k: &NodeKeepalive, sent: Instant, r: Result<Vec<Kept>>) -> Applied {
         let now = Instant::now();
         let mut t = self.lock();
-        let (mut ended, mut revoked) = (Vec::new(), Vec::new());
+        let (mut ended, mut revoked, mut not_owner) = (Vec::new(), Vec::new(), Vec::new());
         for (i, lease) in k.sessions.iter().enumerate() {
             let kept = match &r {
                 Ok(v) => v.get(i).copied().unwrap_or(Kept::Unreadable),
@@ -330,6 +344,7 @@ impl Sessions {
                     if kept == Kept::Revoked {
                         revoked.push(lease.clone());
                     }
+                    not_owner.append(&mut e.suspects);
                     false
                 }
                 Kept::Ended => true,
@@ -351,7 +366,7 @@ impl Sessions {
                 }
             }
         }
-        (ended, revoked)
+        (ended, revoked, not_owner)
     }
 }
 
@@ -427,6 +442,10 @@ pub(crate) async fn follow(sessions: &Sessions, calls: &Arc<dyn SessionCalls>, k
 
 /// A session a keepalive found ended, and its locks.
 pub(crate) type EndedSession = (Arc<SessionLease>, Vec<Arc<Shared>>);
+
+/// What one keepalive said ([`Sessions::apply`]): the sessions ended, those
+/// with revoked locks, and the locks lost as deleted.
+pub(crate) type Applied = (Vec<EndedSession>, Vec<Arc<SessionLease>>, Vec<Arc<Shared>>);
 
 /// One node's keepalive: all of its sessions, in the order sent.
 pub(crate) struct NodeKeepalive {
