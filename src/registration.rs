@@ -334,8 +334,8 @@ const COMMANDS: &[Command] = &[
         flags: c"write deny-oom blocking getkeys-api",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT),
         acl: c"write string slow blocking",
-        summary: c"Takes several locks for one token and one TTL, all or none, optionally with a fencing token per key, or waits in every key's line at once",
-        complexity: c"O(N) where N is the number of keys (at most 64)",
+        summary: c"Takes several locks for one token and one TTL, all or none, optionally with a fencing token per key, or waits in every key's line at once; with SESSION id, all held by that session",
+        complexity: c"O(N) where N is the number of keys (at most 64) (with SESSION: O(N log(M)) where M is the number of locks the session holds)",
         args: &[
             Arg::NumKeys(c"numkeys"),
             Arg::Keys(c"key"),
@@ -345,6 +345,7 @@ const COMMANDS: &[Command] = &[
             Arg::Option(c"timeout-ms", c"WAIT"),
             Arg::Option(c"lock-delay-ms", c"LOCKDELAY"),
             Arg::Option(c"max-hold-ms", c"MAXHOLD"),
+            Arg::Text(c"id", c"SESSION"),
         ],
     },
     // LOCK.EVICTED reads no key (the module's own table of evicted holds),

@@ -146,7 +146,14 @@ fn a_refused_request_writes_nothing() {
         (vec!["LOCKDELAY", "100", "SESSION", &id], "LOCKDELAY is the session's"),
         (vec!["SESSION"], "syntax error"),
     ] {
-        let e = redis::cmd("LOCK.ACQUIREALL").arg(2).arg("a").arg("c").arg("tok").arg(30_000).arg(&opts).query::<Value>(&mut c);
+        let e = redis::cmd("LOCK.ACQUIREALL")
+            .arg(2)
+            .arg("a")
+            .arg("c")
+            .arg("tok")
+            .arg(30_000)
+            .arg(&opts)
+            .query::<Value>(&mut c);
         let e = e.expect_err("refused").to_string();
         assert!(e.contains(error), "{opts:?}: {e}");
     }

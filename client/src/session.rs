@@ -218,7 +218,8 @@ impl Sessions {
         t.current.insert(key.clone(), id.clone());
         let home = lock_key.to_string();
         let suspects = Vec::new();
-        t.sessions.insert(id, Entry { key, home, lease, attached: HashMap::new(), attached_n: 0, next, idle: 0, suspects });
+        t.sessions
+            .insert(id, Entry { key, home, lease, attached: HashMap::new(), attached_n: 0, next, idle: 0, suspects });
         drop(t);
         self.wake.notify_one();
         Some(use_)

@@ -8,9 +8,9 @@ use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use redis_lock_rules::args::{check_key_and_token, parse_grant_options, Grammar};
+use redis_lock_rules::held;
 use redis_lock_rules::multi::{check_keys, parse_numkeys};
 use redis_lock_rules::number::parse_ttl;
-use redis_lock_rules::held;
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 

@@ -187,11 +187,14 @@ pub fn lost_exit(reason: LossReason) -> (u8, &'static str) {
         LossReason::Evicted => (EXIT_EVICTED, "evicted by the server (maxmemory-policy)"),
         LossReason::Revoked => (EXIT_LOST, "revoked and its deadline passed"),
         LossReason::SessionEnded => (EXIT_LOST, "lost with its session (it ended on the server; how was not told)"),
-        LossReason::SessionExpired => (EXIT_LOST, "lost with its session (it expired on the server: no keepalive by its deadline)"),
-        LossReason::SessionRevoked => (EXIT_LOST, "lost with its session (revoked on the server: SESSION.REVOKE)"),
-        LossReason::SessionUnknown => {
-            (EXIT_LOST, "lost with its session (unknown to the server: FLUSHALL, a restart without persistence, a failover)")
+        LossReason::SessionExpired => {
+            (EXIT_LOST, "lost with its session (it expired on the server: no keepalive by its deadline)")
         }
+        LossReason::SessionRevoked => (EXIT_LOST, "lost with its session (revoked on the server: SESSION.REVOKE)"),
+        LossReason::SessionUnknown => (
+            EXIT_LOST,
+            "lost with its session (unknown to the server: FLUSHALL, a restart without persistence, a failover)",
+        ),
         _ => (EXIT_LOST, "lost"),
     }
 }
