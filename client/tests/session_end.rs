@@ -6,7 +6,7 @@
 //! session's deadline while the client still counted it valid: a restart
 //! from the AOF with a shifted clock), `SessionUnknown` (a restart without
 //! persistence: the server never heard of it). `redis-lock run` says which
-//! when it exits 79. With `session_checks(0)` no lock is checked on its
+//! when it exits 79; `lock_all`'s locks are held by the session too. With `session_checks(0)` no lock is checked on its
 //! own (such a check would hear a deleted key as `NotOwner` first), so
 //! what is heard comes from the keepalive.
 
@@ -139,4 +139,51 @@ fn run_says_its_session_was_revoked() {
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(status.code(), Some(79), "{err}");
     assert!(err.contains("revoked on the server"), "{err}");
+}
+
+/// `lock_all`'s watchdog locks are held by the client's session, as
+/// single locks are (one `LOCK.ACQUIREALL … SESSION id`, also after a
+/// wait), and lost with it.
+#[test]
+fn lock_all_holds_its_keys_with_the_session() {
+    let s = Server::start();
+    let c = client(&s);
+    let other = LockClient::open(&s.url()).expect("client");
+    let ttl = ms(3_000);
+    let first = other.try_acquire_with("all:{t}:b", ttl, &watched()).expect("acquire");
+    let waiter = {
+        let c = c.clone();
+        std::thread::spawn(move || c.lock_all_with(&["all:{t}:a", "all:{t}:b"], ttl, ms(20_000), &watched()))
+    };
+    let mut con = s.conn();
+    assert!(
+        eventually(PATIENCE, || redis::cmd("LOCK.TOP")
+            .query::<Vec<redis::Value>>(&mut con)
+            .is_ok_and(|t| !t.is_empty())),
+        "the request waits"
+    );
+    first.release().expect("release");
+    let locks = waiter.join().unwrap().expect("granted after the wait");
+    let mine: Vec<String> = sessions(&s)
+        .into_iter()
+        .filter(|id| {
+            let v: Option<String> = redis::cmd("GET").arg("all:{t}:a").query(&mut con).unwrap();
+            v.is_some_and(|v| v.contains(id.as_str()))
+        })
+        .collect();
+    assert_eq!(mine.len(), 1, "one session holds the keys");
+    for l in &locks {
+        let v: String = redis::cmd("GET").arg(l.key()).query(&mut con).unwrap();
+        assert!(v.contains(&mine[0]) && v.contains(l.token()), "{}: {v}", l.key());
+        let left: i64 = redis::cmd("PTTL").arg(l.key()).query(&mut con).unwrap();
+        assert_eq!(left, -1, "{}: kept by the session, not by its own lease", l.key());
+    }
+    // Held through several keepalives without a renewal of their own.
+    std::thread::sleep(ms(3_500));
+    assert!(locks.iter().all(|l| l.is_held()));
+    let revoked: i64 = redis::cmd("SESSION.REVOKE").arg(&mine[0]).query(&mut con).unwrap();
+    assert_eq!(revoked, 1);
+    for l in &locks {
+        assert_eq!(l.lost_signal().wait_timeout(PATIENCE), Some(LossReason::SessionRevoked), "{}", l.key());
+    }
 }
