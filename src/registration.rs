@@ -405,9 +405,9 @@ const COMMANDS: &[Command] = &[
         flags: c"write fast",
         key: None,
         acl: c"write fast",
-        summary: c"Ends a session now: its locks are released (without lock-delay), in bounded slices",
+        summary: c"Ends a session now: its locks are released (without lock-delay), in bounded slices; REASON is told to its holder",
         complexity: c"O(1); its locks are released afterwards, at most 256 per millisecond",
-        args: &[Arg::Str(c"id")],
+        args: &[Arg::Str(c"id"), Arg::Text(c"reason", c"REASON")],
     },
     Command {
         name: c"session.info",

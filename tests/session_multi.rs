@@ -227,7 +227,7 @@ fn a_replica_and_an_aof_restart_keep_the_keys_and_their_attachments() {
     until_waiting(&mut m, 1);
     assert_eq!(int(&mut m, &["LOCK.RELEASE", "d", "holder"]), 1);
     assert_eq!(rx.recv_timeout(Duration::from_secs(10)).expect("granted").1, Value::Int(1));
-    assert_eq!(int(&mut m, &["SESSION.REVOKE", &gone]), 1);
+    assert_eq!(int(&mut m, &["SESSION.REVOKE", &gone, "REASON", "drain"]), 1);
     eventually("the revoked session's keys are released", || get(&mut m, "x").is_none() && get(&mut m, "y").is_none());
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(20_000).query(&mut m).unwrap();
     assert_eq!(acked, 1);
@@ -236,6 +236,8 @@ fn a_replica_and_an_aof_restart_keep_the_keys_and_their_attachments() {
     assert_eq!(listed(&mut r, &id), ["a", "b", "c", "d", "e"]);
     assert_eq!(listed(&mut m, &id), ["a", "b", "c", "d", "e"]);
     assert_eq!(state(&mut r, &gone).as_deref(), Some("revoked"), "the replica remembers the end too");
+    let why = session_info(&mut r, &gone).map(|f| field(&f, "end-reason"));
+    assert_eq!(why, Some(Value::BulkString(b"drain".to_vec())), "and its reason");
     drop(replica);
     let before = digest(&mut m);
     master.restart();
@@ -259,14 +261,27 @@ fn an_ended_session_tells_how_it_ended() {
     assert_eq!(int(&mut c, &["LOCK.ACQUIRE", "r", "t", "1000", "SESSION", &revoked]), 1);
     assert_eq!(int(&mut c, &["LOCK.ACQUIRE", "e", "t", "1000", "SESSION", &expired]), 1);
     let at = server_now(&mut c);
-    assert_eq!(int(&mut c, &["SESSION.REVOKE", &revoked]), 1);
+    // A bad reason is refused, and changes nothing.
+    for (opts, error) in [
+        (vec!["REASON".to_owned(), "x".repeat(201)], "REASON must be valid UTF-8 of at most 200 bytes"),
+        (vec!["REASON".to_owned()], "syntax error"),
+        (vec!["GRACE".to_owned(), "5".to_owned()], "syntax error"),
+    ] {
+        let e = redis::cmd("SESSION.REVOKE").arg(&revoked).arg(&opts).query::<Value>(&mut c).unwrap_err();
+        assert!(e.to_string().contains(error), "{opts:?}: {e}");
+    }
+    assert_eq!(state(&mut c, &revoked).as_deref(), Some("alive"));
+    assert_eq!(int(&mut c, &["SESSION.REVOKE", &revoked, "REASON", "rotate keys"]), 1);
+    let ending = session_info(&mut c, &revoked).map(|f| field(&f, "end-reason"));
+    assert_eq!(ending, Some(Value::BulkString(b"rotate keys".to_vec())), "told while its locks are released too");
     eventually("both are forgotten", || list(&mut c).is_empty());
     let keepalive: Vec<i64> = redis::cmd("SESSION.KEEPALIVE").arg(&revoked).arg(&expired).query(&mut c).unwrap();
     assert_eq!(keepalive, [0, 0], "the keepalive's reply is unchanged");
     let f = session_info(&mut c, &revoked).expect("remembered");
     let names: Vec<&str> = f.iter().map(|(n, _)| n.as_str()).collect();
     let all = ["id", "state", "ttl-ms", "ttl-left-ms", "deadline", "lock-delay-ms", "holds", "first", "revoked-holds"];
-    assert_eq!(names, [&all[..], &["revoked"]].concat(), "the same fields");
+    assert_eq!(names, [&all[..], &["revoked", "end-reason"]].concat(), "the same fields");
+    assert_eq!(field(&f, "end-reason"), Value::BulkString(b"rotate keys".to_vec()));
     assert_eq!(field(&f, "state"), Value::BulkString(b"revoked".to_vec()));
     assert_eq!((field(&f, "ttl-ms"), field(&f, "lock-delay-ms")), (Value::Int(60_000), Value::Int(20)));
     assert_eq!((field(&f, "ttl-left-ms"), field(&f, "holds")), (Value::Int(0), Value::Int(0)));
@@ -274,6 +289,7 @@ fn an_ended_session_tells_how_it_ended() {
     assert!(end >= at && end <= server_now(&mut c), "ended at {end}, revoked after {at}");
     assert_eq!(state(&mut c, &expired).as_deref(), Some("expired"));
     assert_eq!(session_int(&mut c, &expired, "ttl-ms"), 300);
+    assert_eq!(session_info(&mut c, &expired).map(|f| field(&f, "end-reason")), Some(Value::Nil));
     assert_eq!(cmd(&mut c, &["SESSION.INFO", "0123456789abcdef0123456789abcdef"]).unwrap(), Value::Nil);
     assert_eq!(info_field(&mut c, "sessions"), 0, "not counted as sessions");
     let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();

@@ -25,6 +25,8 @@ pub(crate) struct SessionLease {
     /// ended (an index in [`ENDS`], 0: it has not), every lock attached to
     /// it lost so.
     ended: AtomicU8,
+    /// Why it was revoked, if the server said (`SESSION.REVOKE … REASON`).
+    why: Mutex<Option<String>>,
     /// Acquires under way with this session (an idle session is revoked
     /// only when none is).
     in_use: AtomicUsize,
@@ -42,6 +44,7 @@ impl SessionLease {
             ttl,
             valid_until: Mutex::new(sent + ttl),
             ended: AtomicU8::new(0),
+            why: Mutex::new(None),
             in_use: AtomicUsize::new(0),
             held: AtomicUsize::new(0),
         }
@@ -59,11 +62,19 @@ impl SessionLease {
         *g = (*g).max(sent + self.ttl);
     }
 
-    /// The server said the session ended, as `how` (one of [`ENDS`]);
-    /// the first end told stays.
-    pub(crate) fn end(&self, how: LossReason) {
+    /// The server said the session ended, as `how` (one of [`ENDS`]), for
+    /// `why` (a revoke's reason, if told); the first end told stays.
+    pub(crate) fn end(&self, how: LossReason, why: Option<String>) {
         let code = ENDS.iter().position(|&r| r == how).map_or(1, |i| i as u8 + 1);
-        let _ = self.ended.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
+        let mut w = self.why.lock().unwrap_or_else(|p| p.into_inner());
+        if self.ended.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            *w = why;
+        }
+    }
+
+    /// A revoke's reason, if the server told one.
+    pub(crate) fn why(&self) -> Option<String> {
+        self.why.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub(crate) fn ended(&self) -> bool {
@@ -148,8 +159,9 @@ mod tests {
         s.let_go();
         assert_eq!(s.held(), 1);
         assert_eq!(s.end_reason(), None);
-        s.end(LossReason::SessionRevoked);
-        s.end(LossReason::SessionUnknown);
+        s.end(LossReason::SessionRevoked, Some("drain".into()));
+        s.end(LossReason::SessionUnknown, None);
+        assert_eq!(s.why().as_deref(), Some("drain"));
         assert!(s.ended() && !s.usable(t0));
         assert_eq!(s.end_reason(), Some(LossReason::SessionRevoked), "the first end told stays");
     }

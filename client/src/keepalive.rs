@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use crate::attach::SessionLease;
 use crate::cmd::{info_cmd, keepalive_cmd, keepalive_reply, revoke_cmd};
 use crate::loss::session_end;
-use crate::revocation::{session_revocations, Revocation, SessionRevoked};
+use crate::revocation::{session_revocations, text_field, Revocation, SessionRevoked};
 use crate::session::{follow, EndedSession, SessionCalls, Sessions};
 use crate::state::{LossReason, Shared, Status};
 
@@ -127,15 +127,17 @@ pub(crate) async fn keepalives(sessions: Arc<Sessions>, renewer: Weak<dyn Sessio
 /// Ends each of `ended` (its node, its session and locks) as its node
 /// says it ended: one `SESSION.INFO id` per session (a session's end is
 /// rare; at most [`ASK_HOW`] is waited for it), its state `expired` or
-/// `revoked`, or nil (unknown there); every lock of it is then lost with
-/// that reason at once.
+/// `revoked` (with a revoke's `end-reason`), or nil (unknown there);
+/// every lock of it is then lost with that reason at once.
 async fn end(calls: &Arc<dyn SessionCalls>, ended: Vec<(String, EndedSession)>) {
     let asks = ended.into_iter().map(|(node, (lease, locks))| {
         let calls = calls.clone();
         async move {
             let info = tokio::time::timeout(ASK_HOW, calls.session_call(node, info_cmd(&lease.id, 1))).await;
-            let how = session_end(info.ok().and_then(|r| r.ok()));
-            lease.end(how);
+            let info = info.ok().and_then(|r| r.ok());
+            let why = info.clone().and_then(|v| text_field(v, "end-reason"));
+            lease.end(session_end(info), why);
+            let how = lease.end_reason().unwrap_or(LossReason::SessionEnded);
             for lock in locks {
                 lock.mark_lost(how);
             }

@@ -306,7 +306,7 @@ impl Sessions {
         for (_, id) in &idle {
             if let Some(e) = t.sessions.remove(id) {
                 // Revoked by this client (it holds nothing).
-                e.lease.end(LossReason::SessionRevoked);
+                e.lease.end(LossReason::SessionRevoked, None);
                 if t.current.get(&e.key).is_some_and(|c| c == id) {
                     t.current.remove(&e.key);
                 }

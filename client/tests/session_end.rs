@@ -55,9 +55,11 @@ fn a_revoked_session_is_every_holds_loss_as_revoked() {
     let permit = c.semaphore("end:pool", 2).try_acquire_with(ttl, &watched()).expect("a permit");
     let lead = c.election("end:lead").campaign_with("me", ttl, ms(0), &watched()).expect("leads");
     let id = the_session(&s);
-    let revoked: i64 = redis::cmd("SESSION.REVOKE").arg(&id).query(&mut s.conn()).unwrap();
+    assert_eq!(lock.lost_signal().session_revoke_reason(), None, "held");
+    let revoked: i64 = redis::cmd("SESSION.REVOKE").arg(&id).arg("REASON").arg("rotate").query(&mut s.conn()).unwrap();
     assert_eq!(revoked, 1);
     assert_eq!(lock.lost_signal().wait_timeout(PATIENCE), Some(LossReason::SessionRevoked));
+    assert_eq!(lock.lost_signal().session_revoke_reason().as_deref(), Some("rotate"));
     assert_eq!(permit.lost_signal().wait_timeout(PATIENCE), Some(LossReason::SessionRevoked));
     assert_eq!(lead.lost_signal().wait_timeout(PATIENCE), Some(LossReason::SessionRevoked));
     assert!(!lock.is_held() && !permit.is_held());
@@ -103,7 +105,7 @@ fn a_session_the_server_expired_after_its_clock_jumped_is_lost_as_expired() {
     assert_eq!(lock.lost_signal().wait_timeout(PATIENCE), Some(LossReason::SessionExpired));
 }
 
-/// `redis-lock run` exits 79 and says how the session ended.
+/// `redis-lock run` exits 79 and says how the session ended, and why.
 #[test]
 fn run_says_its_session_was_revoked() {
     let s = Server::start();
@@ -124,7 +126,8 @@ fn run_says_its_session_was_revoked() {
         .expect("redis-lock run");
     assert!(eventually(PATIENCE, || started.exists()), "CMD started");
     let id = the_session(&s);
-    let revoked: i64 = redis::cmd("SESSION.REVOKE").arg(&id).query(&mut s.conn()).unwrap();
+    let revoked: i64 =
+        redis::cmd("SESSION.REVOKE").arg(&id).arg("REASON").arg("node drain").query(&mut s.conn()).unwrap();
     assert_eq!(revoked, 1);
     let end = Instant::now() + PATIENCE * 2;
     let status = loop {
@@ -138,7 +141,7 @@ fn run_says_its_session_was_revoked() {
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(status.code(), Some(79), "{err}");
-    assert!(err.contains("revoked on the server"), "{err}");
+    assert!(err.contains("revoked on the server: SESSION.REVOKE): node drain"), "{err}");
 }
 
 /// `lock_all`'s watchdog locks are held by the client's session, as

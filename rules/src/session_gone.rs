@@ -15,22 +15,38 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
+use crate::error::ArgError;
+use crate::revoke::MAX_REASON;
 use crate::session::{Ended, Id};
 
 /// How long an ended session is remembered at least (ms): a holder whose
 /// keepalives come every TTL/3 hears of its end well within this.
 pub const MIN_KEEP_MS: i64 = 60_000;
-/// How many ended sessions a node remembers at most (each ~90 B).
+/// How many ended sessions a node remembers at most.
 pub const MAX_GONE: usize = 65_536;
 /// Entries whose time is up dropped per end noted, at most.
 const PRUNE: usize = 2;
 
 /// An ended session as remembered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Gone {
     pub ended: Ended,
     pub ttl: i64,
     pub lock_delay: i64,
+    /// Why it was revoked (`SESSION.REVOKE id REASON text`), if told.
+    pub why: Option<Box<str>>,
+}
+
+/// `SESSION.REVOKE id [REASON text]`'s options: the reason, if given
+/// (UTF-8 of at most [`MAX_REASON`] bytes, as `LOCK.REVOKE`'s).
+pub fn parse_revoke_options<'a>(options: &[&'a [u8]]) -> Result<Option<&'a str>, ArgError> {
+    match options {
+        [] => Ok(None),
+        [name, text] if name.eq_ignore_ascii_case(b"REASON") => {
+            std::str::from_utf8(text).ok().filter(|r| r.len() <= MAX_REASON).map(Some).ok_or(ArgError::ReasonInvalid)
+        }
+        _ => Err(ArgError::Syntax),
+    }
 }
 
 /// Until when the end of a session of `ttl` at `at` is remembered.
@@ -82,8 +98,8 @@ impl GoneSessions {
     }
 
     /// How `id` ended, if it ended here lately.
-    pub fn get(&self, id: Id, now: i64) -> Option<Gone> {
-        self.map.get(&id).filter(|&&(_, until)| until > now).map(|&(g, _)| g)
+    pub fn get(&self, id: Id, now: i64) -> Option<&Gone> {
+        self.map.get(&id).filter(|&&(_, until)| until > now).map(|(g, _)| g)
     }
 
     /// Forgets them all (`FLUSHALL`).
@@ -109,7 +125,7 @@ mod tests {
     const NOW: i64 = 1_700_000_000_000;
 
     fn gone(at: i64, ttl: i64, reason: Reason) -> Gone {
-        Gone { ended: Ended { at, reason }, ttl, lock_delay: 7 }
+        Gone { ended: Ended { at, reason }, ttl, lock_delay: 7, why: None }
     }
 
     #[test]
@@ -117,7 +133,7 @@ mod tests {
         let mut g = GoneSessions::default();
         g.note(1, gone(NOW, 1_000, Reason::Revoked), NOW);
         g.note(2, gone(NOW, 300_000, Reason::Expired), NOW);
-        assert_eq!(g.get(1, NOW + MIN_KEEP_MS - 1), Some(gone(NOW, 1_000, Reason::Revoked)));
+        assert_eq!(g.get(1, NOW + MIN_KEEP_MS - 1), Some(&gone(NOW, 1_000, Reason::Revoked)));
         assert_eq!(g.get(1, NOW + MIN_KEEP_MS), None);
         assert_eq!(g.get(2, NOW + 299_999).map(|g| g.ended.reason), Some(Reason::Expired));
         assert_eq!(g.get(2, NOW + 300_000), None);
@@ -128,6 +144,17 @@ mod tests {
         assert_eq!(g.len(), 2);
         g.clear();
         assert!(g.is_empty() && g.get(2, NOW).is_none());
+    }
+
+    #[test]
+    fn a_revokes_reason_is_checked_as_lock_revokes() {
+        assert_eq!(parse_revoke_options(&[]), Ok(None));
+        assert_eq!(parse_revoke_options(&[b"reason", b"drain"]), Ok(Some("drain")));
+        assert_eq!(parse_revoke_options(&[b"REASON"]), Err(ArgError::Syntax));
+        assert_eq!(parse_revoke_options(&[b"GRACE", b"5"]), Err(ArgError::Syntax));
+        assert_eq!(parse_revoke_options(&[b"REASON", b"\xff"]), Err(ArgError::ReasonInvalid));
+        let long = "x".repeat(MAX_REASON + 1);
+        assert_eq!(parse_revoke_options(&[b"REASON", long.as_bytes()]), Err(ArgError::ReasonInvalid));
     }
 
     #[test]

@@ -133,12 +133,12 @@ fn tick(ctx: Ctx) -> Option<i64> {
         let mut t = table();
         let ended = t.expire_due(now, MAX_ENDS);
         for &(id, at) in &ended {
-            session_gone::note(&t, id, at, redis_lock_rules::session::Reason::Expired, now);
+            session_gone::note(&t, id, (at, redis_lock_rules::session::Reason::Expired, None), now);
         }
         ended
     };
     for &(id, at) in &ended {
-        session::replicate_end(ctx, id, at, redis_lock_rules::session::Reason::Expired);
+        session::replicate_end(ctx, id, (at, redis_lock_rules::session::Reason::Expired, None));
         stats::SESSIONS_EXPIRED.add();
         queue::session_ended_answer(ctx, id);
     }

@@ -82,19 +82,20 @@ pub fn keepalive(ctx: Ctx, id: Id) -> Option<i64> {
 }
 
 /// `SESSION.REVOKE`: ends a live session now (its holds are released by
-/// the timer, without lock-delay). False when it is unknown or ended.
-pub fn revoke(ctx: Ctx, id: Id) -> bool {
+/// the timer, without lock-delay), for `why` if told. False when it is
+/// unknown or ended.
+pub fn revoke(ctx: Ctx, id: Id, why: Option<&str>) -> bool {
     let now = ctx.now_ms();
     let revoked = {
         let mut t = table();
         let ended = matches!(t.state(id, now), SessionState::Alive { .. }) && t.end(id, now, Reason::Revoked);
         if ended {
-            session_gone::note(&t, id, now, Reason::Revoked, now);
+            session_gone::note(&t, id, (now, Reason::Revoked, why), now);
         }
         ended
     };
     if revoked {
-        replicate_end(ctx, id, now, Reason::Revoked);
+        replicate_end(ctx, id, (now, Reason::Revoked, why));
         stats::SESSIONS_REVOKED.add();
     }
     revoked
@@ -246,8 +247,8 @@ fn replicate_grant(ctx: Ctx, id: Id, ttl: i64, lock_delay: i64, deadline: i64) {
     }
 }
 
-/// Replicates a session's end.
-pub fn replicate_end(ctx: Ctx, id: Id, at: i64, reason: Reason) {
+/// Replicates a session's end (at, how, and a revoke's reason if told).
+pub fn replicate_end(ctx: Ctx, id: Id, (at, reason, why): (i64, Reason, Option<&str>)) {
     let id = session_id_text(id);
     let mut digits = [0u8; 20];
     let at = decimal(at, &mut digits);
@@ -255,17 +256,25 @@ pub fn replicate_end(ctx: Ctx, id: Id, at: i64, reason: Reason) {
         Reason::Expired => c"EXPIRED",
         Reason::Revoked => c"REVOKED",
     };
+    // Without a reason the format takes one argument fewer: the extra
+    // variadic ones are not read.
+    let (fmt, why) = match why {
+        Some(why) => (c"cbbcb", why),
+        None => (c"cbbc", ""),
+    };
     unsafe {
         rm!(RedisModule_Replicate)(
             ctx.0,
             c"SESSION.APPLY".as_ptr(),
-            c"cbbc".as_ptr(),
+            fmt.as_ptr(),
             c"END".as_ptr(),
             id.as_ptr(),
             id.len(),
             at.as_ptr(),
             at.len(),
             reason.as_ptr(),
+            why.as_ptr(),
+            why.len(),
         );
     }
 }
@@ -312,6 +321,8 @@ pub enum Apply<'a> {
         id: Id,
         at: i64,
         reason: Reason,
+        /// A revoke's REASON, if told.
+        why: Option<&'a str>,
     },
     Forget {
         id: Id,
@@ -337,9 +348,9 @@ pub fn apply(ctx: Ctx, entry: Apply) {
     let mut t = table();
     match entry {
         Apply::Grant { id, ttl, lock_delay, deadline } => t.grant(id, ttl, lock_delay, deadline),
-        Apply::End { id, at, reason } => {
+        Apply::End { id, at, reason, why } => {
             if t.end(id, at, reason) {
-                session_gone::note(&t, id, at, reason, ctx.now_ms());
+                session_gone::note(&t, id, (at, reason, why), ctx.now_ms());
             }
         }
         Apply::Forget { id } => t.forget(id),

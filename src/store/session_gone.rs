@@ -21,16 +21,19 @@ fn gone() -> MutexGuard<'static, GoneSessions> {
     GONE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Notes that `id`, a session of `t`, ended at `at` for `reason`, at `now`.
-pub fn note(t: &Sessions<HoldKey>, id: Id, at: i64, reason: Reason, now: i64) {
+/// Notes that `id`, a session of `t`, ended at `at` for `reason` (with
+/// `why`, a revoke's REASON), at `now`.
+pub fn note(t: &Sessions<HoldKey>, id: Id, (at, reason, why): (i64, Reason, Option<&str>), now: i64) {
     let Some(info) = t.info(id, 0) else { return };
-    let g = Gone { ended: Ended { at, reason }, ttl: info.ttl, lock_delay: info.lock_delay };
+    let why = why.map(Box::from);
+    let g = Gone { ended: Ended { at, reason }, ttl: info.ttl, lock_delay: info.lock_delay, why };
     gone().note(id, g, now);
 }
 
-/// How `id` ended, if it ended here lately (and the table forgot it).
+/// How `id` ended, if it ended here lately (while its locks are released,
+/// and after).
 pub fn get(id: Id, now: i64) -> Option<Gone> {
-    gone().get(id, now)
+    gone().get(id, now).cloned()
 }
 
 /// `FLUSHALL`: every session is forgotten, its end too.

@@ -162,7 +162,9 @@ pub fn run_under(
     });
     if let Some(reason) = outcome.lost {
         let (code, how) = lost_exit(reason);
-        return Err(Fail(code, format!("{program:?} was terminated because lock {key:?} was {how}")));
+        // A session's revoke may say why.
+        let why = lost.iter().find_map(|l| l.session_revoke_reason()).map(|w| format!(": {w}")).unwrap_or_default();
+        return Err(Fail(code, format!("{program:?} was terminated because lock {key:?} was {how}{why}")));
     }
     let mut lost_code = None;
     for lock in locks {
