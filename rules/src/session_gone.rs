@@ -5,19 +5,20 @@
 //! to TTL/3 later. So that `SESSION.INFO` can still tell that holder why
 //! (`expired` or `revoked`, not merely unknown), each end is kept here
 //! for [`keep_until`]: the session's TTL after its end, at least
-//! [`MIN_KEEP_MS`], and at most [`MAX_GONE`] of them (the ones whose time
-//! is nearest up go first). Pure bookkeeping taking `now`; the module
+//! [`MIN_KEEP_MS`], and at most [`MAX_GONE`] of them (the ones noted
+//! first go first). Pure bookkeeping taking `now`; the module
 //! keeps one per node (`crate::store::session_gone` there).
 //!
-//! Work: O(log n) per end noted (plus at most [`PRUNE`] entries whose
-//! time is up, dropped on the way), O(1) per lookup.
+//! Work: O(1) per end noted (plus at most [`PRUNE`] entries whose time is
+//! up, dropped on the way from the oldest), O(1) per lookup. Memory: one
+//! 32-byte slot and an 8-byte key per end in a hash map, 8 bytes in the
+//! order, and the reason of a revoke that gave one.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{HashMap, VecDeque};
 
 use crate::error::ArgError;
 use crate::revoke::MAX_REASON;
-use crate::session::{Ended, Id};
+use crate::session::{Ended, Id, Reason};
 
 /// How long an ended session is remembered at least (ms): a holder whose
 /// keepalives come every TTL/3 hears of its end well within this.
@@ -54,14 +55,36 @@ pub fn keep_until(at: i64, ttl: i64) -> i64 {
     at.saturating_add(ttl.max(MIN_KEEP_MS))
 }
 
+/// One remembered end, in 32 bytes (its key is the id's low 64 bits).
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    /// The id's high 64 bits.
+    hi: u64,
+    at: i64,
+    ttl: i64,
+    /// The lock-delay (16 bits: at most 60,000 ms) and how it ended (bit
+    /// 16: revoked).
+    bits: u32,
+}
+
+const REVOKED: u32 = 1 << 16;
+
+impl Slot {
+    fn until(&self) -> i64 {
+        keep_until(self.at, self.ttl)
+    }
+}
+
 /// A node's lately ended sessions.
 #[derive(Debug, Default)]
 pub struct GoneSessions {
-    /// Each one, with until when it is kept.
-    map: HashMap<Id, (Gone, i64)>,
-    /// (until, id), earliest first; lazy: an entry whose id is gone or
-    /// kept until another time is skipped.
-    order: BinaryHeap<Reverse<(i64, Id)>>,
+    /// By the id's low 64 bits (a lookup compares the high ones too).
+    map: HashMap<u64, Slot>,
+    /// The reasons of the revokes that gave one, by the same key.
+    why: HashMap<u64, Box<str>>,
+    /// The keys in the order noted, oldest first; lazy: a key no longer
+    /// in `map` is skipped.
+    order: VecDeque<u64>,
 }
 
 impl GoneSessions {
@@ -69,37 +92,53 @@ impl GoneSessions {
     /// time is already up (an old end replayed from an AOF).
     pub fn note(&mut self, id: Id, gone: Gone, now: i64) {
         self.prune(now, PRUNE);
-        let until = keep_until(gone.ended.at, gone.ttl);
-        if until <= now {
+        if keep_until(gone.ended.at, gone.ttl) <= now {
             return;
         }
         while self.map.len() >= MAX_GONE && self.pop().is_some() {}
-        self.map.insert(id, (gone, until));
-        self.order.push(Reverse((until, id)));
+        let revoked = if gone.ended.reason == Reason::Revoked { REVOKED } else { 0 };
+        let delay = gone.lock_delay.clamp(0, i64::from(u16::MAX)) as u32;
+        let slot = Slot { hi: (id >> 64) as u64, at: gone.ended.at, ttl: gone.ttl, bits: delay | revoked };
+        let key = id as u64;
+        self.map.insert(key, slot);
+        match gone.why {
+            Some(why) => self.why.insert(key, why),
+            None => self.why.remove(&key),
+        };
+        self.order.push_back(key);
     }
 
-    /// Drops the entry that is up first (or a stale one): false when none.
+    /// Drops the entry noted first (or a stale key): `None` when none.
     fn pop(&mut self) -> Option<()> {
-        let Reverse((until, id)) = self.order.pop()?;
-        if self.map.get(&id).is_some_and(|&(_, u)| u == until) {
-            self.map.remove(&id);
-        }
+        let key = self.order.pop_front()?;
+        self.map.remove(&key);
+        self.why.remove(&key);
         Some(())
     }
 
-    /// Drops up to `max` entries whose time is up at `now`.
+    /// Drops up to `max` entries from the oldest on, while their time is
+    /// up at `now` (or they are stale).
     fn prune(&mut self, now: i64, max: usize) {
         for _ in 0..max {
-            match self.order.peek() {
-                Some(&Reverse((until, _))) if until <= now => drop(self.pop()),
-                _ => break,
+            match self.order.front().map(|k| self.map.get(k)) {
+                Some(Some(slot)) if slot.until() > now => break,
+                Some(_) => drop(self.pop()),
+                None => break,
             }
         }
     }
 
     /// How `id` ended, if it ended here lately.
-    pub fn get(&self, id: Id, now: i64) -> Option<&Gone> {
-        self.map.get(&id).filter(|&&(_, until)| until > now).map(|(g, _)| g)
+    pub fn get(&self, id: Id, now: i64) -> Option<Gone> {
+        let key = id as u64;
+        let slot = self.map.get(&key).filter(|s| s.hi == (id >> 64) as u64 && s.until() > now)?;
+        let reason = if slot.bits & REVOKED != 0 { Reason::Revoked } else { Reason::Expired };
+        Some(Gone {
+            ended: Ended { at: slot.at, reason },
+            ttl: slot.ttl,
+            lock_delay: i64::from(slot.bits & 0xffff),
+            why: self.why.get(&key).cloned(),
+        })
     }
 
     /// Forgets them all (`FLUSHALL`).
@@ -120,7 +159,6 @@ impl GoneSessions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::Reason;
 
     const NOW: i64 = 1_700_000_000_000;
 
@@ -133,7 +171,12 @@ mod tests {
         let mut g = GoneSessions::default();
         g.note(1, gone(NOW, 1_000, Reason::Revoked), NOW);
         g.note(2, gone(NOW, 300_000, Reason::Expired), NOW);
-        assert_eq!(g.get(1, NOW + MIN_KEEP_MS - 1), Some(&gone(NOW, 1_000, Reason::Revoked)));
+        assert_eq!(g.get(1, NOW + MIN_KEEP_MS - 1), Some(gone(NOW, 1_000, Reason::Revoked)));
+        let twin = 1 | (1u128 << 100);
+        assert_eq!(g.get(twin, NOW), None, "the same low bits, another id");
+        let why = Gone { why: Some("drain".into()), ..gone(NOW, 1, Reason::Revoked) };
+        g.note(5, why.clone(), NOW);
+        assert_eq!(g.get(5, NOW), Some(why));
         assert_eq!(g.get(1, NOW + MIN_KEEP_MS), None);
         assert_eq!(g.get(2, NOW + 299_999).map(|g| g.ended.reason), Some(Reason::Expired));
         assert_eq!(g.get(2, NOW + 300_000), None);
@@ -141,7 +184,7 @@ mod tests {
         // An end long past (an AOF replayed later) is not kept.
         g.note(4, gone(NOW - 10 * MIN_KEEP_MS, 1, Reason::Expired), NOW);
         assert_eq!(g.get(4, NOW), None);
-        assert_eq!(g.len(), 2);
+        assert_eq!(g.len(), 3);
         g.clear();
         assert!(g.is_empty() && g.get(2, NOW).is_none());
     }
@@ -171,13 +214,13 @@ mod tests {
     }
 
     #[test]
-    fn at_most_max_gone_are_kept_the_nearest_up_going_first() {
+    fn at_most_max_gone_are_kept_the_first_noted_going_first() {
         let mut g = GoneSessions::default();
         for id in 0..MAX_GONE as u128 + 3 {
             g.note(id, gone(NOW + id as i64, 1, Reason::Expired), NOW);
         }
         assert_eq!(g.len(), MAX_GONE);
-        assert_eq!(g.get(0, NOW), None, "the first up went first");
+        assert_eq!(g.get(0, NOW), None, "the first noted went first");
         assert!(g.get(3, NOW).is_some() && g.get(MAX_GONE as u128 + 2, NOW).is_some());
     }
 }

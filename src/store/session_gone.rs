@@ -33,7 +33,7 @@ pub fn note(t: &Sessions<HoldKey>, id: Id, (at, reason, why): (i64, Reason, Opti
 /// How `id` ended, if it ended here lately (while its locks are released,
 /// and after).
 pub fn get(id: Id, now: i64) -> Option<Gone> {
-    gone().get(id, now).cloned()
+    gone().get(id, now)
 }
 
 /// `FLUSHALL`: every session is forgotten, its end too.
