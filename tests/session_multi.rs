@@ -8,22 +8,15 @@
 
 use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::{Connection, Value};
 use redis_lock_harness::Server;
 
 mod support;
 use support::lease::{cmd, err, field, fields_of, int, server_now};
+use support::session::{eventually, grant, held_value, list};
 use support::{get, info_field, until_waiting, wait_for_link, AofDir};
-
-fn grant(c: &mut Connection, args: &[&str]) -> String {
-    redis::cmd("SESSION.GRANT").arg(args).query(c).expect("SESSION.GRANT")
-}
-
-fn held_value(id: &str, token: &str) -> String {
-    format!(r#"{{"owner":null,"session":"{id}","token":"{token}"}}"#)
-}
 
 fn all(c: &mut Connection, keys: &[&str], token: &str, opts: &[&str]) -> redis::RedisResult<Value> {
     redis::cmd("LOCK.ACQUIREALL").arg(keys.len()).arg(keys).arg(token).arg(30_000).arg(opts).query(c)
@@ -56,19 +49,6 @@ fn pttl(c: &mut Connection, key: &str) -> i64 {
 
 fn digest(c: &mut Connection) -> String {
     redis::cmd("DEBUG").arg("DIGEST").query(c).expect("DEBUG DIGEST")
-}
-
-fn list(c: &mut Connection) -> Vec<String> {
-    redis::cmd("SESSION.LIST").query(c).expect("SESSION.LIST")
-}
-
-/// Waits (at most 20 s) until `what` holds.
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// LOCK.ACQUIREALL on a new connection from a thread; its reply (an error

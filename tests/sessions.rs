@@ -15,14 +15,8 @@ use redis_lock_rules::scripts;
 
 mod support;
 use support::lease::{cmd, err, field, fields_of, int, server_now, until_server_time};
+use support::session::{eventually, grant, held_value, list};
 use support::{info_field, until_waiting, wait_for_link, waiter_on, LEASE_MS};
-
-fn grant(c: &mut Connection, args: &[&str]) -> String {
-    let id: String = redis::cmd("SESSION.GRANT").arg(args).query(c).expect("SESSION.GRANT");
-    assert_eq!(id.len(), 32, "{id}");
-    assert!(id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()), "{id}");
-    id
-}
 
 fn keepalive(c: &mut Connection, ids: &[&str]) -> Vec<i64> {
     redis::cmd("SESSION.KEEPALIVE").arg(ids).query(c).expect("SESSION.KEEPALIVE")
@@ -49,23 +43,6 @@ fn session_int(c: &mut Connection, id: &str, name: &str) -> i64 {
         Some(Value::Int(n)) => n,
         other => panic!("{name} of {id}: {other:?}"),
     }
-}
-
-fn list(c: &mut Connection) -> Vec<String> {
-    redis::cmd("SESSION.LIST").query(c).expect("SESSION.LIST")
-}
-
-/// Waits (at most 20 s) until `what` holds.
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn held_value(id: &str, token: &str) -> String {
-    format!(r#"{{"owner":null,"session":"{id}","token":"{token}"}}"#)
 }
 
 #[test]
