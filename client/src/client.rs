@@ -349,7 +349,7 @@ impl LockClient {
         flavor: Flavor,
     ) -> Result<Lock> {
         let started = Instant::now();
-        if let Some(used) = self.session_for(cmd, ttl, opts, cmd.name()).await {
+        if let Some(used) = self.session_for(cmd, ttl, opts).await {
             let held = cmd.with_session(used.lease.clone());
             let r = self.acquire_once(&held, ttl, wait, opts, flavor.clone()).await;
             let refusal = match &r {
@@ -364,19 +364,11 @@ impl LockClient {
         self.acquire_once(cmd, ttl, wait.saturating_sub(started.elapsed()), opts, flavor).await
     }
 
-    /// The session a lock of `cmd` can be held by, if any (`session.rs`),
-    /// when sent with `command` (which a node may refuse to take
-    /// `SESSION` on).
-    pub(crate) async fn session_for(
-        &self,
-        cmd: &LockCmd,
-        ttl: Duration,
-        opts: &LockOptions,
-        command: &str,
-    ) -> Option<SessionUse> {
+    /// The session a lock of `cmd` can be held by, if any (`session.rs`).
+    async fn session_for(&self, cmd: &LockCmd, ttl: Duration, opts: &LockOptions) -> Option<SessionUse> {
         let session_ttl = session::session_ttl(cmd, ttl, opts, &self.core.opts)?;
         let (engine, calls) = (self.core.engine()?, self.core.clone() as Arc<dyn SessionCalls>);
-        engine.sessions().session_for(calls, cmd.key(), session_ttl, cmd.lease().lock_delay_ms, command).await
+        engine.sessions().session_for(calls, cmd.key(), session_ttl, cmd.lease().lock_delay_ms, cmd.name()).await
     }
 
     /// [`LockClient::acquire_cmd`] as it is sent.

@@ -32,8 +32,11 @@ use crate::holding::Flavor;
 use crate::lock::Lock;
 use crate::options::LockOptions;
 use crate::runtime as background;
-use crate::session::SessionUse;
+use crate::session::{self, SessionCalls, SessionUse};
 use crate::transport::Api;
+
+/// The command a group is sent as (a node may refuse `SESSION` on it).
+const ACQUIREALL: &str = "LOCK.ACQUIREALL";
 
 impl LockClient {
     /// Takes every key of `keys` for `ttl` with one token, waiting up to
@@ -154,20 +157,30 @@ impl LockClient {
         deadline: Instant,
         opts: &LockOptions,
     ) -> Result<(Vec<u64>, Option<SessionUse>)> {
-        const NAME: &str = "LOCK.ACQUIREALL";
         let (token, lease) = (first.token(), first.lease());
-        if let Some(used) = self.session_for(first, ttl, opts, NAME).await {
+        if let Some(used) = self.group_session(first, ttl, opts).await {
             // The session's lock-delay is the keys': the grant names none.
             let held = Lease { lock_delay_ms: None, ..lease };
             let r = self.acquire_group(group, token, ttl_ms, held, Some(&used.lease), deadline).await;
-            match (&r, self.core.engine()) {
-                (Err(Error::Redis(e)), Some(engine)) if session_refusal(e).is_some() => {
-                    engine.sessions().refused(&used, session_refusal(e).expect("a refusal"), NAME);
-                }
+            let refusal = match &r {
+                Err(Error::Redis(e)) => session_refusal(e),
+                _ => None,
+            };
+            match (refusal, self.core.engine()) {
+                (Some(why), Some(engine)) => engine.sessions().refused(&used, why, ACQUIREALL),
                 _ => return r.map(|fences| (fences, Some(used))),
             }
         }
         Ok((self.acquire_group(group, token, ttl_ms, lease, None, deadline).await?, None))
+    }
+
+    /// The session `first`'s group can be held by, if any (as a single
+    /// lock's, `LockClient::acquire_cmd`; refusals noted for ACQUIREALL).
+    async fn group_session(&self, first: &LockCmd, ttl: Duration, opts: &LockOptions) -> Option<SessionUse> {
+        let session_ttl = session::session_ttl(first, ttl, opts, &self.core.opts)?;
+        let (engine, calls) = (self.core.engine()?, self.core.clone() as Arc<dyn SessionCalls>);
+        let delay = first.lease().lock_delay_ms;
+        engine.sessions().session_for(calls, first.key(), session_ttl, delay, ACQUIREALL).await
     }
 
     /// One group's `LOCK.ACQUIREALL` (with `SESSION id` of `session`),
