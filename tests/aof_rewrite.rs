@@ -226,7 +226,9 @@ fn a_walk_in_slices_with_writes_between_them_leaves_the_state_of_the_master() {
     eprintln!("{n} rounds of writes while the walk ran");
     until_rewritten(&mut c);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while described(&mut c, &ending).is_some() || list(&mut c).len() != 1 + late.len() {
+    // Forgotten by the table once its locks are released (SESSION.INFO
+    // still tells its end for a while: docs/sessions.md).
+    while list(&mut c).contains(&ending) || list(&mut c).len() != 1 + late.len() {
         assert!(Instant::now() < deadline, "the revoked sessions' locks were not released");
         thread::sleep(Duration::from_millis(10));
     }

@@ -83,8 +83,8 @@ impl Inner {
 
     /// Why a held lock is lost at `now`, if it is.
     fn lost_at(&self, now: Instant) -> Option<LossReason> {
-        if self.session.as_ref().is_some_and(|s| s.ended()) {
-            return Some(LossReason::SessionEnded);
+        if let Some(how) = self.session.as_ref().and_then(|s| s.end_reason()) {
+            return Some(how);
         }
         if now < self.until() {
             return None;

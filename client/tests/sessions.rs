@@ -154,7 +154,7 @@ fn a_revoked_session_is_every_attached_locks_loss() {
     assert_eq!(revoked, 1);
     for l in &locks {
         // Heard on the next keepalive, within TTL/3 (generous margin).
-        assert_eq!(l.lost_signal().wait_timeout(ms(10_000)), Some(LossReason::SessionEnded), "{}", l.key());
+        assert_eq!(l.lost_signal().wait_timeout(ms(10_000)), Some(LossReason::SessionRevoked), "{}", l.key());
         assert!(!l.is_held());
         assert!(matches!(l.renew(ttl), Err(Error::NotHeld { .. })), "a lost lock stays lost");
     }
@@ -173,7 +173,7 @@ fn a_flushall_that_forgets_the_session_loses_its_locks_as_such() {
     let client = LockClient::open(&s.url()).unwrap();
     let lock = client.try_acquire_with("flushed", ms(1500), &watchdog()).unwrap();
     let _: () = redis::cmd("FLUSHALL").query(&mut s.conn()).unwrap();
-    assert_eq!(lock.lost_signal().wait_timeout(ms(10_000)), Some(LossReason::SessionEnded));
+    assert_eq!(lock.lost_signal().wait_timeout(ms(10_000)), Some(LossReason::SessionUnknown));
 }
 
 #[test]

@@ -21,6 +21,7 @@
 //! - [`hold_table`]: the holds `lock.hold-timing` times, and what their ends record.
 //! - [`held`]: a lock held by a session: its grant, settling it when the session ended.
 //! - [`session`]: a node's sessions: deadlines, holds, ending in bounded slices.
+//! - [`session_gone`]: the sessions a node ended lately (why each ended, for its holder).
 //! - [`session_revoked`]: the revoked holds of a node's sessions, in deadline order.
 //! - [`lease`]: LOCKDELAY and MAXHOLD: a grant's lease fields, renewals,
 //!   settling an ended lease to its tombstone, what LOCK.INFO shows.
@@ -59,6 +60,7 @@ pub mod queue;
 pub mod revoke;
 pub mod scripts;
 pub mod session;
+pub mod session_gone;
 pub mod session_revoked;
 pub mod top;
 pub mod value;

@@ -32,7 +32,7 @@ const RULES: Layers = &[
     // timing, LOCK.TOP's view of the queues.
     (
         "bookkeeping",
-        &["blocked", "queue", "observers", "hold_table", "top", "session", "session_revoked", "eviction_window"],
+        &["blocked", "queue", "observers", "hold_table", "top", "session", "session_gone", "session_revoked", "eviction_window"],
     ),
     ("root", &["crate"]),
 ];

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use redis_lock_rules::held;
 use redis_module::raw::{RedisModuleCtx, RedisModuleString, RedisModuleTimerID};
 
-use crate::blocked::{queue, waiters};
+use crate::blocked::queue;
 use crate::boundary::api::rm;
 use crate::boundary::cpu;
 use crate::boundary::ctx::Ctx;
@@ -33,6 +33,7 @@ use crate::store::aof_walk::{self, Budget};
 use crate::store::holders_key::{Edit, Hold, HoldersKey, Mark};
 use crate::store::lease;
 use crate::store::session::{self, table};
+use crate::store::session_gone;
 use crate::store::session_revoked;
 
 /// Sessions ended per tick, at most.
@@ -141,11 +142,18 @@ fn end_holder(ctx: Ctx, id: u128, name: *mut RedisModuleString, token: &[u8]) {
 /// One tick's work; when the next is due.
 fn tick(ctx: Ctx) -> Option<i64> {
     let now = ctx.now_ms();
-    let ended = table().expire_due(now, MAX_ENDS);
+    let ended = {
+        let mut t = table();
+        let ended = t.expire_due(now, MAX_ENDS);
+        for &(id, at) in &ended {
+            session_gone::note(&t, id, (at, redis_lock_rules::session::Reason::Expired, None), now);
+        }
+        ended
+    };
     for &(id, at) in &ended {
-        session::replicate_end(ctx, id, at, redis_lock_rules::session::Reason::Expired);
+        session::replicate_end(ctx, id, (at, redis_lock_rules::session::Reason::Expired, None));
         stats::SESSIONS_EXPIRED.add();
-        waiters::session_ended_answer(ctx, id);
+        queue::session_ended_answer(ctx, id);
     }
     // Holds in chunks, until a bound is reached: their count, their key
     // names' bytes, or the time spent (however costly each one's release:

@@ -42,7 +42,7 @@ use crate::server::events::DbEvent;
 use crate::server::revoked::{self, Holder};
 use crate::store::hold_key::HoldKey;
 use crate::store::session::{self, table};
-use crate::store::{fence, session_revoked};
+use crate::store::{fence, session_gone, session_revoked};
 use redis_lock_rules::session::Id;
 
 /// Where a walk is.
@@ -232,7 +232,9 @@ impl Slice {
         session::replicate_grant(self.ctx, id, ttl, lock_delay, deadline);
         self.sent(0);
         if let Some(e) = ended {
-            session::replicate_end(self.ctx, id, e.at, e.reason);
+            // A revoke's reason too, while this node remembers it.
+            let why = session_gone::get(id, self.ctx.now_ms()).and_then(|g| g.why);
+            session::replicate_end(self.ctx, id, (e.at, e.reason, why.as_deref()));
             self.sent(0);
         }
         // An ended session's holds are still to release: restated after its

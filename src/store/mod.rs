@@ -5,9 +5,10 @@
 //! fence mark (`fence`), and who leads an election's key (`leadership`);
 //! the node's sessions (`session`: the table and its replication,
 //! `hold_key`: one hold as the table keeps it, `session_rdb`: their RDB
-//! aux data; `session_revoked`: their revoked holds; `aof_walk`: that
-//! state restated after an AOF rewrite without the RDB preamble). It
-//! imports the server layer and the boundary.
+//! aux data; `session_revoked`: their revoked holds; `session_gone`: how
+//! the lately ended ones ended; `aof_walk`: that state restated after an
+//! AOF rewrite without the RDB preamble). It imports the server layer and
+//! the boundary.
 
 pub mod aof_walk;
 pub mod fence;
@@ -19,5 +20,6 @@ pub mod lease;
 pub mod lock_key;
 pub mod lock_set;
 pub mod session;
+pub mod session_gone;
 pub mod session_rdb;
 pub mod session_revoked;

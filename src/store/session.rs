@@ -20,6 +20,7 @@ use crate::boundary::ctx::{bytes, Ctx};
 use crate::server::counters as stats;
 use crate::server::events::{self, Changed, DbEvent};
 use crate::server::eviction;
+use crate::store::session_gone;
 
 pub use crate::store::hold_key::HoldKey;
 
@@ -83,15 +84,20 @@ pub fn keepalive(ctx: Ctx, id: Id) -> Option<i64> {
 }
 
 /// `SESSION.REVOKE`: ends a live session now (its holds are released by
-/// the timer, without lock-delay). False when it is unknown or ended.
-pub fn revoke(ctx: Ctx, id: Id) -> bool {
+/// the timer, without lock-delay), for `why` if told. False when it is
+/// unknown or ended.
+pub fn revoke(ctx: Ctx, id: Id, why: Option<&str>) -> bool {
     let now = ctx.now_ms();
     let revoked = {
         let mut t = table();
-        matches!(t.state(id, now), SessionState::Alive { .. }) && t.end(id, now, Reason::Revoked)
+        let ended = matches!(t.state(id, now), SessionState::Alive { .. }) && t.end(id, now, Reason::Revoked);
+        if ended {
+            session_gone::note(&t, id, (now, Reason::Revoked, why), now);
+        }
+        ended
     };
     if revoked {
-        replicate_end(ctx, id, now, Reason::Revoked);
+        replicate_end(ctx, id, (now, Reason::Revoked, why));
         stats::SESSIONS_REVOKED.add();
     }
     revoked
@@ -274,8 +280,8 @@ pub fn replicate_grant(ctx: Ctx, id: Id, ttl: i64, lock_delay: i64, deadline: i6
     }
 }
 
-/// Replicates a session's end.
-pub fn replicate_end(ctx: Ctx, id: Id, at: i64, reason: Reason) {
+/// Replicates a session's end (at, how, and a revoke's reason if told).
+pub fn replicate_end(ctx: Ctx, id: Id, (at, reason, why): (i64, Reason, Option<&str>)) {
     let id = session_id_text(id);
     let mut digits = [0u8; 20];
     let at = decimal(at, &mut digits);
@@ -283,17 +289,25 @@ pub fn replicate_end(ctx: Ctx, id: Id, at: i64, reason: Reason) {
         Reason::Expired => c"EXPIRED",
         Reason::Revoked => c"REVOKED",
     };
+    // Without a reason the format takes one argument fewer: the extra
+    // variadic ones are not read.
+    let (fmt, why) = match why {
+        Some(why) => (c"cbbcb", why),
+        None => (c"cbbc", ""),
+    };
     unsafe {
         rm!(RedisModule_Replicate)(
             ctx.0,
             c"SESSION.APPLY".as_ptr(),
-            c"cbbc".as_ptr(),
+            fmt.as_ptr(),
             c"END".as_ptr(),
             id.as_ptr(),
             id.len(),
             at.as_ptr(),
             at.len(),
             reason.as_ptr(),
+            why.as_ptr(),
+            why.len(),
         );
     }
 }
@@ -340,6 +354,8 @@ pub enum Apply<'a> {
         id: Id,
         at: i64,
         reason: Reason,
+        /// A revoke's REASON, if told.
+        why: Option<&'a str>,
     },
     Forget {
         id: Id,
@@ -365,8 +381,10 @@ pub fn apply(ctx: Ctx, entry: Apply) {
     let mut t = table();
     match entry {
         Apply::Grant { id, ttl, lock_delay, deadline } => t.grant(id, ttl, lock_delay, deadline),
-        Apply::End { id, at, reason } => {
-            t.end(id, at, reason);
+        Apply::End { id, at, reason, why } => {
+            if t.end(id, at, reason) {
+                session_gone::note(&t, id, (at, reason, why), ctx.now_ms());
+            }
         }
         Apply::Forget { id } => t.forget(id),
         // Alive or ended: an AOF rewrite's walk restates an ended
@@ -396,6 +414,7 @@ pub fn on_db_event(ctx: Ctx, ev: &DbEvent) {
             let mut t = table();
             t.clear();
             counted(&t);
+            session_gone::clear();
         }
         DbEvent::Promoted => table().promoted(ctx.now_ms()),
         _ => {}

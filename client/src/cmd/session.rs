@@ -43,7 +43,8 @@ pub(crate) fn revoke_cmd(id: &str) -> Cmd {
 }
 
 /// `SESSION.INFO id COUNT n`: the session's revoked locks (`revoked`),
-/// the first `n` of them (1 to 1000).
+/// the first `n` of them (1 to 1000); after a keepalive's `0`, how the
+/// session ended (`state`; nil: unknown to the node).
 pub(crate) fn info_cmd(id: &str, count: u32) -> Cmd {
     let mut c = redis::cmd("SESSION.INFO");
     c.arg(id).arg("COUNT").arg(count.clamp(1, 1000));
@@ -59,7 +60,7 @@ pub(crate) enum Kept {
     /// (`-ttl`): `SESSION.INFO` lists which.
     Revoked,
     /// Unknown to the node, or ended (expired, revoked, forgotten): its
-    /// locks are no longer held for it.
+    /// locks are no longer held for it (`SESSION.INFO` tells how).
     Ended,
     /// A reply this client cannot read: counted as a failed keepalive (the
     /// session's locks stay valid until their validity runs out).
