@@ -60,6 +60,23 @@ impl Sessions {
     }
 }
 
+impl Shared {
+    /// Held by `to` from now on, instead of the session that held it (its
+    /// key moved to `to`'s node, which adopted it): false, and nothing
+    /// changed, if it is no longer held.
+    pub(crate) fn move_to(&self, to: Arc<SessionLease>) -> bool {
+        let mut g = self.lock();
+        if g.status != Status::Held {
+            return false;
+        }
+        to.hold();
+        if let Some(old) = g.session.replace(to) {
+            old.let_go();
+        }
+        true
+    }
+}
+
 /// The task: a sweep every [`SWEEP`] until the client or its sessions close.
 pub(crate) async fn sweeps(sessions: Arc<Sessions>, calls: Weak<dyn SessionCalls>) {
     loop {

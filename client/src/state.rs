@@ -187,21 +187,6 @@ impl Shared {
         self
     }
 
-    /// Held by `to` from now on, instead of the session that held it (its
-    /// key moved to `to`'s node, which adopted it): false, and nothing
-    /// changed, if it is no longer held.
-    pub(crate) fn move_to(&self, to: Arc<SessionLease>) -> bool {
-        let mut g = self.lock();
-        if g.status != Status::Held {
-            return false;
-        }
-        to.hold();
-        if let Some(old) = g.session.replace(to) {
-            old.let_go();
-        }
-        true
-    }
-
     /// The session that holds it, if any.
     pub(crate) fn session(&self) -> Option<Arc<SessionLease>> {
         self.lock().session.clone()
