@@ -10,6 +10,8 @@
 //! away, so that sessions loaded from an RDB or AOF, or kept on a replica
 //! just promoted, are looked at without a command).
 //!
+//! It also runs the slices of an AOF rewrite's walk (`crate::store::aof_walk`).
+//!
 //! Only a master ends sessions: on a replica the tick does nothing but
 //! re-arm; the master's effects arrive as `SESSION.APPLY` entries.
 
@@ -26,6 +28,8 @@ use crate::boundary::cpu;
 use crate::boundary::ctx::Ctx;
 use crate::boundary::timer;
 use crate::server::counters as stats;
+use crate::server::events::DbEvent;
+use crate::store::aof_walk::{self, Budget};
 use crate::store::holders_key::{Edit, Hold, HoldersKey, Mark};
 use crate::store::lease;
 use crate::store::session::{self, table};
@@ -91,6 +95,15 @@ unsafe extern "C" fn on_tick(ctx: *mut RedisModuleCtx, data: *mut c_void) {
         };
         arm(ctx, next.unwrap_or(ctx.now_ms() + IDLE_MS));
     }));
+}
+
+/// The database-event listener: a fork of an AOF rewrite without the
+/// RDB preamble starts a walk restating the node's state
+/// (`crate::store::aof_walk`), in this timer's slices from now on.
+pub fn on_db_event(ctx: Ctx, ev: &DbEvent) {
+    if aof_walk::on_db_event(ctx, ev) {
+        arm(ctx, ctx.now_ms());
+    }
 }
 
 /// Ends `token`'s place among `name`'s holders, held by session `id`,
@@ -174,8 +187,12 @@ fn tick(ctx: Ctx) -> Option<i64> {
             session::replicate_forget(ctx, id);
         }
     }
+    // An AOF rewrite's walk (`crate::store::aof_walk`): its own slice, in
+    // what is left of this one's time (at least one entry).
+    let walk = Budget { entries: MAX_HOLDS, bytes: MAX_KEY_BYTES, time: MAX_SLICE.saturating_sub(started.elapsed()) };
+    let walking = aof_walk::step(ctx, walk);
     let t = table();
-    if t.ending() || ended.len() == MAX_ENDS || revoked == MAX_REVOKED {
+    if t.ending() || ended.len() == MAX_ENDS || revoked == MAX_REVOKED || walking {
         Some(now + 1)
     } else {
         // Past the deadline: the key's `PXAT` (a lock-delay of 0) has expired.

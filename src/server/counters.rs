@@ -126,6 +126,12 @@ pub static SESSIONS: AtomicU64 = AtomicU64::new(0);
 /// since the server started.
 pub static SESSION_TICK_MAX_US: AtomicU64 = AtomicU64::new(0);
 
+/// AOF rewrites without the RDB preamble after which this master restated
+/// its sessions, revoked holds and fence mark (`crate::store::aof_walk`),
+/// and 1 while it is doing so.
+pub static AOF_WALKS: Counter = Counter::new();
+pub static AOF_WALKING: AtomicU64 = AtomicU64::new(0);
+
 /// Clients blocked in LOCK.OBSERVE right now (kept by `crate::blocked::observers`).
 pub static OBSERVING: AtomicU64 = AtomicU64::new(0);
 

@@ -5,10 +5,11 @@
 //! fence mark (`fence`), and who leads an election's key (`leadership`);
 //! the node's sessions (`session`: the table and its replication,
 //! `hold_key`: one hold as the table keeps it, `session_rdb`: their RDB
-//! aux data; `session_revoked`: their revoked holds). It imports the server
-//! layer and the
-//! boundary.
+//! aux data; `session_revoked`: their revoked holds; `aof_walk`: that
+//! state restated after an AOF rewrite without the RDB preamble). It
+//! imports the server layer and the boundary.
 
+pub mod aof_walk;
 pub mod fence;
 pub mod hold_key;
 pub mod holders_commit;

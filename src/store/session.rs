@@ -218,8 +218,26 @@ pub fn detach_id(ctx: Ctx, id: Id, name: *mut RedisModuleString) {
     replicate_hold(ctx, c"DETACH", id, name);
 }
 
+/// Replicates `hold` of session `id` (`ATTACH`, in the hold's database,
+/// which it selects): an AOF rewrite's walk restating it
+/// (`crate::store::aof_walk`).
+pub fn replicate_attach(ctx: Ctx, id: Id, hold: &HoldKey) {
+    let (db, name, token) = hold.split();
+    ctx.select(db);
+    let name = ctx.string(name);
+    match token {
+        None => replicate_hold(ctx, c"ATTACH", id, name),
+        Some(token) => {
+            let token = ctx.string(token);
+            replicate_holder(ctx, c"ATTACH", id, name, token);
+            ctx.free(token);
+        }
+    }
+    ctx.free(name);
+}
+
 /// Replicates a grant or a keepalive: the session with its absolute deadline.
-fn replicate_grant(ctx: Ctx, id: Id, ttl: i64, lock_delay: i64, deadline: i64) {
+pub fn replicate_grant(ctx: Ctx, id: Id, ttl: i64, lock_delay: i64, deadline: i64) {
     let id = session_id_text(id);
     let (mut a, mut b, mut c) = ([0u8; 20], [0u8; 20], [0u8; 20]);
     let (ttl, delay, at) = (decimal(ttl, &mut a), decimal(lock_delay, &mut b), decimal(deadline, &mut c));
@@ -336,8 +354,11 @@ pub fn apply(ctx: Ctx, entry: Apply) {
             t.end(id, at, reason);
         }
         Apply::Forget { id } => t.forget(id),
+        // Alive or ended: an AOF rewrite's walk restates an ended
+        // session's holds after its END (the master never attaches to an
+        // ended session, so no other ATTACH follows one).
         Apply::Attach { id, key, token } => {
-            t.attach(id, HoldKey::new(ctx.db(), key, token));
+            t.restate(id, HoldKey::new(ctx.db(), key, token));
         }
         Apply::Detach { id, key, token } => t.detach(id, &HoldKey::new(ctx.db(), key, token)),
     }
