@@ -651,10 +651,11 @@ fn paused_writes_hold_back_the_release_but_not_the_refusal() {
 
 /// What a key moved here from another node (MIGRATE, a resharding, an
 /// atomic slot migration) meets: a session this node does not know. The
-/// lock is held as it is: refused to everyone else, released by its token,
-/// and a later session end here does not touch it.
+/// lock is an orphan: refused to everyone else (the first refusal gives it
+/// an end, `lock.orphan-grace` later: `tests/session_orphans.rs`), released
+/// by its token, and a later session end here does not touch it.
 #[test]
-fn a_lock_of_a_session_this_node_does_not_know_stays_held_by_its_token() {
+fn a_lock_of_a_session_this_node_does_not_know_is_held_for_its_token() {
     let server = Server::start();
     let mut c = server.conn();
     let elsewhere = "00112233445566778899aabbccddeeff";
@@ -662,6 +663,7 @@ fn a_lock_of_a_session_this_node_does_not_know_stays_held_by_its_token() {
     // As MIGRATE or RESTORE would bring it: the bytes, no expiry.
     let _: () = redis::cmd("SET").arg("moved").arg(&value).query(&mut c).unwrap();
     assert_eq!(int(&mut c, &["LOCK.ACQUIRE", "moved", "other", "1000"]), 0);
+    assert!(pttl(&mut c, "moved") > 0, "the orphan's end");
     assert_eq!(int(&mut c, &["LOCK.RELEASE", "moved", "other"]), 0);
     assert_eq!(int(&mut c, &["LOCK.RENEW", "moved", "tok", "1000"]), 1);
     let info = fields_of(&mut c, &["LOCK.INFO", "moved"]).expect("held");

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use tokio::sync::Notify;
 
+use crate::adopt;
 use crate::attach::SessionLease;
 use crate::error::{Error, Result};
 use crate::keepalive;
@@ -144,6 +145,7 @@ impl Engine {
         });
         runtime::spawn(renewals(engine.clone(), renewer.clone()))?;
         runtime::spawn(releases(engine.clone()))?;
+        runtime::spawn(adopt::sweeps(engine.sessions.clone(), renewer.clone()))?;
         runtime::spawn(keepalive::keepalives(engine.sessions.clone(), renewer))?;
         Ok(engine)
     }

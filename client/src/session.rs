@@ -99,14 +99,14 @@ pub(crate) fn session_ttl(
 
 /// Which session a lock can use: its node's, of its TTL and lock-delay.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct SessionKey {
-    node: String,
-    ttl_ms: u64,
-    lock_delay_ms: Option<u64>,
+pub(crate) struct SessionKey {
+    pub(crate) node: String,
+    pub(crate) ttl_ms: u64,
+    pub(crate) lock_delay_ms: Option<u64>,
 }
 
 pub(crate) struct Entry {
-    key: SessionKey,
+    pub(crate) key: SessionKey,
     /// The key of the lock it was granted for: where to look for its node
     /// again when that node stops answering (a failover).
     home: String,
@@ -139,7 +139,7 @@ pub(crate) struct Table {
 /// An acquire under way with a session.
 pub(crate) struct SessionUse {
     pub(crate) lease: Arc<SessionLease>,
-    node: String,
+    pub(crate) node: String,
     _in_use: InUse,
 }
 
@@ -264,6 +264,17 @@ impl Sessions {
         e.next = Instant::now();
         drop(t);
         self.wake.notify_one();
+    }
+
+    /// Forgets `lock` among `lease`'s locks (it moved to another session).
+    pub(crate) fn detach(&self, lease: &Arc<SessionLease>, lock: &Arc<Shared>) {
+        let mut t = self.lock();
+        let Some(e) = t.sessions.get_mut(&lease.id).filter(|e| Arc::ptr_eq(&e.lease, lease)) else { return };
+        if let Some(locks) = e.attached.get_mut(&lock.key) {
+            let before = locks.len();
+            locks.retain(|l| !Arc::ptr_eq(l, lock));
+            e.attached_n -= before - locks.len();
+        }
     }
 
     /// How many locks the client's sessions hold, all together.

@@ -3,16 +3,25 @@
 //! The table and its replication are `crate::store::session`; the timer
 //! ending sessions in slices, `crate::blocked::session_end`.
 
-use redis_lock_rules::args::{parse_session_id, parse_ttl, session_id_text, ArgError, MAX_LOCK_DELAY_MS};
+use redis_lock_rules::args::{
+    check_key_and_token, parse_session_id, parse_ttl, session_id_text, ArgError, MAX_LOCK_DELAY_MS,
+};
+use redis_lock_rules::held::{self, SessionState};
 use redis_lock_rules::number::{parse_count, parse_positive};
+use redis_lock_rules::session::Id;
 use redis_lock_rules::session::Reason;
 use redis_lock_rules::session_gone::{parse_revoke_options, Gone};
+use redis_lock_rules::{value, Entry};
+use redis_module::raw::RedisModuleString;
 
 use crate::blocked::{queue, session_end};
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::boundary::errors::SESSION_APPLY_INTERNAL;
 use crate::boundary::reply::{Argv, Failure, Item, Outcome, Reply, Value};
+use crate::server::counters::{self as stats, holder_counters};
 use crate::server::revoked;
+use crate::store::holders_key::{Edit, Hold, HoldersKey, Mark};
+use crate::store::lock_key::{LockKey, NewValue};
 use crate::store::session::{self, table, Apply};
 use crate::store::{session_gone, session_revoked};
 
@@ -87,6 +96,69 @@ pub fn revoke(ctx: Ctx, argv: Argv) -> Outcome {
         session_end::arm(ctx, ctx.now_ms());
     }
     Ok(Reply::Int(i64::from(revoked)))
+}
+
+/// SESSION.ADOPT key token id
+///
+/// Replies 1 when `key` held `token` for a session this node does not
+/// know (the key moved here from another node, docs/sessions.md) and the
+/// live session `id` of this node holds it now (the orphan's end gone, its
+/// hold limit kept); else 0, and nothing is written.
+pub fn adopt(ctx: Ctx, argv: Argv) -> Outcome {
+    let &[_, key, token, id] = argv else { return Err(Failure::Arity) };
+    check_key_and_token(bytes(key), bytes(token))?;
+    let id = parse_session_id(bytes(id)).map_err(|_| ArgError::SessionUnknown)?;
+    let now = ctx.now_ms();
+    let SessionState::Alive { lock_delay } = session::state(id, now) else {
+        return Err(ArgError::SessionUnknown.into());
+    };
+    // Opened without settling: a refusal writes nothing.
+    let mut k = LockKey::open(ctx, key);
+    let adopted = match k.entry() {
+        Entry::Str(v) => value::parse_held(v).and_then(|h| {
+            let state = session::state_of(&h.session, now);
+            held::adopt(&h, bytes(token), state, &session_id_text(id), lock_delay, now)
+        }),
+        Entry::Absent => None,
+        Entry::OtherType => {
+            drop(k);
+            return holders_adopt(ctx, key, token, id, now);
+        }
+    };
+    let Some((value, pxat)) = adopted else { return Ok(Reply::Int(0)) };
+    k.set_maybe_expiring(NewValue::Composed(&value), pxat);
+    session::attach(ctx, id, key);
+    stats::ORPHANS_ADOPTED.add();
+    Ok(Reply::Int(1))
+}
+
+/// SESSION.ADOPT of a semaphore's or read-write lock's holder: `token`'s
+/// live place, whose session member names a session this node does not
+/// know, gets the member of session `id` (one `ZADD`); its place (and any
+/// hold limit) stays. A refusal writes nothing: not even the ended leases
+/// the scan found are pruned.
+fn holders_adopt(ctx: Ctx, key: *mut RedisModuleString, token: *mut RedisModuleString, id: Id, now: i64) -> Outcome {
+    let mut k = HoldersKey::open(ctx, key);
+    let Some(summary) = k.scan(now, Some(token)).map_err(|_| Failure::WrongType)? else {
+        return Ok(Reply::Int(0));
+    };
+    let orphan = match (summary.own, summary.session) {
+        (Some(at), Some(short)) if !summary.revoked => {
+            (session::state_of_short(short, now).0 == SessionState::Unknown).then_some(at)
+        }
+        _ => None,
+    };
+    let Some(at) = orphan else { return Ok(Reply::Int(0)) };
+    k.mark_session(Mark::Set(held::short(id)));
+    k.commit(
+        Some(&summary),
+        Edit::Put { token, at, tag: None, hold: Hold::Keep },
+        holder_counters(summary.kind.family()).expired,
+    );
+    drop(k);
+    session::attach_holder(ctx, id, key, token);
+    stats::ORPHANS_ADOPTED.add();
+    Ok(Reply::Int(1))
 }
 
 /// SESSION.INFO id [COUNT n]

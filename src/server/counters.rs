@@ -113,6 +113,12 @@ pub static SESSION_KEEPALIVES: Counter = Counter::new();
 pub static SESSIONS_EXPIRED: Counter = Counter::new();
 pub static SESSIONS_REVOKED: Counter = Counter::new();
 pub static SESSION_HOLDS_ENDED: Counter = Counter::new();
+/// Orphans (docs/sessions.md, "A key moved to another node"): holds of a
+/// session this node does not know given the `lock.orphan-grace` end by
+/// a command that found them; and adopted by a live session
+/// (`SESSION.ADOPT`).
+pub static ORPHANS_LEASED: Counter = Counter::new();
+pub static ORPHANS_ADOPTED: Counter = Counter::new();
 /// Sessions on this node right now (ended ones still releasing included).
 pub static SESSIONS: AtomicU64 = AtomicU64::new(0);
 /// The longest run of the sessions' timer (ending sessions, releasing a

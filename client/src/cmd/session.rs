@@ -51,6 +51,15 @@ pub(crate) fn info_cmd(id: &str, count: u32) -> Cmd {
     c
 }
 
+/// `SESSION.ADOPT key token id`: the lock `token` holds on `key`, which
+/// moved to a node that does not know its session, attached to session
+/// `id` of that node (`1`; `0`: nothing changed).
+pub(crate) fn adopt_cmd(key: &str, token: &str, id: &str) -> Cmd {
+    let mut c = redis::cmd("SESSION.ADOPT");
+    c.arg(key).arg(token).arg(id);
+    c
+}
+
 /// What a keepalive said of one session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kept {
