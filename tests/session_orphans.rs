@@ -15,13 +15,13 @@
 //! MIGRATESLOTS` on Valkey 9.
 
 use std::thread;
-use std::time::Duration;
 
 use redis::{Connection, Value};
 use redis_lock_harness::{server_version, Cluster, Server};
 
 mod support;
 use support::lease::{cmd, err, field, fields_of, int, pexpiretime, server_now, until_server_time, zrange};
+use support::session::{self, eventually};
 use support::{info_field, replica_of};
 
 /// The grace the tests configure: long enough for a loaded machine's
@@ -33,7 +33,7 @@ fn set_grace(c: &mut Connection) {
 }
 
 fn grant(c: &mut Connection) -> String {
-    redis::cmd("SESSION.GRANT").arg(60_000).query(c).expect("SESSION.GRANT")
+    session::grant(c, &["60000"])
 }
 
 fn get(c: &mut Connection, key: &str) -> Option<Vec<u8>> {
@@ -64,17 +64,6 @@ fn orphan(c: &mut Connection, keys: &[&str]) {
     for (k, d) in keys.iter().zip(dumps) {
         let _: () = redis::cmd("RESTORE").arg(k).arg(0).arg(d).query(c).unwrap();
     }
-}
-
-/// Waits until `f` holds (at most 30 s).
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..1500 {
-        if f() {
-            return;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    panic!("{what}: not within 30 s");
 }
 
 #[test]
@@ -283,7 +272,7 @@ fn moved_with(what: &str, mover: impl FnOnce(&Cluster, u16, usize)) {
     assert_eq!(digest(&mut r), digest(&mut b), "{what}: the replica");
     // The old master's session ends without touching the moved keys.
     assert_eq!(int(&mut a, &["SESSION.REVOKE", &old]), 1);
-    eventually("the old session is forgotten", || fields_of(&mut a, &["SESSION.INFO", &old]).is_none());
+    eventually("the old session is forgotten", || !session::list(&mut a).contains(&old));
     assert_eq!(int(&mut b, &["LOCK.ACQUIRE", &lock, "other", "1000"]), 0);
 }
 

@@ -32,7 +32,17 @@ const RULES: Layers = &[
     // timing, LOCK.TOP's view of the queues.
     (
         "bookkeeping",
-        &["blocked", "queue", "observers", "hold_table", "top", "session", "session_gone", "session_revoked", "eviction_window"],
+        &[
+            "blocked",
+            "queue",
+            "observers",
+            "hold_table",
+            "top",
+            "session",
+            "session_gone",
+            "session_revoked",
+            "eviction_window",
+        ],
     ),
     ("root", &["crate"]),
 ];
