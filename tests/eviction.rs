@@ -4,30 +4,15 @@
 //! hold Redis evicts counted, logged and answered by `LOCK.EVICTED`.
 //! Run on every server of the matrix with `REDIS_SERVER`.
 
-use std::collections::HashMap;
 
 use redis::{Connection, RedisResult, Value};
 use redis_lock_harness::Server;
 
+mod support;
+use support::eviction::{info, num, run};
+
 const POLICIES: [&str; 6] =
     ["allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-ttl", "noeviction"];
-
-fn info(c: &mut Connection) -> HashMap<String, String> {
-    let text: String = redis::cmd("INFO").arg("lock").query(c).unwrap();
-    text.lines()
-        .filter_map(|l| l.strip_prefix("lock_"))
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-        .collect()
-}
-
-fn num(i: &HashMap<String, String>, field: &str) -> u64 {
-    i.get(field).unwrap_or_else(|| panic!("INFO lock has no {field}: {i:?}")).parse().unwrap()
-}
-
-fn run(c: &mut Connection, args: &[&str]) -> RedisResult<Value> {
-    redis::cmd(args[0]).arg(&args[1..]).query(c)
-}
 
 fn used_memory(c: &mut Connection) -> u64 {
     let text: String = redis::cmd("INFO").arg("memory").query(c).unwrap();

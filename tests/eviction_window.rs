@@ -6,28 +6,13 @@
 //! passed, nothing more is. Run on every server of the matrix with
 //! `REDIS_SERVER`.
 
-use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::{Connection, RedisResult, Value};
 use redis_lock_harness::Server;
 
-fn info(c: &mut Connection) -> HashMap<String, String> {
-    let text: String = redis::cmd("INFO").arg("lock").query(c).unwrap();
-    text.lines()
-        .filter_map(|l| l.strip_prefix("lock_"))
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-        .collect()
-}
-
-fn num(i: &HashMap<String, String>, field: &str) -> u64 {
-    i.get(field).unwrap_or_else(|| panic!("INFO lock has no {field}: {i:?}")).parse().unwrap()
-}
-
-fn run(c: &mut Connection, args: &[&str]) -> RedisResult<Value> {
-    redis::cmd(args[0]).arg(&args[1..]).query(c)
-}
+mod support;
+use support::eviction::{info, num, run};
 
 fn int(c: &mut Connection, args: &[&str]) -> i64 {
     match run(c, args) {

@@ -93,35 +93,11 @@ fn a_session_held_lock_is_not_evicted_by_a_volatile_policy() {
 fn run_exits_78_when_the_server_evicts_its_lock() {
     let s = evicting_server();
     let url = s.url();
-    let child = Command::new(cli_support::BIN)
-        // Its own lease: a session-held key has no TTL, which volatile-lru
-        // never evicts (a_session_held_lock_is_not_evicted_by_a_volatile_policy).
-        .args([
-            "run",
-            "--url",
-            &url,
-            "--ttl",
-            "900",
-            "--grace",
-            "2000",
-            "--no-session",
-            "evict:run",
-            "--",
-            "sleep",
-            "60",
-        ])
-        .env_remove("REDIS_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run redis-lock");
+    // Its own lease: a session-held key has no TTL, which volatile-lru
+    // never evicts (a_session_held_lock_is_not_evicted_by_a_volatile_policy).
+    let child = run_holding(&url, "900", "evict:run");
     let mut conn = s.conn();
-    let start = Instant::now();
-    while redis::cmd("EXISTS").arg("evict:run").query::<i64>(&mut conn).unwrap() == 0 {
-        assert!(start.elapsed() < PATIENCE, "run never took the lock");
-        std::thread::sleep(ms(10));
-    }
+    wait_taken(&mut conn, "evict:run");
     fill_until_oom(&mut conn);
     let out = child.wait_with_output().expect("wait for redis-lock");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -183,37 +159,35 @@ fn locks_taken_before_eviction_was_possible_are_lost_as_evicted() {
 fn run_exits_78_when_its_lock_taken_before_eviction_is_evicted() {
     let s = quiet_server();
     let url = s.url();
-    let child = Command::new(cli_support::BIN)
-        .args([
-            "run",
-            "--url",
-            &url,
-            "--ttl",
-            "9000",
-            "--grace",
-            "2000",
-            "--no-session",
-            "early:run",
-            "--",
-            "sleep",
-            "60",
-        ])
-        .env_remove("REDIS_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run redis-lock");
+    let child = run_holding(&url, "9000", "early:run");
     let mut conn = s.conn();
-    let start = Instant::now();
-    while redis::cmd("EXISTS").arg("early:run").query::<i64>(&mut conn).unwrap() == 0 {
-        assert!(start.elapsed() < PATIENCE, "run never took the lock");
-        std::thread::sleep(ms(10));
-    }
+    wait_taken(&mut conn, "early:run");
     start_evicting(&s);
     fill_until_oom(&mut conn);
     let out = child.wait_with_output().expect("wait for redis-lock");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(78), "{err}");
     assert!(err.contains("evicted by the server"), "{err}");
+}
+
+/// `redis-lock run` of `sleep 60` on `key` with its own lease of `ttl`
+/// ms (no session), its standard error piped.
+fn run_holding(url: &str, ttl: &str, key: &str) -> std::process::Child {
+    Command::new(cli_support::BIN)
+        .args(["run", "--url", url, "--ttl", ttl, "--grace", "2000", "--no-session", key, "--", "sleep", "60"])
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run redis-lock")
+}
+
+/// Waits until `key` exists: `run` took its lock.
+fn wait_taken(conn: &mut redis::Connection, key: &str) {
+    let start = Instant::now();
+    while redis::cmd("EXISTS").arg(key).query::<i64>(conn).unwrap() == 0 {
+        assert!(start.elapsed() < PATIENCE, "run never took the lock");
+        std::thread::sleep(ms(10));
+    }
 }

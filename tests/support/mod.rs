@@ -6,6 +6,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub mod eviction;
 pub mod holders;
 pub mod lease;
 pub mod session;
