@@ -110,6 +110,13 @@ impl EngineSlot {
     }
 }
 
+impl EngineSlot {
+    /// The engine, if started.
+    pub(crate) fn started(&self) -> Option<&Arc<Engine>> {
+        self.0.get()?.as_ref()
+    }
+}
+
 impl Drop for EngineSlot {
     fn drop(&mut self) {
         if let Some(Some(e)) = self.0.get() {
@@ -196,7 +203,7 @@ impl Engine {
     /// How long a session-held lock waits between its checks, beyond its
     /// TTL/3: long enough that all of them together make at most
     /// `checks` a second. `None`: no checks.
-    fn check_spacing(&self) -> Option<Duration> {
+    pub(crate) fn check_spacing(&self) -> Option<Duration> {
         (self.checks > 0).then(|| Duration::from_secs_f64(self.sessions.held() as f64 / f64::from(self.checks)))
     }
 

@@ -43,6 +43,7 @@ mod node;
 mod options;
 mod protocol;
 mod round;
+mod sessions;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,7 +56,7 @@ pub use options::QuorumOptions;
 
 use crate::cmd::{random_token, LockKind};
 use crate::error::{Error, Result};
-use crate::options::{ClientOptions, LockOptions};
+use crate::options::LockOptions;
 use crate::runtime;
 use crate::trace;
 use node::Node;
@@ -94,7 +95,7 @@ impl QuorumClient {
             return Err(Error::InvalidArgument("a quorum client needs at least one server URL".into()));
         }
         let mut seen = std::collections::HashSet::new();
-        let client_opts = ClientOptions::new().connect_timeout(opts.connect_timeout);
+        let client_opts = opts.client_options();
         let mut nodes = Vec::with_capacity(urls.len());
         for url in urls {
             let url = url.as_ref();
@@ -141,9 +142,9 @@ impl QuorumClient {
         let token = opts.token.clone().unwrap_or_else(random_token);
         protocol::check(&self.ctx, key, &token, ttl)?;
         no_lease_rules(opts)?;
-        let (ctx, k, t) = (self.ctx.clone(), key.to_string(), token.clone());
+        let (ctx, k, t, o) = (self.ctx.clone(), key.to_string(), token.clone(), opts.clone());
         let (span, started) = (acquire_span(key, wait), Instant::now());
-        let acquiring = async move { protocol::acquire(&ctx, &k, &t, ttl, wait).await }.instrument(span.clone());
+        let acquiring = async move { protocol::acquire(&ctx, &k, &t, ttl, wait, &o).await }.instrument(span.clone());
         let acquired = runtime::block(acquiring);
         self.traced(&span, started, acquired, |a| QuorumLock::new(self.ctx.clone(), key, token, a, ttl, opts, None))
     }
@@ -177,7 +178,7 @@ impl QuorumClient {
         protocol::check(&self.ctx, key, &token, ttl)?;
         no_lease_rules(opts)?;
         let (span, started) = (acquire_span(key, wait), Instant::now());
-        let acquired = protocol::acquire(&self.ctx, key, &token, ttl, wait).instrument(span.clone()).await;
+        let acquired = protocol::acquire(&self.ctx, key, &token, ttl, wait, opts).instrument(span.clone()).await;
         self.traced(&span, started, acquired, |a| QuorumLock::new(self.ctx.clone(), key, token, a, ttl, opts, Some(rt)))
     }
 
