@@ -182,6 +182,10 @@ impl Engine {
             let Some(spacing) = self.check_spacing() else { return };
             at = at.max(now + spacing);
         }
+        if shared.lock().votes.as_ref().is_some_and(|v| v.unsure()) {
+            // A quorum lock asks its late grants at once (`votes.rs`).
+            at = now;
+        }
         let mut st = self.lock();
         if st.due.len() >= st.prune_at.max(MIN_PRUNE) {
             // Amortized O(1) a lock: the schedule stays within twice the

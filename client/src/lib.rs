@@ -222,8 +222,8 @@ mod single;
 mod state;
 pub mod trace;
 mod transport;
-mod wait;
 mod votes;
+mod wait;
 mod watchdog;
 
 pub use client::LockClient;
@@ -232,6 +232,7 @@ pub use cmd::{Backend, LockKind};
 pub use election::{Election, Leadership};
 pub use error::{Error, Result};
 
+pub use holding::{HeldLock, LostSignal};
 pub use info::{Holder, HoldersInfo, Leader, LockFormat, LockInfo};
 pub use lock::Lock;
 pub use named::{NamedLock, RwLock};
@@ -239,7 +240,6 @@ pub use observe::{LeaderIter, LeaderStream, OBSERVE_WAIT};
 pub use options::{ClientOptions, LockOptions, WatchdogOptions};
 pub use quorum::{QuorumClient, QuorumFailure, QuorumLock, QuorumOptions};
 pub use revocation::{Revocation, RevokeOptions, RevokeOutcome, RevokeReply};
-pub use holding::{HeldLock, LostSignal};
 pub use state::LossReason;
 
 /// Compiles the README's examples as doctests.

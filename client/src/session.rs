@@ -344,10 +344,7 @@ impl Sessions {
                         t.current.remove(&e.key);
                     }
                     if kept == Kept::Ended {
-                        // A quorum lock loses this server's vote alone: its
-                        // state, read here, ends it (and wakes its waiters)
-                        // once fewer than a quorum of votes are left.
-                        lost.extend(e.attached.into_values().flatten().filter(|l| l.lock().votes.is_none()));
+                        lost.extend(e.attached.into_values().flatten());
                     }
                 }
             }

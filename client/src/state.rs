@@ -350,8 +350,13 @@ impl Shared {
         self.lock().evicted = true;
     }
 
+    /// Ends the hold as `reason`; a quorum lock's session's end is one
+    /// server's vote only, which its state (read here) counts.
     pub(crate) fn mark_lost(&self, reason: LossReason) {
         let mut g = self.lock();
+        if g.votes.is_some() && reason == LossReason::SessionEnded {
+            return;
+        }
         let reason = if reason == LossReason::NotOwner && g.evicted { LossReason::Evicted } else { reason };
         if g.status == Status::Held {
             g.status = Status::Lost(reason);

@@ -23,6 +23,11 @@ pub(crate) enum Vote {
     /// Held there by that server's session: its validity is the session's,
     /// and the session's end is the vote's.
     Session(Arc<SessionLease>),
+    /// Not counted, on a server with sessions: asked with this session
+    /// and unanswered when the acquire was decided, or refused there since
+    /// (its key not ours). Taken again with that server's session; a
+    /// renewal there that says the key is ours makes it this session's.
+    Pending(Arc<SessionLease>),
 }
 
 impl Vote {
@@ -30,7 +35,7 @@ impl Vote {
     /// dropped, or its session ended).
     fn until(&self) -> Option<Instant> {
         match self {
-            Vote::None => None,
+            Vote::None | Vote::Pending(_) => None,
             Vote::Own(t) => Some(*t),
             Vote::Session(s) if s.ended() => None,
             Vote::Session(s) => Some(s.valid_until()),
@@ -41,7 +46,7 @@ impl Vote {
     /// session that ended or whose validity ran out).
     pub(crate) fn gone(&self, now: Instant) -> bool {
         match self {
-            Vote::None => true,
+            Vote::None | Vote::Pending(_) => true,
             Vote::Own(t) => *t <= now,
             Vote::Session(s) => !s.usable(now),
         }
@@ -118,6 +123,12 @@ impl Votes {
         }
     }
 
+    /// Whether some vote is not known yet (`Vote::Pending`): the lock's
+    /// first renewal, which learns it, is then due at once.
+    pub(crate) fn unsure(&self) -> bool {
+        self.slots.iter().any(|v| matches!(v, Vote::Pending(_)))
+    }
+
     /// Votes alive: not dropped, and not of an ended session.
     pub(crate) fn alive(&self) -> usize {
         self.slots.iter().filter(|v| v.until().is_some()).count()
@@ -139,7 +150,7 @@ impl Votes {
         if self.alive() >= self.quorum {
             return None;
         }
-        let ended = self.slots.iter().any(|v| matches!(v, Vote::Session(s) if s.ended()));
+        let ended = self.slots.iter().any(|v| matches!(v, Vote::Session(s) | Vote::Pending(s) if s.ended()));
         Some(if ended { LossReason::SessionEnded } else { LossReason::NotOwner })
     }
 }

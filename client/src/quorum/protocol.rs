@@ -35,9 +35,9 @@ use crate::cmd::LockCmd;
 use crate::engine::{Due, Engine, EngineSlot, Renewed, Renewer};
 use crate::error::{Error, Result};
 use crate::failure::QuorumFailure;
+use crate::options::{ClientOptions, LockOptions};
 use crate::quorum::node::{Answer, Node};
 use crate::quorum::options::QuorumOptions;
-use crate::options::{ClientOptions, LockOptions};
 use crate::quorum::round::{round, Tally};
 use crate::quorum::sessions::{self, Asked, Item, Plan};
 use crate::state::Shared;
@@ -368,7 +368,8 @@ pub(crate) async fn renew_all(ctx: &Arc<Ctx>, due: &[Due], batch: usize, check_a
         .zip(planned)
         .map(|(d, p)| match p {
             Ok((valid_from, plan)) => {
-                let answers = plan.items.iter().zip(per_node.iter_mut()).map(|(item, a)| item.as_ref().and(a.next()));
+                let answers =
+                    plan.items.iter().zip(per_node.iter_mut()).map(|(item, a)| item.as_ref().and_then(|_| a.next()));
                 let t = Tally::of(answers.collect());
                 let key = &d.shared.key;
                 let r = match sessions::apply(ctx, &d.shared, &plan, &t, start, d.ttl) {

@@ -45,7 +45,8 @@ pub(crate) struct Asked {
 impl Asked {
     /// The session each server's grant of a lock of `key` attaches to
     /// (`None` everywhere when it can have none), each looked up (and
-    /// granted on first use) within the node timeout.
+    /// granted on first use: a server that does not answer the grant in
+    /// time is not asked again for a second, see `SessionCalls for Ctx`).
     pub(crate) async fn ask(ctx: &Arc<Ctx>, key: &str, ttl: Duration, opts: &LockOptions) -> Asked {
         let none = || Asked { uses: ctx.nodes.iter().map(|_| None).collect(), ttl: None };
         let Ok(plain) = LockCmd::acquire(key, "-", ttl) else { return none() };
@@ -53,11 +54,9 @@ impl Asked {
             return none();
         };
         ctx.note_session_ttl(session_ttl);
-        let timeout = ctx.opts.node_timeout_for(ttl);
         let uses = join_all((0..ctx.nodes.len()).map(|i| {
             let calls: Arc<dyn SessionCalls> = Arc::new(OnNode { ctx: ctx.clone(), i });
-            let asking = engine.sessions().session_for(calls, key, session_ttl, None, "LOCK.ACQUIRE");
-            async move { tokio::time::timeout(timeout, asking).await.ok().flatten() }
+            engine.sessions().session_for(calls, key, session_ttl, None, "LOCK.ACQUIRE")
         }))
         .await;
         Asked { uses, ttl: Some(session_ttl) }
@@ -71,15 +70,23 @@ impl Asked {
     /// The votes of a grant held on `held_on` (`grants`: the acquire's
     /// answers), counted from `start`; `None` when no session holds any
     /// (the lock is then renewed on every server, lock by lock). A server
-    /// whose grant came after the round was decided holds it as it was
-    /// asked to.
-    pub(crate) fn votes(&self, ctx: &Ctx, grants: &Tally, held_on: &[usize], start: Instant, ttl: Duration) -> Option<Votes> {
+    /// whose grant may have come after the round was decided is asked at
+    /// the first renewal (`Vote::Pending`).
+    pub(crate) fn votes(
+        &self,
+        ctx: &Ctx,
+        grants: &Tally,
+        held_on: &[usize],
+        start: Instant,
+        ttl: Duration,
+    ) -> Option<Votes> {
         let session_ttl = self.ttl?;
         let slots: Vec<Vote> = (0..ctx.nodes.len())
             .map(|i| match (held_on.contains(&i), grants.answer(i)) {
-                (false, _) => Vote::None,
+                (false, _) => self.lease(i).map_or(Vote::None, Vote::Pending),
                 (true, Some(Answer::Yes { taken: Some(Taken::Session(s)), .. })) => Vote::Session(s.clone()),
                 (true, Some(Answer::Yes { taken: Some(Taken::Lease), .. })) => Vote::Own(start + ttl),
+                // Granted after the first round was decided (then floored).
                 (true, _) => self.lease(i).map_or(Vote::Own(start + ttl), Vote::Session),
             })
             .collect();
@@ -122,9 +129,10 @@ pub(crate) async fn plan(ctx: &Arc<Ctx>, d: &Due, now: Instant, check_all: bool)
             .slots()
             .iter()
             .map(|slot| match slot {
-                Vote::Own(_) => Ask::Renew,
-                s if s.gone(now) => Ask::Retake,
-                _ if checking => Ask::Renew,
+                Vote::Own(_) => Ask::Renew(None),
+                Vote::None => Ask::Retake { session_only: false },
+                s if s.gone(now) => Ask::Retake { session_only: true },
+                Vote::Session(l) if checking => Ask::Renew(Some(l.clone())),
                 _ => Ask::Nothing,
             })
             .collect();
@@ -137,17 +145,28 @@ pub(crate) async fn plan(ctx: &Arc<Ctx>, d: &Due, now: Instant, check_all: bool)
     for (i, ask) in asks.into_iter().enumerate() {
         items.push(match ask {
             Ask::Nothing => None,
-            Ask::Renew => item(acquire.clone()),
-            Ask::Retake if !reacquire => None,
-            Ask::Retake => {
+            Ask::Renew(None) => item(acquire.clone()),
+            Ask::Renew(Some(l)) => item(acquire.with_session(l)),
+            Ask::Retake { .. } if !reacquire => None,
+            Ask::Retake { session_only } => {
                 let calls: Arc<dyn SessionCalls> = Arc::new(OnNode { ctx: ctx.clone(), i });
                 let used = match engine {
                     Some(e) => e.sessions().session_for(calls, key, session_ttl, None, "LOCK.ACQUIRE").await,
                     None => None,
                 };
-                let taking = used.as_ref().map_or_else(|| acquire.clone(), |u| acquire.with_session(u.lease.clone()));
-                uses.extend(used);
-                item(taking)
+                match used {
+                    Some(u) => {
+                        let taking = acquire.with_session(u.lease.clone());
+                        uses.push(u);
+                        item(taking)
+                    }
+                    // A server that held it (or was asked) with a session
+                    // has sessions: one that cannot grant one now (down,
+                    // restarting) is asked again at the next round, not
+                    // taken on a lease of its own for good.
+                    None if session_only => None,
+                    None => item(acquire.clone()),
+                }
             }
         });
     }
@@ -157,10 +176,15 @@ pub(crate) async fn plan(ctx: &Arc<Ctx>, d: &Due, now: Instant, check_all: bool)
 /// What a round does for one server's vote.
 enum Ask {
     Nothing,
-    /// A renewal of its own lease, or a check of its session's.
-    Renew,
-    /// Taken again (it is gone).
-    Retake,
+    /// A renewal of its own lease, or a check of its session's (which
+    /// takes an absent key again with that session only).
+    Renew(Option<Arc<SessionLease>>),
+    /// Taken again (it is gone): with that server's session, or (not
+    /// `session_only`: a server no session held it on) its own lease
+    /// where it has none.
+    Retake {
+        session_only: bool,
+    },
 }
 
 /// Applies a round's answers (`t`: one per server, none where nothing was
@@ -187,15 +211,18 @@ pub(crate) fn apply(
     let mut fresh = 0;
     for i in 0..v.slots().len() {
         let a = t.answer(i);
-        let is_session = matches!(v.slots()[i], Vote::Session(_));
-        let vote = match a {
-            Some(Answer::Yes { taken: Some(Taken::Session(s)), .. }) => Some(Vote::Session(s.clone())),
-            Some(Answer::Yes { taken: Some(Taken::Lease), .. }) => Some(Vote::Own(start + ttl)),
-            // A session's key renewed: the session still keeps it.
-            Some(Answer::Yes { taken: None, .. }) if is_session => None,
-            Some(Answer::Yes { .. }) => Some(Vote::Own(start + ttl)),
-            Some(Answer::No) => Some(Vote::None),
-            Some(Answer::Failed(_)) | None => None,
+        let vote = match (a, &v.slots()[i]) {
+            (Some(Answer::Yes { taken: Some(Taken::Session(s)), .. }), _) => Some(Vote::Session(s.clone())),
+            (Some(Answer::Yes { taken: Some(Taken::Lease), .. }), _) => Some(Vote::Own(start + ttl)),
+            // A session's key renewed: the session still keeps it (a
+            // renewal changes nothing there).
+            (Some(Answer::Yes { .. }), Vote::Session(_)) => None,
+            (Some(Answer::Yes { .. }), Vote::Pending(s)) => Some(Vote::Session(s.clone())),
+            (Some(Answer::Yes { .. }), _) => Some(Vote::Own(start + ttl)),
+            // Not ours there (yet): taken again with a session.
+            (Some(Answer::No), Vote::Session(s) | Vote::Pending(s)) => Some(Vote::Pending(s.clone())),
+            (Some(Answer::No), _) => Some(Vote::None),
+            (Some(Answer::Failed(_)) | None, _) => None,
         };
         if let Some(vote) = vote {
             attach.extend(v.set(i, vote));
@@ -242,8 +269,9 @@ impl SessionCalls for OnNode {
 }
 
 /// The engine's sessions reach a quorum's servers by their `host:port`,
-/// each call bounded so that a server that does not answer delays the
-/// others' keepalives by a sixth of the shortest session TTL at most.
+/// each call bounded by `QuorumOptions::node_timeout`, else by a sixth of
+/// the shortest session TTL: a server that does not answer delays the
+/// others' keepalives (one task sends them all) by no more.
 impl SessionCalls for Ctx {
     fn session_call(self: Arc<Self>, node: String, cmd: redis::Cmd) -> BoxFuture<'static, Result<redis::Value>> {
         Box::pin(async move {
