@@ -10,7 +10,8 @@ use crate::engine::{Due, Engine};
 use crate::error::{Error, Result};
 use crate::holding::{held_lock, Flavor, Holder, Holding, LostSignal};
 use crate::options::LockOptions;
-use crate::quorum::protocol::{self, Acquired, Ctx};
+use crate::quorum::ctx::Ctx;
+use crate::quorum::protocol::{self, Acquired};
 use crate::state::{LossReason, Shared};
 use crate::transport::Api;
 

@@ -38,6 +38,7 @@
 //! }
 //! ```
 
+mod ctx;
 mod lock;
 mod node;
 mod options;
@@ -59,8 +60,9 @@ use crate::error::{Error, Result};
 use crate::options::LockOptions;
 use crate::runtime;
 use crate::trace;
+use ctx::Ctx;
 use node::Node;
-use protocol::{Acquired, Ctx};
+use protocol::Acquired;
 
 /// A lock client over several independent redis masters: a lock is held
 /// when a majority of them hold it. Cheap to clone (clones share the

@@ -24,7 +24,6 @@
 //! servers only raise F. The argument needs X to keep its mark, which a
 //! restart without persistence breaks (see docs/quorum.md).
 
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,38 +31,15 @@ use futures_util::future::{join_all, BoxFuture};
 use rand::Rng;
 
 use crate::cmd::LockCmd;
-use crate::engine::{Due, Engine, EngineSlot, Renewed, Renewer};
+use crate::engine::{Due, Renewed, Renewer};
 use crate::error::{Error, Result};
-use crate::failure::QuorumFailure;
-use crate::options::{ClientOptions, LockOptions};
-use crate::quorum::node::{Answer, Node};
-use crate::quorum::options::QuorumOptions;
+use crate::options::LockOptions;
+use crate::quorum::ctx::Ctx;
+use crate::quorum::node::Answer;
 use crate::quorum::round::{round, Tally};
 use crate::quorum::sessions::{self, Asked, Item, Plan};
 use crate::state::Shared;
 use crate::votes::Votes;
-
-/// What a quorum client shares with its locks.
-pub(crate) struct Ctx {
-    pub(crate) nodes: Vec<Arc<Node>>,
-    pub(crate) opts: QuorumOptions,
-    /// `0..nodes.len()`.
-    all: Vec<usize>,
-    /// Renews every watchdog lock of this client, and keeps its sessions
-    /// (`sessions.rs`).
-    pub(crate) engine: EngineSlot,
-    /// Each server's client options (its sessions').
-    pub(crate) client: ClientOptions,
-    /// The shortest session TTL in use, in ms (`sessions.rs`).
-    pub(crate) session_ttl_ms: AtomicU64,
-}
-
-impl Ctx {
-    /// The client's renewal engine (see [`EngineSlot::get`]).
-    pub(crate) fn engine(self: &Arc<Self>) -> Option<&Arc<Engine>> {
-        self.engine.get(|| self.clone(), self.opts.watchdog_batch, self.client.session_checks)
-    }
-}
 
 impl Renewer for Ctx {
     fn renew_all(self: Arc<Self>, due: Vec<Due>, batch: usize) -> BoxFuture<'static, Vec<Renewed>> {
@@ -98,55 +74,6 @@ pub(crate) struct Acquired {
     pub(crate) votes: Option<Votes>,
     /// The sessions asked, in use until the lock holds them.
     pub(crate) _asked: Asked,
-}
-
-impl Ctx {
-    pub(crate) fn new(nodes: Vec<Arc<Node>>, opts: QuorumOptions) -> Ctx {
-        let all = (0..nodes.len()).collect();
-        let client = opts.client_options();
-        Ctx { nodes, opts, all, engine: EngineSlot::default(), client, session_ttl_ms: AtomicU64::new(u64::MAX) }
-    }
-
-    /// ⌊N/2⌋ + 1.
-    pub(crate) fn quorum(&self) -> usize {
-        self.nodes.len() / 2 + 1
-    }
-
-    fn failure(
-        &self,
-        operation: &'static str,
-        key: &str,
-        t: &Tally,
-        asked: &[usize],
-        succeeded: usize,
-        validity_ran_out: bool,
-    ) -> Error {
-        Error::NoQuorum(Box::new(QuorumFailure {
-            key: key.into(),
-            operation,
-            nodes: self.nodes.len(),
-            needed: self.quorum(),
-            succeeded,
-            refused: t.no(),
-            failed: t.failures(&self.nodes, asked),
-            validity_ran_out,
-        }))
-    }
-
-    /// `start − drift`, refusing a TTL the drift allowance eats up whole.
-    fn valid_from(&self, start: Instant, ttl: Duration) -> Result<Instant> {
-        let drift = self.opts.drift_for(ttl);
-        if drift >= ttl {
-            return Err(Error::InvalidArgument(format!(
-                "ttl-ms {} leaves no validity after the clock-drift allowance of {} ms",
-                ttl.as_millis(),
-                drift.as_millis()
-            )));
-        }
-        start
-            .checked_sub(drift)
-            .ok_or_else(|| Error::InvalidArgument("the monotonic clock is too close to its origin".into()))
-    }
 }
 
 /// Whether the validity that counts from `valid_from` for `ttl` still runs.
