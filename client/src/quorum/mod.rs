@@ -20,6 +20,13 @@
 //!   single-server lock, but give no fences: with fewer than a majority of
 //!   fence-capable servers, [`QuorumLock::fence`] is `None`.
 //!
+//! - **Sessions** (`sessions.rs`, docs/sessions.md "Quorum locks"): a
+//!   watchdog lock is held by one session per server (the renewal
+//!   engine's sessions, a quorum's servers as its nodes), each server's
+//!   grant a vote its session keeps (`votes.rs`): one keepalive per server
+//!   per TTL/3 for all locks; a session's end drops that server's votes,
+//!   taken again at the next renewal; a lock is lost below a majority.
+//!
 //! The sync API drives the same async code to completion on the calling
 //! thread (`runtime::block`); the `_async` twins run on the caller's
 //! runtime. The watchdogs of all of a client's locks are one renewal
