@@ -269,9 +269,10 @@ impl SessionCalls for OnNode {
 }
 
 /// The engine's sessions reach a quorum's servers by their `host:port`,
-/// each call bounded by `QuorumOptions::node_timeout`, else by a sixth of
-/// the shortest session TTL: a server that does not answer delays the
-/// others' keepalives (one task sends them all) by no more.
+/// each call bounded by a sixth of the shortest session TTL (or the
+/// shorter `QuorumOptions::node_timeout`): a server that does not answer
+/// delays the others' keepalives (one task sends them all) by no more, so
+/// they still go out every TTL/2 at the latest.
 impl SessionCalls for Ctx {
     fn session_call(self: Arc<Self>, node: String, cmd: redis::Cmd) -> BoxFuture<'static, Result<redis::Value>> {
         Box::pin(async move {
@@ -279,7 +280,7 @@ impl SessionCalls for Ctx {
                 return Err(Error::InvalidArgument(format!("no server {node} in this quorum")));
             };
             let ttl = Duration::from_millis(self.session_ttl_ms.load(Ordering::Relaxed));
-            let bound = self.opts.node_timeout.unwrap_or(ttl / 6).max(Duration::from_millis(1));
+            let bound = self.opts.node_timeout.map_or(ttl / 6, |t| t.min(ttl / 6)).max(Duration::from_millis(1));
             match tokio::time::timeout(bound, n.core.clone().session_call(node, cmd)).await {
                 Ok(r) => r,
                 Err(_) => Err(Error::Redis(
