@@ -3,7 +3,7 @@
 //! its own, or not at all. The lock is held while a majority of votes are
 //! alive, and surely valid until the quorum-th latest of their ends, less
 //! the drift allowance. Pure: every reading takes `now` or reads the
-//! sessions' own state; the quorum client (`quorum/votes.rs`) decides what
+//! sessions' own state; the quorum client (`quorum/sessions.rs`) decides what
 //! to send, and applies the answers here.
 
 use std::sync::Arc;
@@ -25,8 +25,9 @@ pub(crate) enum Vote {
     Session(Arc<SessionLease>),
     /// Not counted, on a server with sessions: asked with this session
     /// and unanswered when the acquire was decided, or refused there since
-    /// (its key not ours). Taken again with that server's session; a
-    /// renewal there that says the key is ours makes it this session's.
+    /// (its key not ours; taken again with that server's session where the
+    /// quorum takes votes again). A renewal there that says the key is
+    /// ours makes it this session's.
     Pending(Arc<SessionLease>),
 }
 

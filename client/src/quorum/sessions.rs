@@ -119,6 +119,7 @@ pub(crate) async fn plan(ctx: &Arc<Ctx>, d: &Due, now: Instant, check_all: bool)
     let (renew, acquire) = (LockCmd::renew(key, token, d.ttl)?, LockCmd::acquire(key, token, d.ttl)?);
     let item = |acquire: LockCmd| Some((renew.clone(), d.fence, acquire));
     let n = ctx.nodes.len();
+    let reacquire = ctx.opts.reacquire_on_renew;
     let (asks, checking, session_ttl) = {
         let g = d.shared.lock();
         let Some(v) = g.votes.as_ref() else {
@@ -130,6 +131,8 @@ pub(crate) async fn plan(ctx: &Arc<Ctx>, d: &Due, now: Instant, check_all: bool)
             .iter()
             .map(|slot| match slot {
                 Vote::Own(_) => Ask::Renew(None),
+                // Its grant confirmed by a renewal, without taking it again.
+                Vote::Pending(l) if !reacquire => Ask::Renew(Some(l.clone())),
                 Vote::None => Ask::Retake { session_only: false },
                 s if s.gone(now) => Ask::Retake { session_only: true },
                 Vote::Session(l) if checking => Ask::Renew(Some(l.clone())),
@@ -138,7 +141,6 @@ pub(crate) async fn plan(ctx: &Arc<Ctx>, d: &Due, now: Instant, check_all: bool)
             .collect();
         (asks, checking, v.session_ttl)
     };
-    let reacquire = ctx.opts.reacquire_on_renew;
     let engine = ctx.engine();
     let mut items = Vec::with_capacity(n);
     let mut uses = Vec::new();
@@ -200,7 +202,7 @@ pub(crate) fn apply(
     start: Instant,
     ttl: Duration,
 ) -> Option<std::result::Result<bool, ()>> {
-    let now = Instant::now();
+    let (now, reacquire) = (Instant::now(), ctx.opts.reacquire_on_renew);
     let mut g = shared.lock();
     let held = g.status == Status::Held;
     let v = g.votes.as_mut()?;
@@ -220,7 +222,7 @@ pub(crate) fn apply(
             (Some(Answer::Yes { .. }), Vote::Pending(s)) => Some(Vote::Session(s.clone())),
             (Some(Answer::Yes { .. }), _) => Some(Vote::Own(start + ttl)),
             // Not ours there (yet): taken again with a session.
-            (Some(Answer::No), Vote::Session(s) | Vote::Pending(s)) => Some(Vote::Pending(s.clone())),
+            (Some(Answer::No), Vote::Session(s) | Vote::Pending(s)) if reacquire => Some(Vote::Pending(s.clone())),
             (Some(Answer::No), _) => Some(Vote::None),
             (Some(Answer::Failed(_)) | None, _) => None,
         };
