@@ -16,7 +16,10 @@ native command a per-lock renewal would be:
 3. Memory: `used_memory` per session (10,000 sessions holding nothing),
    and per lock attached to a session beyond the same lock held by its own
    lease (N keys taken with `LOCK.ACQUIRE key tok ttl SESSION id` against
-   `LOCK.ACQUIRE key tok ttl`).
+   `LOCK.ACQUIRE key tok ttl`); and per ended session remembered after
+   its locks are released (src/store/session_gone.rs: sessions of a 1 ms
+   TTL granted 1,000 at a time, each batch expired and forgotten before
+   the next, so that only the ends pile up: 60,000 of them).
 
 Usage:
     python3 benches/session_cost.py                     # ~5 min
@@ -128,9 +131,28 @@ def memory_rows(redis_server: str, module: str, n: int, sessions: int) -> dict:
         base = used()
         attach_all(conn, sid, n)
         held = (used() - base) / n
+        conn.call("FLUSHALL")
+        gone = ended_memory(conn, used)
     finally:
         srv.stop()
-    return {"session": per_session, "plain": plain, "held": held}
+    return {"session": per_session, "plain": plain, "held": held, "gone": gone}
+
+
+def ended_memory(conn: sc.Conn, used, batches: int = 60, batch: int = 1_000) -> float:
+    """`used_memory` per ended session the node remembers (its end's
+    table), the session table itself staying at one batch."""
+
+    def one_batch():
+        sc.fill(conn, (["SESSION.GRANT", 1] for _ in range(batch)), batch=batch)
+        while conn.call("SESSION.LIST", "COUNT", 1):
+            time.sleep(0.005)
+
+    for _ in range(5):
+        one_batch()
+    base = used()
+    for _ in range(batches):
+        one_batch()
+    return (used() - base) / (batches * batch)
 
 
 def main() -> int:
@@ -187,6 +209,7 @@ def main() -> int:
     print(f"Memory (`used_memory` growth): a session holding nothing, over 10,000 sessions: {mem['session']:,.0f} B.")
     print(f"{args.memory_locks:,} locks: {mem['plain']:,.0f} B each held by their own lease, {mem['held']:,.0f} B each")
     print(f"held by one session: {mem['held'] - mem['plain']:+,.0f} B per lock (the attachment, and the longer stored value).")
+    print(f"An ended session remembered after its locks are released (60,000 of them): {mem['gone']:,.0f} B each.")
     print(f"\nMachine:\n\n{sc.machine(args.redis_server)}")
     if missed:
         print("\nTargets missed:\n\n" + "\n".join(f"- {m}" for m in missed))

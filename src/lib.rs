@@ -76,6 +76,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         },
         Listener { also: Also::Nothing, on_key: None, gate: None, on_db: store::session::on_db_event },
         Listener { also: Also::Nothing, on_key: None, gate: None, on_db: store::session_revoked::on_db_event },
+        Listener { also: Also::Nothing, on_key: None, gate: None, on_db: blocked::session_end::on_db_event },
     ]);
     // Sessions: their timer runs from now on (once a second while there is
     // nothing to do); the first session subscribes to the database events

@@ -36,6 +36,7 @@ command_fn!(session_grant_cmd => session::grant);
 command_fn!(session_keepalive_cmd => session::keepalive);
 command_fn!(session_revoke_cmd => session::revoke);
 command_fn!(session_info_cmd => session::info);
+command_fn!(session_adopt_cmd => session::adopt);
 command_fn!(session_list_cmd => session::list);
 command_fn!(session_apply_cmd => session::apply);
 
@@ -334,8 +335,8 @@ const COMMANDS: &[Command] = &[
         flags: c"write deny-oom blocking getkeys-api",
         key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_INSERT),
         acl: c"write string slow blocking",
-        summary: c"Takes several locks for one token and one TTL, all or none, optionally with a fencing token per key, or waits in every key's line at once",
-        complexity: c"O(N) where N is the number of keys (at most 64)",
+        summary: c"Takes several locks for one token and one TTL, all or none, optionally with a fencing token per key, or waits in every key's line at once; with SESSION id, all held by that session",
+        complexity: c"O(N) where N is the number of keys (at most 64) (with SESSION: O(N log(M)) where M is the number of locks the session holds)",
         args: &[
             Arg::NumKeys(c"numkeys"),
             Arg::Keys(c"key"),
@@ -345,6 +346,7 @@ const COMMANDS: &[Command] = &[
             Arg::Option(c"timeout-ms", c"WAIT"),
             Arg::Option(c"lock-delay-ms", c"LOCKDELAY"),
             Arg::Option(c"max-hold-ms", c"MAXHOLD"),
+            Arg::Text(c"id", c"SESSION"),
         ],
     },
     // LOCK.EVICTED reads no key (the module's own table of evicted holds),
@@ -404,9 +406,9 @@ const COMMANDS: &[Command] = &[
         flags: c"write fast",
         key: None,
         acl: c"write fast",
-        summary: c"Ends a session now: its locks are released (without lock-delay), in bounded slices",
+        summary: c"Ends a session now: its locks are released (without lock-delay), in bounded slices; REASON is told to its holder",
         complexity: c"O(1); its locks are released afterwards, at most 256 per millisecond",
-        args: &[Arg::Str(c"id")],
+        args: &[Arg::Str(c"id"), Arg::Text(c"reason", c"REASON")],
     },
     Command {
         name: c"session.info",
@@ -417,6 +419,18 @@ const COMMANDS: &[Command] = &[
         summary: c"Describes a session: state, TTL, time left, lock-delay, how many locks it holds and the first COUNT of them",
         complexity: c"O(log(N) + n) where N is the number of locks it holds and n the number listed",
         args: &[Arg::Str(c"id"), Arg::Option(c"count", c"COUNT")],
+    },
+    // SESSION.ADOPT names its key first, as every keyed command here, so
+    // that a cluster routes it to the key's node.
+    Command {
+        name: c"session.adopt",
+        handler: session_adopt_cmd,
+        flags: c"write fast",
+        key: Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE),
+        acl: c"write fast",
+        summary: c"Attaches a lock (or a semaphore or read-write holder) held by its token for a session this node does not know (its key moved here) to a live session of this node; replies 1, or 0 with nothing changed",
+        complexity: c"O(1) for a lock, O(N) for its value of N bytes; O(log(N)) for a semaphore or read-write lock with N holders",
+        args: &[Arg::Key(c"key"), Arg::Str(c"token"), Arg::Str(c"id")],
     },
     Command {
         name: c"session.list",

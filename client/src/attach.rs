@@ -5,9 +5,11 @@
 //! (`state.rs`) reads it instead of a validity of its own, so a keepalive
 //! costs the client O(1) whatever the session holds.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use crate::loss::LossReason;
 
 /// One session granted on one node (`SESSION.GRANT`).
 #[derive(Debug)]
@@ -19,9 +21,12 @@ pub(crate) struct SessionLease {
     /// When the last keepalive (or the grant) that the server answered was
     /// sent, plus the TTL: the server keeps the session at least that long.
     valid_until: Mutex<Instant>,
-    /// A keepalive answered that the server no longer has it (expired,
-    /// revoked, forgotten): every lock attached to it is lost.
-    ended: AtomicBool,
+    /// A keepalive answered that the server no longer has it: how it
+    /// ended (an index in [`ENDS`], 0: it has not), every lock attached to
+    /// it lost so.
+    ended: AtomicU8,
+    /// Why it was revoked, if the server said (`SESSION.REVOKE … REASON`).
+    why: Mutex<Option<String>>,
     /// Acquires under way with this session (an idle session is revoked
     /// only when none is).
     in_use: AtomicUsize,
@@ -38,7 +43,8 @@ impl SessionLease {
             id,
             ttl,
             valid_until: Mutex::new(sent + ttl),
-            ended: AtomicBool::new(false),
+            ended: AtomicU8::new(0),
+            why: Mutex::new(None),
             in_use: AtomicUsize::new(0),
             held: AtomicUsize::new(0),
         }
@@ -56,13 +62,28 @@ impl SessionLease {
         *g = (*g).max(sent + self.ttl);
     }
 
-    /// The server said the session ended.
-    pub(crate) fn end(&self) {
-        self.ended.store(true, Ordering::Release);
+    /// The server said the session ended, as `how` (one of [`ENDS`]), for
+    /// `why` (a revoke's reason, if told); the first end told stays.
+    pub(crate) fn end(&self, how: LossReason, why: Option<String>) {
+        let code = ENDS.iter().position(|&r| r == how).map_or(1, |i| i as u8 + 1);
+        let mut w = self.why.lock().unwrap_or_else(|p| p.into_inner());
+        if self.ended.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            *w = why;
+        }
+    }
+
+    /// A revoke's reason, if the server told one.
+    pub(crate) fn why(&self) -> Option<String> {
+        self.why.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub(crate) fn ended(&self) -> bool {
-        self.ended.load(Ordering::Acquire)
+        self.ended.load(Ordering::Acquire) != 0
+    }
+
+    /// How the session ended, if the server said it did.
+    pub(crate) fn end_reason(&self) -> Option<LossReason> {
+        ENDS.get(usize::from(self.ended.load(Ordering::Acquire)).checked_sub(1)?).copied()
     }
 
     /// Whether a lock can still be attached to it at `now`.
@@ -96,6 +117,10 @@ impl SessionLease {
         InUse(self.clone())
     }
 }
+
+/// How a session can end, as its locks are lost ([`SessionLease::end`]).
+const ENDS: [LossReason; 4] =
+    [LossReason::SessionEnded, LossReason::SessionExpired, LossReason::SessionRevoked, LossReason::SessionUnknown];
 
 /// An acquire under way with a session (see [`SessionLease::start_use`]).
 #[derive(Debug)]
@@ -133,7 +158,11 @@ mod tests {
         s.hold();
         s.let_go();
         assert_eq!(s.held(), 1);
-        s.end();
+        assert_eq!(s.end_reason(), None);
+        s.end(LossReason::SessionRevoked, Some("drain".into()));
+        s.end(LossReason::SessionUnknown, None);
+        assert_eq!(s.why().as_deref(), Some("drain"));
         assert!(s.ended() && !s.usable(t0));
+        assert_eq!(s.end_reason(), Some(LossReason::SessionRevoked), "the first end told stays");
     }
 }

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use tokio::sync::Notify;
 
+use crate::adopt;
 use crate::attach::SessionLease;
 use crate::error::{Error, Result};
 use crate::keepalive;
@@ -151,6 +152,7 @@ impl Engine {
         });
         runtime::spawn(renewals(engine.clone(), renewer.clone()))?;
         runtime::spawn(releases(engine.clone()))?;
+        runtime::spawn(adopt::sweeps(engine.sessions.clone(), renewer.clone()))?;
         runtime::spawn(keepalive::keepalives(engine.sessions.clone(), renewer))?;
         Ok(engine)
     }
@@ -323,6 +325,11 @@ async fn renewals(engine: Arc<Engine>, renewer: Weak<dyn Renewer>) {
             // A renewer that answered short: those count as failed attempts.
             let (sent, r) =
                 results.next().unwrap_or_else(|| (now, Err(Error::InvalidArgument("no renewal answer".into()))));
+            if let (Ok(false), Some(lease)) = (&r, e.shared.session()) {
+                // Deleted, or its session ended: the keepalive tells first.
+                engine.sessions.suspect(&lease, e.shared.clone());
+                continue;
+            }
             if let Outcome::Next(at) = e.schedule.after(&e.shared, sent, ttl, r, now) {
                 // A session's lock: checked again no sooner than its share
                 // of the engine's checks allows.

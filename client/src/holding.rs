@@ -279,6 +279,14 @@ impl LostSignal {
 /// engine hears a revocation on its next renewal of the hold, and fires it
 /// with the deadline and, for a lock or a leadership, the reason.
 impl LostSignal {
+    /// The reason its session's revoke gave (`SESSION.REVOKE id REASON
+    /// text`), once the lock was lost with it
+    /// ([`LossReason::SessionRevoked`](crate::LossReason::SessionRevoked)).
+    pub fn session_revoke_reason(&self) -> Option<String> {
+        let s = self.shared.session()?;
+        s.ended().then(|| s.why()).flatten()
+    }
+
     /// The hold's revocation, once a renewal heard it (non-blocking).
     pub fn revocation(&self) -> Option<Revocation> {
         let g = self.shared.lock();

@@ -16,18 +16,23 @@
 //! for a revoked holder only).
 
 use std::sync::{Arc, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::attach::SessionLease;
 use crate::cmd::{info_cmd, keepalive_cmd, keepalive_reply, revoke_cmd};
-use crate::revocation::{session_revocations, Revocation, SessionRevoked};
-use crate::session::{follow, SessionCalls, Sessions};
+use crate::loss::session_end;
+use crate::revocation::{session_revocations, text_field, Revocation, SessionRevoked};
+use crate::session::{follow, EndedSession, SessionCalls, Sessions};
 use crate::state::{LossReason, Shared, Status};
 
 /// The most revoked locks one `SESSION.INFO` lists (the module's maximum);
 /// more are heard by later keepalives as the first ones end, or by each
 /// lock's own check.
 const LISTED: u32 = 1000;
+
+/// How long the engine waits for a node to say how a session ended
+/// before its locks are lost without the reason ([`LossReason::SessionEnded`]).
+const ASK_HOW: Duration = Duration::from_secs(1);
 
 /// What a session's listing says of its held locks: those it names alone,
 /// with their revocations, and those whose key the session holds more than
@@ -99,23 +104,46 @@ pub(crate) async fn keepalives(sessions: Arc<Sessions>, renewer: Weak<dyn Sessio
         let (answers, _) =
             futures_util::future::join(futures_util::future::join_all(calls), futures_util::future::join_all(revokes))
                 .await;
-        let (mut failed, mut revoked) = (Vec::new(), Vec::new());
+        let (mut failed, mut revoked, mut ended) = (Vec::new(), Vec::new(), Vec::new());
         for (k, (sent, reply)) in due.iter().zip(answers) {
             if reply.is_err() {
                 failed.push(k);
             }
-            let (lost, some_revoked) = sessions.apply(k, sent, reply);
-            for lock in lost {
-                lock.mark_lost(LossReason::SessionEnded);
+            let (gone, some_revoked, not_owner) = sessions.apply(k, sent, reply);
+            for lock in not_owner {
+                lock.mark_lost(LossReason::NotOwner);
             }
+            ended.extend(gone.into_iter().map(|s| (k.node.clone(), s)));
             revoked.extend(some_revoked.into_iter().map(|lease| (k.node.clone(), lease)));
         }
-        hear(&sessions, &r, revoked).await;
+        futures_util::future::join(end(&r, ended), hear(&sessions, &r, revoked)).await;
         for k in failed {
             follow(&sessions, &r, k).await;
         }
         drop(r);
     }
+}
+
+/// Ends each of `ended` (its node, its session and locks) as its node
+/// says it ended: one `SESSION.INFO id` per session (a session's end is
+/// rare; at most [`ASK_HOW`] is waited for it), its state `expired` or
+/// `revoked` (with a revoke's `end-reason`), or nil (unknown there);
+/// every lock of it is then lost with that reason at once.
+async fn end(calls: &Arc<dyn SessionCalls>, ended: Vec<(String, EndedSession)>) {
+    let asks = ended.into_iter().map(|(node, (lease, locks))| {
+        let calls = calls.clone();
+        async move {
+            let info = tokio::time::timeout(ASK_HOW, calls.session_call(node, info_cmd(&lease.id, 1))).await;
+            let info = info.ok().and_then(|r| r.ok());
+            let why = info.clone().and_then(|v| text_field(v, "end-reason"));
+            lease.end(session_end(info), why);
+            let how = lease.end_reason().unwrap_or(LossReason::SessionEnded);
+            for lock in locks {
+                lock.mark_lost(how);
+            }
+        }
+    });
+    futures_util::future::join_all(asks).await;
 }
 
 /// Reads the revoked locks of each of `revoked` (its node, its session)

@@ -194,6 +194,7 @@
 //! server's queue is confirmed by a renewal, so its validity is not counted
 //! from the start of the wait.
 
+mod adopt;
 mod attach;
 mod client;
 mod cluster;

@@ -12,17 +12,31 @@
 //! a fresh lease (`LOCK.RENEW`), so every returned lock starts its `ttl`
 //! together; only then are the [`Lock`] handles (and their watchdogs)
 //! made. Needs the module (`LOCK.ACQUIREALL`).
+//!
+//! Watchdog locks are held by the client's sessions as single locks are
+//! (docs/sessions.md, "Client"): each group is sent with `SESSION id` of
+//! its node's session, and its keys are then kept by that session's
+//! keepalives; a node that refuses the session (it does not know it, or
+//! its module takes no `SESSION` on `LOCK.ACQUIREALL`) wrote nothing, and
+//! the group is sent again without it (its locks renew on their own).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::attach::SessionLease;
+
 use crate::client::{lease_of, runtime, token_of, LockClient};
-use crate::cmd::{acquire_all_cmd, groups, is_unknown_command, Lease, LockCmd};
+use crate::cmd::{acquire_all_cmd, groups, is_unknown_command, session_refusal, Lease, LockCmd};
 use crate::error::{Error, Result};
 use crate::holding::Flavor;
 use crate::lock::Lock;
 use crate::options::LockOptions;
 use crate::runtime as background;
+use crate::session::{self, SessionCalls, SessionUse};
 use crate::transport::Api;
+
+/// The command a group is sent as (a node may refuse `SESSION` on it).
+const ACQUIREALL: &str = "LOCK.ACQUIREALL";
 
 impl LockClient {
     /// Takes every key of `keys` for `ttl` with one token, waiting up to
@@ -83,11 +97,16 @@ impl LockClient {
         let deadline = Instant::now() + wait;
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         let mut granted: Vec<(String, u64, Instant)> = Vec::new();
+        // The sessions the groups are held by (each in use until its locks
+        // are made: an idle session is revoked).
+        let mut held: Vec<(&[String], SessionUse)> = Vec::new();
         for group in &plan {
-            match self.acquire_group(group, &token, ttl_ms, lease, deadline).await {
-                Ok(fences) => {
+            let first = cmds.iter().find(|c| c.key() == group[0]).expect("a group's key is one of the keys");
+            match self.acquire_group_held(group, first, (ttl, ttl_ms), deadline, opts).await {
+                Ok((fences, used)) => {
                     let sent = Instant::now();
                     granted.extend(group.iter().cloned().zip(fences).map(|(k, f)| (k, f, sent)));
+                    held.extend(used.map(|u| (group.as_slice(), u)));
                 }
                 Err(e) => {
                     self.roll_back(granted.iter().map(|(k, _, _)| k).chain(group), &token).await;
@@ -112,7 +131,11 @@ impl LockClient {
             .map(|cmd| {
                 let (_, fence, sent) =
                     granted.iter().find(|(k, _, _)| k == cmd.key()).cloned().expect("every key granted");
-                let lock = Lock::new(self.core.clone(), cmd, sent, ttl, opts, again(&flavor), Some(fence));
+                let cmd = match held.iter().find(|(keys, _)| keys.iter().any(|k| k == cmd.key())) {
+                    Some((_, used)) => cmd.with_session(used.lease.clone()),
+                    None => cmd.clone(),
+                };
+                let lock = Lock::new(self.core.clone(), &cmd, sent, ttl, opts, again(&flavor), Some(fence));
                 if let Some(max_hold) = cmd.lease().max_hold() {
                     lock.limit_hold(sent, max_hold);
                 }
@@ -122,27 +145,69 @@ impl LockClient {
         Ok(locks)
     }
 
-    /// One group's `LOCK.ACQUIREALL`, blocked in the server until
-    /// `deadline` on a connection of its own (one attempt where the client
-    /// cannot open one): its fences, or why not.
+    /// One group's grant, held by the client's session on its node where
+    /// one can hold it (`first`: the acquire of its first key, as a single
+    /// lock's would be sent; see the module docs): its fences and the
+    /// session, or why not.
+    async fn acquire_group_held(
+        &self,
+        group: &[String],
+        first: &LockCmd,
+        (ttl, ttl_ms): (Duration, u64),
+        deadline: Instant,
+        opts: &LockOptions,
+    ) -> Result<(Vec<u64>, Option<SessionUse>)> {
+        let (token, lease) = (first.token(), first.lease());
+        if let Some(used) = self.group_session(first, ttl, opts).await {
+            // The session's lock-delay is the keys': the grant names none.
+            let held = Lease { lock_delay_ms: None, ..lease };
+            let r = self.acquire_group(group, token, ttl_ms, held, Some(&used.lease), deadline).await;
+            let refusal = match &r {
+                Err(Error::Redis(e)) => session_refusal(e),
+                _ => None,
+            };
+            match (refusal, self.core.engine()) {
+                (Some(why), Some(engine)) => engine.sessions().refused(&used, why, ACQUIREALL),
+                _ => return r.map(|fences| (fences, Some(used))),
+            }
+        }
+        Ok((self.acquire_group(group, token, ttl_ms, lease, None, deadline).await?, None))
+    }
+
+    /// The session `first`'s group can be held by, if any (as a single
+    /// lock's, `LockClient::acquire_cmd`; refusals noted for ACQUIREALL).
+    async fn group_session(&self, first: &LockCmd, ttl: Duration, opts: &LockOptions) -> Option<SessionUse> {
+        let session_ttl = session::session_ttl(first, ttl, opts, &self.core.opts)?;
+        let (engine, calls) = (self.core.engine()?, self.core.clone() as Arc<dyn SessionCalls>);
+        let delay = first.lease().lock_delay_ms;
+        engine.sessions().session_for(calls, first.key(), session_ttl, delay, ACQUIREALL).await
+    }
+
+    /// One group's `LOCK.ACQUIREALL` (with `SESSION id` of `session`),
+    /// blocked in the server until `deadline` on a connection of its own
+    /// (one attempt where the client cannot open one): its fences, or why
+    /// not.
     async fn acquire_group(
         &self,
         group: &[String],
         token: &str,
         ttl_ms: u64,
         lease: Lease,
+        session: Option<&Arc<SessionLease>>,
         deadline: Instant,
     ) -> Result<Vec<u64>> {
         let t = &self.core.transport;
         let left = deadline.saturating_duration_since(Instant::now());
         // Every module with LOCK.ACQUIREALL has its WAIT: no backend check.
         let blocking = (left >= Duration::from_millis(1)).then(|| t.clone().observer(&group[0]).ok()).flatten();
+        let ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
+        let mut cmd = acquire_all_cmd(group, token, ttl_ms, blocking.is_some().then_some(ms), lease);
+        if let Some(s) = session {
+            cmd.arg("SESSION").arg(&s.id);
+        }
         let reply = match blocking {
-            Some(mut conn) => {
-                let ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
-                conn.call(&acquire_all_cmd(group, token, ttl_ms, Some(ms), lease), left).await
-            }
-            None => t.call(&group[0], &acquire_all_cmd(group, token, ttl_ms, None, lease)).await,
+            Some(mut conn) => conn.call(&cmd, left).await,
+            None => t.call(&group[0], &cmd).await,
         };
         let reply = reply.map_err(|e| match e {
             Error::Redis(r) if is_unknown_command(&r) => Error::Unsupported { command: "LOCK.ACQUIREALL" },

@@ -74,12 +74,14 @@ impl ClientOptions {
     /// instead of a `LOCK.RENEW` per lock. Where the module serves the key
     /// and the lock can be held so: a watchdog lock without
     /// [`WatchdogOptions::max_lifetime`] (the session would outlive it),
-    /// not a takeover or [`lock_all`](crate::LockClient::lock_all), on a
+    /// not a takeover (also [`lock_all`](crate::LockClient::lock_all)'s), on a
     /// client built from a URL, a `redis::Client` or an async connection.
     /// Every other lock, and every lock on a server without the module (or
     /// without sessions), is renewed on its own as before. A lock's loss
-    /// when its session ends reads
-    /// [`LossReason::SessionEnded`](crate::LossReason::SessionEnded).
+    /// when its session ends reads how it ended:
+    /// [`LossReason::SessionRevoked`](crate::LossReason::SessionRevoked),
+    /// [`SessionExpired`](crate::LossReason::SessionExpired) or
+    /// [`SessionUnknown`](crate::LossReason::SessionUnknown).
     /// Default: on.
     pub fn sessions(mut self, on: bool) -> Self {
         self.sessions = on;

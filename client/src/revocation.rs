@@ -117,9 +117,15 @@ fn pairs(v: redis::Value) -> Option<Vec<(redis::Value, redis::Value)>> {
 
 /// The `revoked` field (the reason) of a `LOCK.INFO` reply, flat or a map.
 pub(crate) fn reason_of(v: redis::Value) -> Option<String> {
+    text_field(v, "revoked")
+}
+
+/// The text field `name` of a field/value reply (`LOCK.INFO`,
+/// `SESSION.INFO`), flat or a map.
+pub(crate) fn text_field(v: redis::Value, name: &str) -> Option<String> {
     let pairs = pairs(v)?;
     let text = |v: redis::Value| redis::from_redis_value::<String>(v).ok();
-    pairs.into_iter().find_map(|(k, v)| (text(k).as_deref() == Some("revoked")).then(|| text(v)).flatten())
+    pairs.into_iter().find_map(|(k, v)| (text(k).as_deref() == Some(name)).then(|| text(v)).flatten())
 }
 
 /// The deadline a renewal sent at `sent` and answered `-left_ms` tells.

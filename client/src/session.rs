@@ -10,9 +10,12 @@
 //! - **Validity**: a session's locks share its [`SessionLease`], which
 //!   each answered keepalive moves to its sending + TTL; a lock past it is
 //!   lost as [`LossReason::Expired`] (as a lock whose renewals failed).
-//! - **End**: a keepalive that says the session ended ends every lock of
-//!   it at once, [`LossReason::SessionEnded`], through each lock's loss
-//!   signal; the session leaves the table and the next lock gets a new one.
+//! - **End**: a keepalive that says the session ended (`0`) has the engine
+//!   ask the node how (`SESSION.INFO id`, one round trip: `keepalive.rs`),
+//!   then ends every lock of it at once with that reason
+//!   ([`LossReason::SessionExpired`], `SessionRevoked`, `SessionUnknown`),
+//!   through each lock's loss signal; the session leaves the table and the
+//!   next lock gets a new one.
 //! - **Revocation**: a keepalive that says some of a session's locks are
 //!   revoked (`-ttl`) has the engine read which (`SESSION.INFO`,
 //!   `keepalive.rs`, which runs the keepalive task) and fire each one's
@@ -96,14 +99,14 @@ pub(crate) fn session_ttl(
 
 /// Which session a lock can use: its node's, of its TTL and lock-delay.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct SessionKey {
-    node: String,
-    ttl_ms: u64,
-    lock_delay_ms: Option<u64>,
+pub(crate) struct SessionKey {
+    pub(crate) node: String,
+    pub(crate) ttl_ms: u64,
+    pub(crate) lock_delay_ms: Option<u64>,
 }
 
 pub(crate) struct Entry {
-    key: SessionKey,
+    pub(crate) key: SessionKey,
     /// The key of the lock it was granted for: where to look for its node
     /// again when that node stops answering (a failover).
     home: String,
@@ -117,6 +120,9 @@ pub(crate) struct Entry {
     next: Instant,
     /// Keepalives in a row that found it holding nothing.
     idle: u8,
+    /// Its locks a check found no longer their token's, until its next
+    /// keepalive says whether the session ended ([`Sessions::suspect`]).
+    suspects: Vec<Arc<Shared>>,
 }
 
 #[derive(Default)]
@@ -133,7 +139,7 @@ pub(crate) struct Table {
 /// An acquire under way with a session.
 pub(crate) struct SessionUse {
     pub(crate) lease: Arc<SessionLease>,
-    node: String,
+    pub(crate) node: String,
     _in_use: InUse,
 }
 
@@ -211,7 +217,9 @@ impl Sessions {
         let mut t = self.lock();
         t.current.insert(key.clone(), id.clone());
         let home = lock_key.to_string();
-        t.sessions.insert(id, Entry { key, home, lease, attached: HashMap::new(), attached_n: 0, next, idle: 0 });
+        let suspects = Vec::new();
+        t.sessions
+            .insert(id, Entry { key, home, lease, attached: HashMap::new(), attached_n: 0, next, idle: 0, suspects });
         drop(t);
         self.wake.notify_one();
         Some(use_)
@@ -242,6 +250,31 @@ impl Sessions {
         }
         e.attached.entry(lock.key.clone()).or_default().push(lock);
         e.attached_n += 1;
+    }
+
+    /// A check found `lock` of `lease` no longer its token's: its
+    /// session's end may be why, which the session's keepalive, sent at
+    /// once, tells before the lock is lost as [`LossReason::NotOwner`]
+    /// ([`Sessions::apply`]). A session already out of the table is ending
+    /// (its end, or its validity, tells its locks).
+    pub(crate) fn suspect(&self, lease: &Arc<SessionLease>, lock: Arc<Shared>) {
+        let mut t = self.lock();
+        let Some(e) = t.sessions.get_mut(&lease.id).filter(|e| Arc::ptr_eq(&e.lease, lease)) else { return };
+        e.suspects.push(lock);
+        e.next = Instant::now();
+        drop(t);
+        self.wake.notify_one();
+    }
+
+    /// Forgets `lock` among `lease`'s locks (it moved to another session).
+    pub(crate) fn detach(&self, lease: &Arc<SessionLease>, lock: &Arc<Shared>) {
+        let mut t = self.lock();
+        let Some(e) = t.sessions.get_mut(&lease.id).filter(|e| Arc::ptr_eq(&e.lease, lease)) else { return };
+        if let Some(locks) = e.attached.get_mut(&lock.key) {
+            let before = locks.len();
+            locks.retain(|l| !Arc::ptr_eq(l, lock));
+            e.attached_n -= before - locks.len();
+        }
     }
 
     /// How many locks the client's sessions hold, all together.
@@ -283,7 +316,8 @@ impl Sessions {
         }
         for (_, id) in &idle {
             if let Some(e) = t.sessions.remove(id) {
-                e.lease.end();
+                // Revoked by this client (it holds nothing).
+                e.lease.end(LossReason::SessionRevoked, None);
                 if t.current.get(&e.key).is_some_and(|c| c == id) {
                     t.current.remove(&e.key);
                 }
@@ -300,18 +334,15 @@ impl Sessions {
         (due, idle, next)
     }
 
-    /// Applies one node's keepalive, sent at `sent`; returns the locks of
-    /// the sessions it found ended, to be told outside the table's lock,
-    /// and the sessions it said have revoked locks.
-    pub(crate) fn apply(
-        &self,
-        k: &NodeKeepalive,
-        sent: Instant,
-        r: Result<Vec<Kept>>,
-    ) -> (Vec<Arc<Shared>>, Vec<Arc<SessionLease>>) {
+    /// Applies one node's keepalive, sent at `sent`; returns the sessions
+    /// it found ended (out of the table) with their locks, to be ended
+    /// outside the table's lock once the node said how
+    /// (`keepalive.rs`), the sessions it said have revoked locks, and the
+    /// suspects of the sessions it kept alive: those are lost as deleted.
+    pub(crate) fn apply(&self, k: &NodeKeepalive, sent: Instant, r: Result<Vec<Kept>>) -> Applied {
         let now = Instant::now();
         let mut t = self.lock();
-        let (mut lost, mut revoked) = (Vec::new(), Vec::new());
+        let (mut ended, mut revoked, mut not_owner) = (Vec::new(), Vec::new(), Vec::new());
         for (i, lease) in k.sessions.iter().enumerate() {
             let kept = match &r {
                 Ok(v) => v.get(i).copied().unwrap_or(Kept::Unreadable),
@@ -325,12 +356,10 @@ impl Sessions {
                     if kept == Kept::Revoked {
                         revoked.push(lease.clone());
                     }
+                    not_owner.append(&mut e.suspects);
                     false
                 }
-                Kept::Ended => {
-                    lease.end();
-                    true
-                }
+                Kept::Ended => true,
                 // Its locks run out at the session's validity by themselves;
                 // past it, the session is of no more use.
                 Kept::Unreadable => {
@@ -344,12 +373,12 @@ impl Sessions {
                         t.current.remove(&e.key);
                     }
                     if kept == Kept::Ended {
-                        lost.extend(e.attached.into_values().flatten());
+                        ended.push((lease.clone(), e.attached.into_values().flatten().collect()));
                     }
                 }
             }
         }
-        (lost, revoked)
+        (ended, revoked, not_owner)
     }
 }
 
@@ -422,6 +451,13 @@ pub(crate) async fn follow(sessions: &Sessions, calls: &Arc<dyn SessionCalls>, k
         }
     }
 }
+
+/// A session a keepalive found ended, and its locks.
+pub(crate) type EndedSession = (Arc<SessionLease>, Vec<Arc<Shared>>);
+
+/// What one keepalive said ([`Sessions::apply`]): the sessions ended, those
+/// with revoked locks, and the locks lost as deleted.
+pub(crate) type Applied = (Vec<EndedSession>, Vec<Arc<SessionLease>>, Vec<Arc<Shared>>);
 
 /// One node's keepalive: all of its sessions, in the order sent.
 pub(crate) struct NodeKeepalive {

@@ -91,8 +91,8 @@ impl Inner {
 
     /// Why a held lock is lost at `now`, if it is.
     fn lost_at(&self, now: Instant) -> Option<LossReason> {
-        if self.session.as_ref().is_some_and(|s| s.ended()) {
-            return Some(LossReason::SessionEnded);
+        if let Some(how) = self.session.as_ref().and_then(|s| s.end_reason()) {
+            return Some(how);
         }
         if let Some(r) = self.votes.as_ref().and_then(|v| v.lost()) {
             return Some(r);
@@ -354,7 +354,7 @@ impl Shared {
     /// server's vote only, which its state (read here) counts.
     pub(crate) fn mark_lost(&self, reason: LossReason) {
         let mut g = self.lock();
-        if g.votes.is_some() && reason == LossReason::SessionEnded {
+        if g.votes.is_some() && reason.is_session_end() {
             return;
         }
         let reason = if reason == LossReason::NotOwner && g.evicted { LossReason::Evicted } else { reason };

@@ -145,14 +145,17 @@ impl Votes {
     }
 
     /// Why the lock is lost whatever the time, if it is: fewer votes alive
-    /// than the quorum. A session's end among them names the loss (the
-    /// other votes were refused by their servers).
+    /// than the quorum. A session's end among them names the loss, as the
+    /// server told it (the other votes were refused by their servers).
     pub(crate) fn lost(&self) -> Option<LossReason> {
         if self.alive() >= self.quorum {
             return None;
         }
-        let ended = self.slots.iter().any(|v| matches!(v, Vote::Session(s) | Vote::Pending(s) if s.ended()));
-        Some(if ended { LossReason::SessionEnded } else { LossReason::NotOwner })
+        let ended = self.slots.iter().find_map(|v| match v {
+            Vote::Session(s) | Vote::Pending(s) => s.end_reason(),
+            _ => None,
+        });
+        Some(ended.unwrap_or(LossReason::NotOwner))
     }
 }
 
@@ -177,7 +180,7 @@ mod tests {
         assert_eq!(v.until(), Some(t0 + ms(290)));
         assert_eq!((v.alive(), v.lost()), (3, None));
         // One session ends: its vote goes, a majority is left.
-        b.end();
+        b.end(LossReason::SessionExpired, None);
         assert_eq!((v.alive(), v.lost()), (2, None));
         assert_eq!(v.until(), Some(t0 + ms(240)));
         assert!(v.slots()[2].gone(t0) && !v.slots()[0].gone(t0));
@@ -188,9 +191,9 @@ mod tests {
         assert!(v.set(2, Vote::Session(c.clone())).is_none(), "the same session: nothing new");
         assert_eq!(c.held(), 1);
         // Two votes gone: lost, as its session's end.
-        a.end();
+        a.end(LossReason::SessionRevoked, None);
         v.set(1, Vote::None);
-        assert_eq!(v.lost(), Some(LossReason::SessionEnded));
+        assert_eq!(v.lost(), Some(LossReason::SessionRevoked), "the first ended vote's end");
         assert_eq!(v.until(), None);
         // Refused votes alone: not the owner.
         let mut w = Votes::new(vec![Vote::Own(t0), Vote::None, Vote::None], 2, ms(0), ms(300), None);

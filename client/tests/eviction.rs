@@ -128,3 +128,92 @@ fn run_exits_78_when_the_server_evicts_its_lock() {
     assert_eq!(out.status.code(), Some(78), "{err}");
     assert!(err.contains("evicted by the server"), "{err}");
 }
+
+/// A server that cannot evict yet (`maxmemory 0`), under `allow`; then
+/// [`start_evicting`] lets it.
+fn quiet_server() -> Server {
+    Server::builder().arg("lock.eviction", "allow").start()
+}
+
+fn start_evicting(s: &Server) {
+    let mut c = s.conn();
+    let text: String = redis::cmd("INFO").arg("memory").query(&mut c).unwrap();
+    let used: u64 = text.lines().find_map(|l| l.strip_prefix("used_memory:")).unwrap().trim().parse().unwrap();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("volatile-lru").query(&mut c).unwrap();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(used + 1_500_000).query(&mut c).unwrap();
+}
+
+fn unverified_count(c: &mut Connection) -> u64 {
+    let text: String = redis::cmd("INFO").arg("lock").query(c).unwrap();
+    text.lines().find_map(|l| l.strip_prefix("lock_evicted_unverified:")).unwrap().trim().parse().unwrap()
+}
+
+/// Locks taken while the server could not evict, and not renewed before
+/// it evicted them (so in no table of the module): still lost as
+/// `Evicted`, through a manual renewal, a release and the watchdog.
+#[test]
+fn locks_taken_before_eviction_was_possible_are_lost_as_evicted() {
+    let s = quiet_server();
+    let c = client(&s);
+    let watched = LockOptions::new().watchdog(WatchdogOptions::new());
+    let manual = c.try_acquire("early:manual", ms(60_000)).expect("acquire");
+    let released = c.try_acquire("early:released", ms(60_000)).expect("acquire");
+    let permit = c.semaphore("early:sem", 2).try_acquire(ms(60_000)).expect("permit");
+    // Renewed every 2 s: whether its next renewal comes before or after
+    // the eviction, its loss is told as one.
+    let lock = c.try_acquire_with("early:watched", ms(6_000), &watched).expect("acquire");
+    start_evicting(&s);
+    let mut conn = s.conn();
+    fill_until_oom(&mut conn);
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0).query(&mut conn).unwrap();
+    assert!(manual.renew(ms(60_000)).unwrap_err().is_not_held());
+    assert_eq!(manual.loss_reason(), Some(LossReason::Evicted));
+    assert!(released.release().is_err());
+    assert_eq!(released.loss_reason(), Some(LossReason::Evicted));
+    assert!(permit.renew(ms(60_000)).is_err());
+    assert_eq!(permit.loss_reason(), Some(LossReason::Evicted));
+    assert_eq!(lock.lost_signal().wait_timeout(PATIENCE), Some(LossReason::Evicted));
+    assert!(unverified_count(&mut conn) >= 3, "the three never renewed were in no table");
+}
+
+/// `redis-lock run` whose lock was taken before the server could evict:
+/// its renewal every 3 s finds it evicted (tracked or not by then), and
+/// it exits 78.
+#[test]
+fn run_exits_78_when_its_lock_taken_before_eviction_is_evicted() {
+    let s = quiet_server();
+    let url = s.url();
+    let child = Command::new(cli_support::BIN)
+        .args([
+            "run",
+            "--url",
+            &url,
+            "--ttl",
+            "9000",
+            "--grace",
+            "2000",
+            "--no-session",
+            "early:run",
+            "--",
+            "sleep",
+            "60",
+        ])
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run redis-lock");
+    let mut conn = s.conn();
+    let start = Instant::now();
+    while redis::cmd("EXISTS").arg("early:run").query::<i64>(&mut conn).unwrap() == 0 {
+        assert!(start.elapsed() < PATIENCE, "run never took the lock");
+        std::thread::sleep(ms(10));
+    }
+    start_evicting(&s);
+    fill_until_oom(&mut conn);
+    let out = child.wait_with_output().expect("wait for redis-lock");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert!(err.contains("evicted by the server"), "{err}");
+}

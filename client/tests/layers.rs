@@ -16,7 +16,7 @@ const LIBRARY: Layers = &[
     ("bottom", &["error", "failure", "options", "trace"]),
     // Taking `now` and replies, doing no I/O.
     ("pure decisions", &["cmd", "watchdog", "retry", "revocation", "loss", "attach", "votes", "state", "info"]),
-    ("runtime", &["runtime", "engine", "session", "keepalive"]),
+    ("runtime", &["runtime", "engine", "session", "keepalive", "adopt"]),
     ("transport", &["send", "transport", "single", "cluster", "wait"]),
     // `quorum::round` runs one step on every server (tokio tasks over the
     // quorum's nodes) and tallies it: part of the quorum mode.

@@ -2,7 +2,8 @@
 //! "Client"): one session per node keeps any number of locks with one
 //! `SESSION.KEEPALIVE` per TTL/3, a session's end is every attached lock's
 //! loss with its reason, a key moved to a node without the session stays
-//! safe, and a server without the module still renews lock by lock.
+//! safe and is adopted there by its live holder (a dead holder's ends after
+//! `lock.orphan-grace`), and a server without the module still renews lock by lock.
 
 mod support;
 
@@ -154,7 +155,7 @@ fn a_revoked_session_is_every_attached_locks_loss() {
     assert_eq!(revoked, 1);
     for l in &locks {
         // Heard on the next keepalive, within TTL/3 (generous margin).
-        assert_eq!(l.lost_signal().wait_timeout(ms(10_000)), Some(LossReason::SessionEnded), "{}", l.key());
+        assert_eq!(l.lost_signal().wait_timeout(ms(10_000)), Some(LossReason::SessionRevoked), "{}", l.key());
         assert!(!l.is_held());
         assert!(matches!(l.renew(ttl), Err(Error::NotHeld { .. })), "a lost lock stays lost");
     }
@@ -173,7 +174,7 @@ fn a_flushall_that_forgets_the_session_loses_its_locks_as_such() {
     let client = LockClient::open(&s.url()).unwrap();
     let lock = client.try_acquire_with("flushed", ms(1500), &watchdog()).unwrap();
     let _: () = redis::cmd("FLUSHALL").query(&mut s.conn()).unwrap();
-    assert_eq!(lock.lost_signal().wait_timeout(ms(10_000)), Some(LossReason::SessionEnded));
+    assert_eq!(lock.lost_signal().wait_timeout(ms(10_000)), Some(LossReason::SessionUnknown));
 }
 
 #[test]
@@ -257,8 +258,8 @@ fn a_server_without_the_module_still_renews_lock_by_lock() {
 /// A slot moved to another master takes a session-held key to a node
 /// where the session does not exist. Defined as safe: the key stays held
 /// for its token there (nobody else can take it), the holder keeps it
-/// (its session, on the old master, is still kept alive) and releases it
-/// where it now lives; a new lock on that slot is granted by the new
+/// (its client adopts it into a session of the new master, see
+/// `moved_and_adopted`) and releases it where it now lives; a new lock on that slot is granted by the new
 /// master (a session there, or its own lease after the old master's
 /// session is refused), and is held too.
 #[test]
@@ -287,6 +288,86 @@ fn a_session_held_key_moved_to_another_master_stays_held_and_released_safely() {
     let value: String = redis::cmd("GET").arg("moved:{slot}:2").query(&mut c.node(to).conn()).unwrap();
     assert!(value.contains(next.token()), "held on the new master: {value}");
     assert!(matches!(other.try_acquire("moved:{slot}:2", ttl), Err(Error::NotAcquired { .. })));
+}
+
+/// The grace the orphan tests give a moved lock (`lock.orphan-grace`):
+/// above the client's 5 s sweep through a slot map at most 5 s old, with a
+/// loaded machine's margin.
+const GRACE_MS: u64 = 20_000;
+
+/// A lock moved (by `mover`) to a master that does not know its session:
+/// its live holder's client adopts it into a session there and keeps it
+/// past the grace another client's acquire started; a lock whose holder
+/// is gone (its session kept alive by nobody) is free for others once
+/// that grace has passed.
+fn moved_and_adopted(mover: impl FnOnce(&Cluster, u16, usize)) {
+    let c = Cluster::start(3, 0);
+    for m in c.masters() {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("lock.orphan-grace")
+            .arg(GRACE_MS)
+            .query(&mut c.node(m).conn())
+            .unwrap();
+    }
+    let (kept, dead) = ("orphan:{slot}:kept", "orphan:{slot}:dead");
+    let holder = LockClient::open_cluster(&c.urls()).unwrap();
+    let other = LockClient::open_cluster(&c.urls()).unwrap();
+    let lock = holder.try_acquire_with(kept, ms(1500), &watchdog()).unwrap();
+    let (slot, from) = (c.slot_of(kept), c.owner_of(kept));
+    // A holder gone without a release: its session (a minute's: it
+    // outlives the move on the old master) kept alive by nobody. (A
+    // client whose lock handle is leaked is not gone: the handle keeps
+    // its engine, which would adopt the lock too.)
+    let mut old = c.node(from).conn();
+    let id: String = redis::cmd("SESSION.GRANT").arg(60_000).query(&mut old).unwrap();
+    let took: i64 =
+        redis::cmd("LOCK.ACQUIRE").arg(dead).arg("gone").arg(60_000).arg("SESSION").arg(&id).query(&mut old).unwrap();
+    assert_eq!(took, 1);
+    let to = c.masters().into_iter().find(|&m| m != from).unwrap();
+    mover(&c, slot, to);
+    let mut con = c.node(to).conn();
+    // Another client wants both: refused, and each gets the grace.
+    let mut end = 0;
+    for key in [kept, dead] {
+        assert!(matches!(other.try_acquire(key, ms(1500)), Err(Error::NotAcquired { .. })), "{key} is held");
+        end = redis::cmd("PEXPIRETIME").arg(key).query(&mut con).unwrap();
+        assert!(end > 0, "{key}: the orphan's end");
+    }
+    // The holder's client adopts its lock on the new master.
+    let adopted = || {
+        let value: String = redis::cmd("GET").arg(kept).query(&mut c.node(to).conn()).unwrap();
+        let ttl: i64 = redis::cmd("PTTL").arg(kept).query(&mut c.node(to).conn()).unwrap();
+        ttl == -1 && sessions(&mut c.node(to).conn()).iter().any(|id| value.contains(id.as_str()))
+    };
+    assert!(eventually(ms(GRACE_MS), adopted), "adopted by a session of the new master");
+    assert!(lock.is_held(), "{:?}", lock.loss_reason());
+    // The dead holder's lock is granted once its grace ends; the adopted one stays.
+    let next = other.acquire(dead, ms(1500), ms(3 * GRACE_MS)).expect("granted after the grace");
+    let (secs, us): (i64, i64) = redis::cmd("TIME").query(&mut con).unwrap();
+    assert!(secs * 1000 + us / 1000 >= end, "not before the orphan's end");
+    assert!(matches!(other.try_acquire(kept, ms(1500)), Err(Error::NotAcquired { .. })), "kept past the grace");
+    assert!(lock.is_held(), "{:?}", lock.loss_reason());
+    let leased: String = redis::cmd("INFO").arg("lock").query(&mut con).unwrap();
+    assert!(leased.contains("lock_orphans_leased:2") && leased.contains("lock_orphans_adopted:1"), "{leased}");
+    lock.release().unwrap();
+    assert!(!redis::cmd("EXISTS").arg(kept).query::<bool>(&mut con).unwrap(), "released where it lives");
+    next.release().unwrap();
+}
+
+#[test]
+fn a_moved_lock_is_adopted_by_its_live_holder_and_a_dead_holders_ends_after_the_grace() {
+    moved_and_adopted(|c, slot, to| c.move_slot(slot, to));
+}
+
+#[test]
+fn a_lock_moved_by_atomic_slot_migration_is_adopted_too() {
+    let v = redis_lock_harness::server_version();
+    if !(v.is_valkey() && v.major >= 9) {
+        println!("skipped: {v:?} has no atomic slot migration (CLUSTER MIGRATESLOTS is Valkey 9)");
+        return;
+    }
+    moved_and_adopted(|c, slot, to| c.atomic_move_slots(slot, slot, to));
 }
 
 /// A failover promotes a replica, which has the session (replicated):

@@ -320,6 +320,14 @@ impl Server {
         std::mem::forget(std::mem::replace(self, again));
     }
 
+    /// As [`Server::restart`], with the server's wall clock shifted by
+    /// `offset_ms` from then on ([`Builder::clock_offset_ms`]): a clock
+    /// that jumped while the server was down.
+    pub fn restart_with_clock_offset_ms(&mut self, offset_ms: i64) {
+        self.builder.clock_offset_ms = Some(offset_ms);
+        self.restart();
+    }
+
     /// Stops (SIGSTOP) or continues (SIGCONT) the server: a paused server
     /// keeps its connections and data but answers nothing, like a machine
     /// in a long pause or behind a partition. The guard's SIGKILL on drop

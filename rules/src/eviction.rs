@@ -95,6 +95,9 @@ pub enum Family {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Evicted {
     pub holds: [u64; 4],
+    /// The table knew the key as an exclusive one's (a lock, a leader),
+    /// live or not: it had no other holder.
+    pub exclusive: bool,
 }
 
 impl Evicted {
@@ -226,6 +229,7 @@ impl Tracker {
         let holds: Vec<_> =
             self.holds.range((key, 0)..=(key, u64::MAX)).map(|(&(_, t), &(until, f))| (t, until, f)).collect();
         for (token, until, family) in holds {
+            out.exclusive |= matches!(family, Family::Lock | Family::Leader);
             self.holds.remove(&(key, token));
             self.by_end.remove(&(until, key, token));
             if until > now {
@@ -298,6 +302,7 @@ mod tests {
         assert!(t.hold(2, 22, 1_000, Family::Semaphore, false, 0));
         let e = t.evicted(2, 600);
         assert_eq!(e.holds, [0, 0, 2, 0], "the place that ended at 500 was no hold any more");
+        assert!(!e.exclusive);
         assert!(t.was_evicted(2, 20) && t.was_evicted(2, 22) && !t.was_evicted(2, 21));
         assert!(!t.was_evicted(1, 10));
         assert_eq!(t.len(), 1);
@@ -317,7 +322,9 @@ mod tests {
         t.drop_hold(1, 1);
         assert_eq!(t.evicted(1, 50).total(), 0, "released");
         assert!(t.hold(1, 1, 100, Family::Lock, true, 0));
-        assert_eq!(t.evicted(1, 100).total(), 0, "its end had come");
+        let ended = t.evicted(1, 100);
+        assert_eq!(ended.total(), 0, "its end had come");
+        assert!(ended.exclusive, "but the table knew the key had no other holder");
         assert!(t.hold(1, 1, 100, Family::Lock, true, 0));
         assert!(t.hold(2, 1, 100, Family::Lock, true, 0));
         assert!(!t.hold(3, 1, 100, Family::Lock, true, 0), "full");

@@ -75,6 +75,40 @@ pub fn settle(held: &Held, state: SessionState, pxat: Option<i64>, now: i64) -> 
     }
 }
 
+/// The end an orphan gets at `now`: a hold of a session this node does
+/// not know (`state`; a key moved here from another node, a restore of an
+/// old RDB) whose key has no expiry (`pxat`) ends `grace` ms from now
+/// unless a live holder adopts it first (`SESSION.ADOPT`,
+/// docs/sessions.md, "A key moved to another node"); `None`: it keeps
+/// what it has (its session is known, it has an end already, or `grace`
+/// is 0: orphans are held as they are).
+pub fn orphan_end(state: SessionState, pxat: Option<i64>, now: i64, grace: i64) -> Option<i64> {
+    (state == SessionState::Unknown && pxat.is_none() && grace > 0).then(|| now.saturating_add(grace))
+}
+
+/// `SESSION.ADOPT` of `held` by `token` at `now` into the live session
+/// `session` (its id's text) whose lock-delay is `lock_delay`, when the
+/// hold's own session is `state` here: the new value and the key's
+/// expiry (none without a hold limit; with one, the limit plus the new
+/// session's lock-delay), or `None` (nothing changes): another token's
+/// hold, a session this node knows, a revoked hold, or one whose hold
+/// limit has passed.
+pub fn adopt(
+    held: &Held,
+    token: &[u8],
+    state: SessionState,
+    session: &str,
+    lock_delay: i64,
+    now: i64,
+) -> Option<(Vec<u8>, Option<i64>)> {
+    let unclaimed = state == SessionState::Unknown && held.revoked.is_none();
+    if !unclaimed || held.token.as_bytes() != token || held.hold_until.is_some_and(|h| h <= now) {
+        return None;
+    }
+    let pxat = held.hold_until.map(|h| h.saturating_add(lock_delay));
+    Some((Held { session: session.to_owned(), ..held.clone() }.encode(), pxat))
+}
+
 /// How many of a session id's low bits name it in a semaphore's or
 /// read-write lock's key ([`session_score`]: a double holds them exactly).
 /// No two sessions of a node share them: its table is keyed by them
@@ -313,6 +347,26 @@ mod tests {
         let opts = GrantOptions { lock_delay: Some(0), ..GrantOptions::default() };
         assert_eq!(check_options(&opts), Err(ArgError::SessionLockDelay));
         assert_eq!(check_options(&GrantOptions { max_hold: Some(1), ..GrantOptions::default() }), Ok(()));
+    }
+
+    #[test]
+    fn an_orphan_without_an_end_gets_the_grace_and_the_right_token_adopts_it() {
+        let unknown = SessionState::Unknown;
+        assert_eq!(orphan_end(unknown, None, NOW, 60_000), Some(NOW + 60_000));
+        assert_eq!(orphan_end(unknown, Some(NOW + 5), NOW, 60_000), None, "it has an end");
+        assert_eq!(orphan_end(unknown, None, NOW, 0), None, "0: held as it is");
+        assert_eq!(orphan_end(SessionState::Alive { lock_delay: 0 }, None, NOW, 60_000), None);
+        let other = "fedcba9876543210fedcba9876543210";
+        let (v, pxat) = adopt(&held(None), b"t", unknown, other, 700, NOW).expect("adopted");
+        assert_eq!(pxat, None, "the session keeps it: no expiry");
+        assert_eq!(parse_held(&v), Some(Held { session: other.into(), ..held(None) }));
+        let (_, pxat) = adopt(&held(Some(NOW + 10)), b"t", unknown, other, 700, NOW).expect("adopted");
+        assert_eq!(pxat, Some(NOW + 710), "its hold limit, then the new session's delay");
+        assert_eq!(adopt(&held(None), b"u", unknown, other, 0, NOW), None, "another token");
+        assert_eq!(adopt(&held(None), b"t", SessionState::Alive { lock_delay: 0 }, other, 0, NOW), None);
+        assert_eq!(adopt(&held(Some(NOW)), b"t", unknown, other, 0, NOW), None, "its hold limit passed");
+        let revoked = Held { revoked: Some("r".into()), ..held(Some(NOW + 10)) };
+        assert_eq!(adopt(&revoked, b"t", unknown, other, 0, NOW), None);
     }
 
     #[test]

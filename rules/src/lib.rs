@@ -13,6 +13,7 @@
 //! - [`observers`]: the observers' bookkeeping (per key, grouped by the revision they saw).
 //! - [`encode`]: the structured value as Go's encoding/json writes it.
 //! - [`eviction`]: which memory settings evict lock keys, the refusal, the evicted holds' table.
+//! - [`eviction_window`]: holds given while nothing could be evicted: the window in which an eviction may have taken one.
 //! - [`fence`]: fencing token numbering.
 //! - [`guard`]: LOCK.GUARD's ownership rule and the inner commands it refuses.
 //! - [`histogram`]: fixed-size duration histograms (`INFO lock` percentiles).
@@ -20,6 +21,7 @@
 //! - [`hold_table`]: the holds `lock.hold-timing` times, and what their ends record.
 //! - [`held`]: a lock held by a session: its grant, settling it when the session ended.
 //! - [`session`]: a node's sessions: deadlines, holds, ending in bounded slices.
+//! - [`session_gone`]: the sessions a node ended lately (why each ended, for its holder).
 //! - [`session_revoked`]: the revoked holds of a node's sessions, in deadline order.
 //! - [`lease`]: LOCKDELAY and MAXHOLD: a grant's lease fields, renewals,
 //!   settling an ended lease to its tombstone, what LOCK.INFO shows.
@@ -41,6 +43,7 @@ pub mod election;
 pub mod encode;
 pub mod error;
 pub mod eviction;
+pub mod eviction_window;
 pub mod fence;
 pub mod guard;
 pub mod held;
@@ -57,6 +60,7 @@ pub mod queue;
 pub mod revoke;
 pub mod scripts;
 pub mod session;
+pub mod session_gone;
 pub mod session_revoked;
 pub mod top;
 pub mod value;

@@ -323,6 +323,24 @@ impl<K: Ord> Sessions<K> {
         self.holds.get_mut(i as usize - 1)
     }
 
+    /// Notes that `id` holds `key`, whether it is alive or ended: a hold
+    /// restated by an AOF rewrite's walk (an ended session's holds are
+    /// still to release). False when `id` is not here. O(log n).
+    pub fn restate(&mut self, id: Id, key: K) -> bool {
+        self.holds_mut(id).is_some_and(|h| h.insert(key) | true)
+    }
+
+    /// Up to `max` of `id`'s holds after `after` (from the first: `None`),
+    /// in order: a walk's next slice. O(log n + max).
+    pub fn holds_after(&self, id: Id, after: Option<&K>, max: usize) -> Vec<&K> {
+        let Some(s) = self.get(id) else { return Vec::new() };
+        let holds = self.holds_of(s);
+        match after {
+            None => holds.iter().take(max).collect(),
+            Some(k) => holds.range((std::ops::Bound::Excluded(k), std::ops::Bound::Unbounded)).take(max).collect(),
+        }
+    }
+
     /// Notes that `id` no longer holds `key`. O(log n) in its holds.
     pub fn detach(&mut self, id: Id, key: &K) {
         if let Some(i) = self.get(id).map(|s| s.holds).filter(|&i| i > 0) {
@@ -473,6 +491,26 @@ mod tests {
         assert_eq!(t.keepalive(twin, NOW), None);
         assert!(!t.attach(twin, 5));
         assert_eq!(t.by_short(1), Some(1));
+    }
+
+    #[test]
+    fn a_restated_hold_is_kept_by_an_ended_session_and_holds_walk_in_slices() {
+        let mut t = table();
+        assert!(t.attach(1, 10));
+        assert!(t.end(1, NOW, Reason::Expired));
+        assert!(!t.attach(1, 20), "an ended session takes no new hold");
+        assert!(t.restate(1, 20) && t.restate(1, 10), "a restated one, twice");
+        assert!(!t.restate(7, 1), "unknown");
+        for k in [30, 40, 50] {
+            assert!(t.restate(1, k));
+        }
+        assert_eq!(t.holds_after(1, None, 2), vec![&10, &20]);
+        assert_eq!(t.holds_after(1, Some(&20), 2), vec![&30, &40]);
+        assert_eq!(t.holds_after(1, Some(&25), 9), vec![&30, &40, &50]);
+        assert!(t.holds_after(1, Some(&50), 9).is_empty());
+        assert!(t.holds_after(2, None, 9).is_empty() && t.holds_after(7, None, 9).is_empty());
+        let (holds, _) = t.next_holds(9, usize::MAX, |_| 1);
+        assert_eq!(holds.len(), 5, "the ended session's slices release the restated holds");
     }
 
     #[test]

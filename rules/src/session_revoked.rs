@@ -113,6 +113,19 @@ impl<K: Ord + Clone> RevokedHolds<K> {
         self.by_session.get(&id).map_or_else(Vec::new, |h| h.iter().take(count).collect())
     }
 
+    /// Up to `max` revoked holds after `after` (a deadline, session and
+    /// key; from the first: `None`), in deadline order: a walk's next
+    /// slice. O(log n + max).
+    pub fn after(&self, after: Option<&(i64, Id, K)>, max: usize) -> Vec<(i64, Id, &K, &Revocation)> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let from = after.map_or(Unbounded, Excluded);
+        let found = self.due.range((from, Unbounded)).filter_map(|(at, id, key)| {
+            let r = self.by_session.get(id)?.get(key)?;
+            Some((*at, *id, key, r))
+        });
+        found.take(max).collect()
+    }
+
     /// Every revoked hold: session, key, revocation (for the RDB).
     pub fn iter(&self) -> impl Iterator<Item = (Id, &K, &Revocation)> {
         self.by_session.iter().flat_map(|(&id, h)| h.iter().map(move |(k, r)| (id, k, r)))
@@ -127,6 +140,22 @@ mod tests {
 
     fn r(t: &mut RevokedHolds<u32>, id: Id, key: u32, deadline: i64) {
         t.revoke(id, key, deadline, format!("r{key}"));
+    }
+
+    #[test]
+    fn a_walk_reads_the_revoked_holds_in_deadline_order_from_a_cursor() {
+        let mut t = RevokedHolds::default();
+        r(&mut t, 1, 10, NOW + 30);
+        r(&mut t, 2, 20, NOW + 10);
+        r(&mut t, 1, 30, NOW + 20);
+        let first = t.after(None, 2);
+        let seen: Vec<(i64, Id, u32)> = first.iter().map(|&(at, id, &k, _)| (at, id, k)).collect();
+        assert_eq!(seen, vec![(NOW + 10, 2, 20), (NOW + 20, 1, 30)]);
+        assert_eq!(first[1].3.reason, "r30");
+        let rest = t.after(Some(&(NOW + 20, 1, 30)), 9);
+        assert_eq!(rest.len(), 1);
+        assert_eq!((rest[0].0, rest[0].1, *rest[0].2), (NOW + 30, 1, 10));
+        assert!(t.after(Some(&(NOW + 30, 1, 10)), 9).is_empty());
     }
 
     #[test]

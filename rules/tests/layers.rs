@@ -30,7 +30,20 @@ const RULES: Layers = &[
     ),
     // State kept across commands: the wait queues, the observers, hold
     // timing, LOCK.TOP's view of the queues.
-    ("bookkeeping", &["blocked", "queue", "observers", "hold_table", "top", "session", "session_revoked"]),
+    (
+        "bookkeeping",
+        &[
+            "blocked",
+            "queue",
+            "observers",
+            "hold_table",
+            "top",
+            "session",
+            "session_gone",
+            "session_revoked",
+            "eviction_window",
+        ],
+    ),
     ("root", &["crate"]),
 ];
 

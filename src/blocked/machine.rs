@@ -251,7 +251,7 @@ pub fn on_db_event<K: Kind>(ctx: Ctx, ev: &DbEvent) {
                 }
             }
         }
-        DbEvent::ConfigChanged | DbEvent::ExportEnded | DbEvent::Promoted => {}
+        DbEvent::ConfigChanged | DbEvent::ExportEnded | DbEvent::Promoted | DbEvent::Forked => {}
     }
 }
 

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use redis_lock_rules::cluster::key_slot;
 use redis_lock_rules::lease::Terms;
 use redis_lock_rules::top::{most_contended, Contended, Page};
-use redis_lock_rules::Entry;
+use redis_lock_rules::{ArgError, Entry};
 use redis_module::raw::RedisModuleString;
 
 use crate::blocked::machine::{self, Kind};
@@ -22,6 +22,7 @@ pub use crate::blocked::waiters::{grant_next, Claim};
 use crate::blocked::waiters::{Waiter, Waiters};
 use crate::boundary::api::rm;
 use crate::boundary::ctx::{bytes, Ctx};
+use crate::boundary::reply::Failure;
 use crate::server::counters::{self as stats, waiting};
 use crate::server::events::{self, Also, KeyEvent};
 use crate::server::{config, timings};
@@ -84,16 +85,32 @@ pub fn block(
     let waiter = Waiter { token, ttl, fence, claim, terms, since: ctx.now_ms(), session, wait: (0, 0) };
     let k = key.clone();
     machine::block::<Waiters>(ctx, deadline, waiter, |book, client, seq, mut b| {
-        b.data.wait = (client, seq);
-        if let Some(id) = session {
-            session_waits::note(id, (client, seq));
-        }
+        known_by_its_session(&mut b.data, client, seq);
         book.enqueue(k, || key_slot(bytes(name)), client, seq, b, expiry);
     });
     stats::WAITS_STARTED.add();
     if let Some(at) = expires_at {
         // One ms past the deadline: the key is expired by then, not at it.
         machine::check_by::<Waiters>(ctx, &key, at.saturating_add(1));
+    }
+}
+
+/// Session `id` ended: each of its waiting requests is answered
+/// `ERR no such session …` (it would never attach) and leaves its line.
+pub fn session_ended_answer(ctx: Ctx, id: u128) {
+    let Some(waits) = session_waits::take(id) else { return };
+    for (client, seq) in waits {
+        let refused = Err(Failure::Arg(ArgError::SessionUnknown));
+        machine::answer_one::<Waiters>(ctx, client, seq, refused, &stats::WAITS_CANCELLED);
+    }
+}
+
+/// Names a waiter just blocked by its client and wait number, and notes
+/// it as its session's (`SESSION id`): the session's end answers it.
+fn known_by_its_session(w: &mut Waiter, client: u64, seq: u64) {
+    w.wait = (client, seq);
+    if let Some(id) = w.session {
+        session_waits::note(id, (client, seq));
     }
 }
 
@@ -106,17 +123,16 @@ pub fn block_all(
     ctx: Ctx,
     names: &[*mut RedisModuleString],
     token: *mut RedisModuleString,
-    Request { claim, ttl, fence, deadline, terms, session: _ }: Request,
+    Request { claim, ttl, fence, deadline, terms, session }: Request,
     holders: &[Option<i64>],
 ) {
     events::need(ctx, Also::Zset);
     unsafe { rm!(RedisModule_RetainString)(std::ptr::null_mut(), token) };
     let db = ctx.db();
     let keys: Vec<_> = names.iter().map(|&n| (db, bytes(n).to_vec())).collect();
-    // No SESSION here (LOCK.ACQUIREALL refuses it).
-    let waiter = Waiter { token, ttl, fence, claim, terms, since: ctx.now_ms(), session: None, wait: (0, 0) };
+    let waiter = Waiter { token, ttl, fence, claim, terms, since: ctx.now_ms(), session, wait: (0, 0) };
     machine::block::<Waiters>(ctx, deadline, waiter, |book, client, seq, mut b| {
-        b.data.wait = (client, seq);
+        known_by_its_session(&mut b.data, client, seq);
         book.enqueue_all(keys.clone(), |k| key_slot(&k.1), client, seq, b);
         for (k, &at) in keys.iter().zip(holders) {
             book.saw_expiry(k, at);

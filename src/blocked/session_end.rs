@@ -10,6 +10,8 @@
 //! away, so that sessions loaded from an RDB or AOF, or kept on a replica
 //! just promoted, are looked at without a command).
 //!
+//! It also runs the slices of an AOF rewrite's walk (`crate::store::aof_walk`).
+//!
 //! Only a master ends sessions: on a replica the tick does nothing but
 //! re-arm; the master's effects arrive as `SESSION.APPLY` entries.
 
@@ -20,15 +22,18 @@ use std::time::{Duration, Instant};
 use redis_lock_rules::held;
 use redis_module::raw::{RedisModuleCtx, RedisModuleString, RedisModuleTimerID};
 
-use crate::blocked::{queue, waiters};
+use crate::blocked::queue;
 use crate::boundary::api::rm;
 use crate::boundary::cpu;
 use crate::boundary::ctx::Ctx;
 use crate::boundary::timer;
 use crate::server::counters as stats;
+use crate::server::events::DbEvent;
+use crate::store::aof_walk::{self, Budget};
 use crate::store::holders_key::{Edit, Hold, HoldersKey, Mark};
 use crate::store::lease;
 use crate::store::session::{self, table};
+use crate::store::session_gone;
 use crate::store::session_revoked;
 
 /// Sessions ended per tick, at most.
@@ -93,6 +98,15 @@ unsafe extern "C" fn on_tick(ctx: *mut RedisModuleCtx, data: *mut c_void) {
     }));
 }
 
+/// The database-event listener: a fork of an AOF rewrite without the
+/// RDB preamble starts a walk restating the node's state
+/// (`crate::store::aof_walk`), in this timer's slices from now on.
+pub fn on_db_event(ctx: Ctx, ev: &DbEvent) {
+    if aof_walk::on_db_event(ctx, ev) {
+        arm(ctx, ctx.now_ms());
+    }
+}
+
 /// Ends `token`'s place among `name`'s holders, held by session `id`,
 /// which ended: kept through the key's lock-delay after an expiry (no
 /// longer the session's), removed after a revoke; the key's line is then
@@ -128,11 +142,18 @@ fn end_holder(ctx: Ctx, id: u128, name: *mut RedisModuleString, token: &[u8]) {
 /// One tick's work; when the next is due.
 fn tick(ctx: Ctx) -> Option<i64> {
     let now = ctx.now_ms();
-    let ended = table().expire_due(now, MAX_ENDS);
+    let ended = {
+        let mut t = table();
+        let ended = t.expire_due(now, MAX_ENDS);
+        for &(id, at) in &ended {
+            session_gone::note(&t, id, (at, redis_lock_rules::session::Reason::Expired, None), now);
+        }
+        ended
+    };
     for &(id, at) in &ended {
-        session::replicate_end(ctx, id, at, redis_lock_rules::session::Reason::Expired);
+        session::replicate_end(ctx, id, (at, redis_lock_rules::session::Reason::Expired, None));
         stats::SESSIONS_EXPIRED.add();
-        waiters::session_ended_answer(ctx, id);
+        queue::session_ended_answer(ctx, id);
     }
     // Holds in chunks, until a bound is reached: their count, their key
     // names' bytes, or the time spent (however costly each one's release:
@@ -174,8 +195,12 @@ fn tick(ctx: Ctx) -> Option<i64> {
             session::replicate_forget(ctx, id);
         }
     }
+    // An AOF rewrite's walk (`crate::store::aof_walk`): its own slice, in
+    // what is left of this one's time (at least one entry).
+    let walk = Budget { entries: MAX_HOLDS, bytes: MAX_KEY_BYTES, time: MAX_SLICE.saturating_sub(started.elapsed()) };
+    let walking = aof_walk::step(ctx, walk);
     let t = table();
-    if t.ending() || ended.len() == MAX_ENDS || revoked == MAX_REVOKED {
+    if t.ending() || ended.len() == MAX_ENDS || revoked == MAX_REVOKED || walking {
         Some(now + 1)
     } else {
         // Past the deadline: the key's `PXAT` (a lock-delay of 0) has expired.

@@ -1,6 +1,6 @@
 //! Which waiting requests each session has (`LOCK.ACQUIRE … SESSION id
 //! WAIT`): a session that ends answers them at once
-//! (`crate::blocked::waiters::session_ended_answer`). Each wait is named by
+//! (`crate::blocked::queue::session_ended_answer`). Each wait is named by
 //! its client and wait number, as the blocked-client machine knows it.
 
 use std::collections::{HashMap, HashSet};

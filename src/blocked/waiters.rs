@@ -28,7 +28,6 @@ use redis_lock_rules::holders::{admit, grant as grant_place, tag_after_grant, Ad
 use redis_lock_rules::lease::{self as rules_lease, Terms};
 use redis_lock_rules::lock;
 use redis_lock_rules::queue::Line;
-use redis_lock_rules::ArgError;
 use redis_module::raw::RedisModuleString;
 
 pub use crate::blocked::claim::Claim;
@@ -67,16 +66,6 @@ pub struct Waiter {
     /// Its client and wait number, as the machine knows them (set as it
     /// blocks): what a session's end answers it by.
     pub wait: (u64, u64),
-}
-
-/// Session `id` ended: each of its waiting requests is answered
-/// `ERR no such session …` (it would never attach) and leaves its line.
-pub fn session_ended_answer(ctx: Ctx, id: u128) {
-    let Some(waits) = session_waits::take(id) else { return };
-    for (client, seq) in waits {
-        let refused = Err(Failure::Arg(ArgError::SessionUnknown));
-        machine::answer_one::<Waiters>(ctx, client, seq, refused, &stats::WAITS_CANCELLED);
-    }
 }
 
 impl Waiter {
@@ -221,10 +210,7 @@ fn grant_lock(ctx: Ctx, name: *mut RedisModuleString, key: &KeyId) -> Step {
         // the key's deadline.
         let holder = k.expires_at();
         drop(k);
-        saw_expiry(key, holder);
-        if let Some(at) = holder {
-            machine::check_by::<Waiters>(ctx, key, at.saturating_add(1));
-        }
+        watch_until(ctx, key, holder);
         return Step::Done;
     }
     if freed_too_early(ctx, key, now) {
@@ -310,10 +296,7 @@ fn grant_set(ctx: Ctx, names: &[*mut RedisModuleString], keys: &[KeyId], client:
     if !busy.is_empty() {
         drop(set);
         for (i, holder) in busy {
-            saw_expiry(&keys[i], holder);
-            if let Some(at) = holder {
-                machine::check_by::<Waiters>(ctx, &keys[i], at.saturating_add(1));
-            }
+            watch_until(ctx, &keys[i], holder);
         }
         return;
     }
@@ -328,15 +311,20 @@ fn grant_set(ctx: Ctx, names: &[*mut RedisModuleString], keys: &[KeyId], client:
         let refusal = w.refusal();
         return machine::finish::<Waiters>(ctx, b, refusal, &stats::WAITS_CANCELLED);
     };
+    // With SESSION id: refused (`ERR no such session`) once it ended, as
+    // a single key's head.
+    let held = match session_waits::held_grant(w.session.map(|id| (id, w.token, w.terms.max_hold)), now) {
+        Ok(held) => held,
+        Err(e) => return machine::finish::<Waiters>(ctx, b, Err(Failure::Arg(e)), &stats::WAITS_CANCELLED),
+    };
     // Issued before the keys change, as in `take_head`.
     let fences = match (0..keys.len()).filter(|_| w.fence).map(|_| fence::issue(ctx, now)).collect() {
         Ok(fences) => fences,
         Err(exhausted) => return machine::finish::<Waiters>(ctx, b, Err(exhausted), &stats::WAITS_CANCELLED),
     };
-    set.grant(w.token, &g, now);
+    let at = set.grant(w.token, &g, held.as_ref(), now);
     for k in keys {
-        saw_expiry(k, Some(g.pxat));
-        machine::check_by::<Waiters>(ctx, k, g.pxat.saturating_add(1));
+        watch_until(ctx, k, at);
     }
     stats::GRANTS.add_n(keys.len() as u64);
     let reply = fence::grant_values(ctx, fences);
@@ -453,6 +441,14 @@ fn grant_holder(ctx: Ctx, name: *mut RedisModuleString, key: &KeyId, want: Want)
 /// Remembers `key`'s expiry, as just seen on a held key or granted.
 fn saw_expiry(key: &KeyId, at: Option<i64>) {
     book().0.saw_expiry(key, at);
+}
+
+/// Notes `key`'s expiry `at` and checks its line again one ms past it.
+fn watch_until(ctx: Ctx, key: &KeyId, at: Option<i64>) {
+    saw_expiry(key, at);
+    if let Some(at) = at {
+        machine::check_by::<Waiters>(ctx, key, at.saturating_add(1));
+    }
 }
 
 /// Whether `key`, found gone at `now`, may have been deleted inside the

@@ -169,7 +169,7 @@ pub fn renew(ctx: Ctx, argv: Argv) -> Outcome {
     // Only a holder raises the mark: a quorum lock confirms its fence on
     // every node it holds (docs/quorum.md).
     if let Some(f) = floor {
-        fence::raise(f);
+        fence::raise_from(ctx, f);
         fence::replicate_floor(ctx, f);
     }
     stats::RENEWALS.add();
@@ -189,7 +189,7 @@ fn renew_held(ctx: Ctx, v: &[u8], floor: Option<u64>, now: i64) -> Outcome {
     let limited = !v.ends_with(b"\"}");
     let revoked = limited.then(|| value::parse_held(v)).flatten().and_then(|h| held::revoked_of(&h).map(|(_, d)| d));
     if let Some(f) = floor {
-        fence::raise(f);
+        fence::raise_from(ctx, f);
         fence::replicate_floor(ctx, f);
     }
     stats::RENEWALS.add();
@@ -303,7 +303,7 @@ pub fn fence_floor(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, floor] = argv else { return Err(Failure::Arity) };
     let floor = parse_fence(bytes(floor))?;
     check_floor(ctx, floor)?;
-    fence::raise(floor);
+    fence::raise_from(ctx, floor);
     fence::replicate_floor(ctx, floor);
     Ok(Reply::Ok)
 }

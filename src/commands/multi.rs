@@ -8,9 +8,9 @@ use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use redis_lock_rules::args::{check_key_and_token, parse_grant_options, Grammar};
+use redis_lock_rules::held;
 use redis_lock_rules::multi::{check_keys, parse_numkeys};
 use redis_lock_rules::number::parse_ttl;
-use redis_lock_rules::ArgError;
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 
@@ -23,6 +23,7 @@ use crate::server::counters as stats;
 use crate::store::fence;
 use crate::store::lease;
 use crate::store::lock_set::LockSet;
+use crate::store::session;
 
 /// The registered command function: answers Redis's key-position requests
 /// here (Redis 7.0 finds a module command's keys only through them when
@@ -50,10 +51,11 @@ unsafe fn report_keys(ctx: *mut RedisModuleCtx, argv: *mut *mut RedisModuleStrin
     }
 }
 
-/// LOCK.ACQUIREALL numkeys key [key ...] token ttl-ms [FENCE] [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms]
+/// LOCK.ACQUIREALL numkeys key [key ...] token ttl-ms [FENCE] [WAIT timeout-ms] [LOCKDELAY ms] [MAXHOLD ms] [SESSION id]
 ///
 /// Replies 1 (every key granted) or 0 (none); with FENCE an array of one
-/// fence per key, in the order named, or nil.
+/// fence per key, in the order named, or nil. With SESSION, every key is
+/// held by the session (attached as it is granted, also after WAIT).
 pub fn acquire_all(ctx: Ctx, argv: Argv) -> Outcome {
     let &[_, numkeys, ref rest @ ..] = argv else { return Err(Failure::Arity) };
     let n = parse_numkeys(bytes(numkeys))?;
@@ -64,13 +66,17 @@ pub fn acquire_all(ctx: Ctx, argv: Argv) -> Outcome {
     check_key_and_token(names[0], bytes(token))?;
     let ttl = parse_ttl(bytes(ttl))?;
     let opts = parse_grant_options(Grammar::Acquire, options.iter().map(|&o| bytes(o)))?;
-    // SESSION is LOCK.ACQUIRE's alone so far (docs/sessions.md): refused,
-    // never ignored.
-    if opts.session.is_some() {
-        return Err(Failure::Arg(ArgError::Syntax));
-    }
     let now = ctx.now_ms();
     let lease::Checked { grant, terms, wait_until } = lease::check_grant(ctx, bytes(token), ttl, &opts, now)?;
+    // SESSION id: the session keeps every key (docs/sessions.md), checked
+    // alive before any key is opened.
+    let held = match opts.session {
+        Some(id) => {
+            held::check_options(&opts)?;
+            Some((id, session::held_grant(id, bytes(token), now, opts.max_hold)?))
+        }
+        None => None,
+    };
     // Those in line first: a key freed meanwhile goes to its line's head.
     for &key in keys {
         drop(open_behind_waiters(ctx, key, now));
@@ -81,7 +87,7 @@ pub fn acquire_all(ctx: Ctx, argv: Argv) -> Outcome {
     if !queued && busy.is_empty() {
         // Issued before the keys change: an exhausted space refuses.
         let fences = (0..n).filter(|_| opts.fence).map(|_| fence::issue(ctx, now)).collect::<Result<_, _>>()?;
-        set.grant(token, &grant, now);
+        set.grant(token, &grant, held.as_ref(), now);
         stats::GRANTS.add_n(n as u64);
         return Ok(fence::grant_values(ctx, fences));
     }
@@ -95,7 +101,7 @@ pub fn acquire_all(ctx: Ctx, argv: Argv) -> Outcome {
         }
         drop(set);
         let request =
-            queue::Request { claim: queue::Claim::All, ttl, fence: opts.fence, deadline, terms, session: None };
+            queue::Request { claim: queue::Claim::All, ttl, fence: opts.fence, deadline, terms, session: opts.session };
         queue::block_all(ctx, keys, token, request, &holders);
         return Ok(Reply::Blocked);
     }

@@ -3,17 +3,27 @@
 //! The table and its replication are `crate::store::session`; the timer
 //! ending sessions in slices, `crate::blocked::session_end`.
 
-use redis_lock_rules::args::{parse_session_id, parse_ttl, session_id_text, ArgError, MAX_LOCK_DELAY_MS};
+use redis_lock_rules::args::{
+    check_key_and_token, parse_session_id, parse_ttl, session_id_text, ArgError, MAX_LOCK_DELAY_MS,
+};
+use redis_lock_rules::held::{self, SessionState};
 use redis_lock_rules::number::{parse_count, parse_positive};
+use redis_lock_rules::session::Id;
 use redis_lock_rules::session::Reason;
+use redis_lock_rules::session_gone::{parse_revoke_options, Gone};
+use redis_lock_rules::{value, Entry};
+use redis_module::raw::RedisModuleString;
 
-use crate::blocked::{session_end, waiters};
+use crate::blocked::{queue, session_end};
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::boundary::errors::SESSION_APPLY_INTERNAL;
 use crate::boundary::reply::{Argv, Failure, Item, Outcome, Reply, Value};
+use crate::server::counters::{self as stats, holder_counters};
 use crate::server::revoked;
+use crate::store::holders_key::{Edit, Hold, HoldersKey, Mark};
+use crate::store::lock_key::{LockKey, NewValue};
 use crate::store::session::{self, table, Apply};
-use crate::store::session_revoked;
+use crate::store::{session_gone, session_revoked};
 
 /// How many holds SESSION.INFO lists without COUNT, and at most.
 const INFO_COUNT: usize = 10;
@@ -70,19 +80,85 @@ pub fn keepalive(ctx: Ctx, argv: Argv) -> Outcome {
     Ok(Reply::Ints(kept))
 }
 
-/// SESSION.REVOKE id
+/// SESSION.REVOKE id [REASON text]
 ///
 /// Replies 1 when a live session was ended (its locks released without
-/// lock-delay), else 0.
+/// lock-delay), else 0. The reason is told to its holder (SESSION.INFO's
+/// `end-reason`).
 pub fn revoke(ctx: Ctx, argv: Argv) -> Outcome {
-    let &[_, id] = argv else { return Err(Failure::Arity) };
+    let &[_, id, ref options @ ..] = argv else { return Err(Failure::Arity) };
+    let options: Vec<&[u8]> = options.iter().map(|&o| bytes(o)).collect();
+    let why = parse_revoke_options(&options)?;
     let Ok(id) = parse_session_id(bytes(id)) else { return Ok(Reply::Int(0)) };
-    let revoked = session::revoke(ctx, id);
+    let revoked = session::revoke(ctx, id, why);
     if revoked {
-        waiters::session_ended_answer(ctx, id);
+        queue::session_ended_answer(ctx, id);
         session_end::arm(ctx, ctx.now_ms());
     }
     Ok(Reply::Int(i64::from(revoked)))
+}
+
+/// SESSION.ADOPT key token id
+///
+/// Replies 1 when `key` held `token` for a session this node does not
+/// know (the key moved here from another node, docs/sessions.md) and the
+/// live session `id` of this node holds it now (the orphan's end gone, its
+/// hold limit kept); else 0, and nothing is written.
+pub fn adopt(ctx: Ctx, argv: Argv) -> Outcome {
+    let &[_, key, token, id] = argv else { return Err(Failure::Arity) };
+    check_key_and_token(bytes(key), bytes(token))?;
+    let id = parse_session_id(bytes(id)).map_err(|_| ArgError::SessionUnknown)?;
+    let now = ctx.now_ms();
+    let SessionState::Alive { lock_delay } = session::state(id, now) else {
+        return Err(ArgError::SessionUnknown.into());
+    };
+    // Opened without settling: a refusal writes nothing.
+    let mut k = LockKey::open(ctx, key);
+    let adopted = match k.entry() {
+        Entry::Str(v) => value::parse_held(v).and_then(|h| {
+            let state = session::state_of(&h.session, now);
+            held::adopt(&h, bytes(token), state, &session_id_text(id), lock_delay, now)
+        }),
+        Entry::Absent => None,
+        Entry::OtherType => {
+            drop(k);
+            return holders_adopt(ctx, key, token, id, now);
+        }
+    };
+    let Some((value, pxat)) = adopted else { return Ok(Reply::Int(0)) };
+    k.set_maybe_expiring(NewValue::Composed(&value), pxat);
+    session::attach(ctx, id, key);
+    stats::ORPHANS_ADOPTED.add();
+    Ok(Reply::Int(1))
+}
+
+/// SESSION.ADOPT of a semaphore's or read-write lock's holder: `token`'s
+/// live place, whose session member names a session this node does not
+/// know, gets the member of session `id` (one `ZADD`); its place (and any
+/// hold limit) stays. A refusal writes nothing: not even the ended leases
+/// the scan found are pruned.
+fn holders_adopt(ctx: Ctx, key: *mut RedisModuleString, token: *mut RedisModuleString, id: Id, now: i64) -> Outcome {
+    let mut k = HoldersKey::open(ctx, key);
+    let Some(summary) = k.scan(now, Some(token)).map_err(|_| Failure::WrongType)? else {
+        return Ok(Reply::Int(0));
+    };
+    let orphan = match (summary.own, summary.session) {
+        (Some(at), Some(short)) if !summary.revoked => {
+            (session::state_of_short(short, now).0 == SessionState::Unknown).then_some(at)
+        }
+        _ => None,
+    };
+    let Some(at) = orphan else { return Ok(Reply::Int(0)) };
+    k.mark_session(Mark::Set(held::short(id)));
+    k.commit(
+        Some(&summary),
+        Edit::Put { token, at, tag: None, hold: Hold::Keep },
+        holder_counters(summary.kind.family()).expired,
+    );
+    drop(k);
+    session::attach_holder(ctx, id, key, token);
+    stats::ORPHANS_ADOPTED.add();
+    Ok(Reply::Int(1))
 }
 
 /// SESSION.INFO id [COUNT n]
@@ -98,10 +174,12 @@ pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
     let Ok(id) = parse_session_id(bytes(id)) else { return Ok(Reply::Nil) };
     let now = ctx.now_ms();
     let t = table();
-    let Some(info) = t.info(id, count) else { return Ok(Reply::Nil) };
+    let Some(info) = t.info(id, count) else {
+        drop(t);
+        return Ok(session_gone::get(id, now).map_or(Reply::Nil, |g| gone_info(id, g)));
+    };
     let state: &[u8] = match info.ended.map(|e| e.reason) {
-        Some(Reason::Revoked) => b"revoked",
-        Some(Reason::Expired) => b"expired",
+        Some(reason) => ended_state(reason),
         None if info.deadline <= now => b"expired",
         None => b"alive",
     };
@@ -114,6 +192,7 @@ pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
         })
         .collect();
     let (held, ttl, lock_delay, deadline) = (info.holds, info.ttl, info.lock_delay, info.deadline);
+    let by_revoke = info.ended.is_some_and(|e| e.reason == Reason::Revoked);
     drop(t);
     // Its revoked holds: key, database, deadline, reason each.
     let revoked_holds = session_revoked::count(id);
@@ -124,18 +203,58 @@ pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
             [Item::Bytes(key.into()), Item::Int(i64::from(db)), Item::Int(r.deadline), Item::Bytes(r.reason.into())]
         })
         .collect();
-    Ok(Reply::Fields(vec![
-        (c"id", Value::Bytes(session_id_text(id).into_bytes())),
-        (c"state", Value::Bytes(state.to_vec())),
-        (c"ttl-ms", Value::Int(ttl)),
-        (c"ttl-left-ms", Value::Int((deadline - now).max(0))),
-        (c"deadline", Value::Int(deadline)),
-        (c"lock-delay-ms", Value::Int(lock_delay)),
-        (c"holds", Value::Int(held as i64)),
-        (c"first", Value::Holders(holds)),
-        (c"revoked-holds", Value::Int(revoked_holds as i64)),
-        (c"revoked", Value::Items(revoked)),
-    ]))
+    // An ended one's revoke reason, if told (the table keeps none).
+    let why = by_revoke.then(|| session_gone::get(id, now)).flatten().and_then(|g| g.why);
+    let ttl_left = (deadline - now).max(0);
+    let described = Described { state, ttl, ttl_left, deadline, lock_delay, holds: held, why };
+    Ok(described.reply(id, holds, revoked_holds, revoked))
+}
+
+/// SESSION.INFO's scalar fields of one session.
+struct Described<'a> {
+    state: &'a [u8],
+    ttl: i64,
+    ttl_left: i64,
+    deadline: i64,
+    lock_delay: i64,
+    holds: usize,
+    /// A revoke's REASON.
+    why: Option<Box<str>>,
+}
+
+impl Described<'_> {
+    /// The reply, with its first holds and its revoked ones.
+    fn reply(self, id: u128, first: Vec<(Vec<u8>, i64)>, revoked_holds: usize, revoked: Vec<Item>) -> Reply {
+        Reply::Fields(vec![
+            (c"id", Value::Bytes(session_id_text(id).into_bytes())),
+            (c"state", Value::Bytes(self.state.to_vec())),
+            (c"ttl-ms", Value::Int(self.ttl)),
+            (c"ttl-left-ms", Value::Int(self.ttl_left)),
+            (c"deadline", Value::Int(self.deadline)),
+            (c"lock-delay-ms", Value::Int(self.lock_delay)),
+            (c"holds", Value::Int(self.holds as i64)),
+            (c"first", Value::Holders(first)),
+            (c"revoked-holds", Value::Int(revoked_holds as i64)),
+            (c"revoked", Value::Items(revoked)),
+            (c"end-reason", self.why.map_or(Value::Nil, |w| Value::Bytes(w.into_string().into_bytes()))),
+        ])
+    }
+}
+
+/// SESSION.INFO's `state` of an ended session.
+fn ended_state(reason: Reason) -> &'static [u8] {
+    match reason {
+        Reason::Revoked => b"revoked",
+        Reason::Expired => b"expired",
+    }
+}
+
+/// SESSION.INFO of a session that ended lately and whose locks are all
+/// released: as while they were being released, with nothing left.
+fn gone_info(id: u128, g: Gone) -> Reply {
+    let state = ended_state(g.ended.reason);
+    let (ttl, deadline, lock_delay, why) = (g.ttl, g.ended.at, g.lock_delay, g.why);
+    Described { state, ttl, ttl_left: 0, deadline, lock_delay, holds: 0, why }.reply(id, Vec::new(), 0, Vec::new())
 }
 
 /// SESSION.LIST [COUNT n]
@@ -156,7 +275,7 @@ pub fn list(_ctx: Ctx, argv: Argv) -> Outcome {
     Ok(Reply::Strings(ids.into_iter().take(count).map(|id| session_id_text(id).into_bytes()).collect()))
 }
 
-/// SESSION.APPLY GRANT id ttl-ms lock-delay-ms deadline | END id at EXPIRED|REVOKED | FORGET id | ATTACH id key [token] | DETACH id key [token] | REVOKEHOLD id key deadline reason [token] | NOTE key deadline [token reason]
+/// SESSION.APPLY GRANT id ttl-ms lock-delay-ms deadline | END id at EXPIRED|REVOKED [reason] | FORGET id | ATTACH id key [token] | DETACH id key [token] | REVOKEHOLD id key deadline reason [token] | NOTE key deadline [token reason]
 ///
 /// Internal: what a master's session changed, as replicas and the AOF
 /// apply it (absolute times); also a revoked hold's note (`NOTE`: the
@@ -189,10 +308,11 @@ pub fn apply(ctx: Ctx, argv: Argv) -> Outcome {
         [ttl, delay, deadline] if op.eq_ignore_ascii_case(b"GRANT") => {
             Apply::Grant { id, ttl: int(*ttl)?, lock_delay: int(*delay)?, deadline: int(*deadline)? }
         }
-        [at, reason] if op.eq_ignore_ascii_case(b"END") => {
+        [at, reason, why @ ..] if why.len() <= 1 && op.eq_ignore_ascii_case(b"END") => {
             let reason =
                 if bytes(*reason).eq_ignore_ascii_case(b"REVOKED") { Reason::Revoked } else { Reason::Expired };
-            Apply::End { id, at: int(*at)?, reason }
+            let why = why.first().and_then(|&w| std::str::from_utf8(bytes(w)).ok());
+            Apply::End { id, at: int(*at)?, reason, why }
         }
         [] if op.eq_ignore_ascii_case(b"FORGET") => {
             session_revoked::forget_session(id);

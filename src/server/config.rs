@@ -38,6 +38,38 @@ unsafe extern "C" fn set_max_waiters(
     raw::REDISMODULE_OK as c_int
 }
 
+/// Default of `lock.orphan-grace`: a minute (docs/configuration.md).
+pub const DEFAULT_ORPHAN_GRACE_MS: u64 = 60_000;
+
+/// The longest `lock.orphan-grace`: a year, so that `now` plus it never
+/// overflows a Unix time in ms.
+const MAX_ORPHAN_GRACE_MS: c_longlong = 365 * 24 * 3600 * 1000;
+
+static ORPHAN_GRACE: AtomicU64 = AtomicU64::new(DEFAULT_ORPHAN_GRACE_MS);
+
+/// `lock.orphan-grace` (ms): how long a session-held lock whose session
+/// this node does not know (its key moved here) is held once a command
+/// finds it, unless its live holder adopts it (`SESSION.ADOPT`); 0: held
+/// as it is (docs/sessions.md).
+pub fn orphan_grace() -> i64 {
+    i64::try_from(ORPHAN_GRACE.load(Ordering::Relaxed)).unwrap_or(0)
+}
+
+unsafe extern "C" fn get_orphan_grace(_name: *const c_char, _privdata: *mut c_void) -> c_longlong {
+    c_longlong::try_from(ORPHAN_GRACE.load(Ordering::Relaxed)).unwrap_or(c_longlong::MAX)
+}
+
+unsafe extern "C" fn set_orphan_grace(
+    _name: *const c_char,
+    value: c_longlong,
+    _privdata: *mut c_void,
+    _err: *mut *mut RedisModuleString,
+) -> c_int {
+    // Redis enforces the bounds given at registration.
+    ORPHAN_GRACE.store(u64::try_from(value).unwrap_or(0), Ordering::Relaxed);
+    raw::REDISMODULE_OK as c_int
+}
+
 static HOLD_TIMING: AtomicBool = AtomicBool::new(false);
 
 /// What turning `lock.hold-timing` off must do (forget the holds being
@@ -167,6 +199,18 @@ pub fn register(ctx: *mut RedisModuleCtx) -> bool {
                 std::ptr::null_mut(),
             ) == ok
             && register_eviction(ctx)
+            && rm!(RedisModule_RegisterNumericConfig)(
+                ctx,
+                c"orphan-grace".as_ptr(),
+                DEFAULT_ORPHAN_GRACE_MS as c_longlong,
+                raw::REDISMODULE_CONFIG_DEFAULT,
+                0,
+                MAX_ORPHAN_GRACE_MS,
+                Some(get_orphan_grace),
+                Some(set_orphan_grace),
+                None,
+                std::ptr::null_mut(),
+            ) == ok
             && rm!(RedisModule_LoadConfigs)(ctx) == ok
     }
 }

@@ -113,12 +113,24 @@ pub static SESSION_KEEPALIVES: Counter = Counter::new();
 pub static SESSIONS_EXPIRED: Counter = Counter::new();
 pub static SESSIONS_REVOKED: Counter = Counter::new();
 pub static SESSION_HOLDS_ENDED: Counter = Counter::new();
+/// Orphans (docs/sessions.md, "A key moved to another node"): holds of a
+/// session this node does not know given the `lock.orphan-grace` end by
+/// a command that found them; and adopted by a live session
+/// (`SESSION.ADOPT`).
+pub static ORPHANS_LEASED: Counter = Counter::new();
+pub static ORPHANS_ADOPTED: Counter = Counter::new();
 /// Sessions on this node right now (ended ones still releasing included).
 pub static SESSIONS: AtomicU64 = AtomicU64::new(0);
 /// The longest run of the sessions' timer (ending sessions, releasing a
 /// slice of their holds), in microseconds of the server thread's CPU time,
 /// since the server started.
 pub static SESSION_TICK_MAX_US: AtomicU64 = AtomicU64::new(0);
+
+/// AOF rewrites without the RDB preamble after which this master restated
+/// its sessions, revoked holds and fence mark (`crate::store::aof_walk`),
+/// and 1 while it is doing so.
+pub static AOF_WALKS: Counter = Counter::new();
+pub static AOF_WALKING: AtomicU64 = AtomicU64::new(0);
 
 /// Clients blocked in LOCK.OBSERVE right now (kept by `crate::blocked::observers`).
 pub static OBSERVING: AtomicU64 = AtomicU64::new(0);

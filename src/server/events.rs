@@ -106,6 +106,10 @@ pub enum DbEvent {
     SlotsLeft(SlotsLeft),
     /// The last export of slots from this node ended (completed or not).
     ExportEnded,
+    /// The server forked a child (an RDB save, an AOF rewrite…), and this
+    /// is the parent right after: what it propagates from now on is
+    /// written after the child's snapshot.
+    Forked,
 }
 
 /// Slots that left this node, and where each went.
@@ -212,6 +216,7 @@ static ZSET_TAKEN: AtomicBool = AtomicBool::new(false);
 static STRING_TAKEN: AtomicBool = AtomicBool::new(false);
 static EVICTED_TAKEN: AtomicBool = AtomicBool::new(false);
 static CONFIG_TAKEN: AtomicBool = AtomicBool::new(false);
+static FORK_TAKEN: AtomicBool = AtomicBool::new(false);
 
 /// Subscribes the module to configuration changes, once.
 pub fn need_config(ctx: Ctx) {
@@ -221,10 +226,23 @@ pub fn need_config(ctx: Ctx) {
     }
 }
 
+/// Subscribes the module to the birth of a forked child, once: taken by
+/// the node state an AOF rewrite without the RDB preamble must be told
+/// (`crate::store::aof_walk`): the first session ([`need_db`]) or fence.
+pub fn need_fork(ctx: Ctx) {
+    if !FORK_TAKEN.load(Ordering::Relaxed) && !FORK_TAKEN.swap(true, Ordering::Relaxed) {
+        let fork = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FORK_CHILD, dataver: 1 };
+        unsafe { rm!(RedisModule_SubscribeToServerEvent)(ctx.0, fork, Some(on_server_event)) };
+    }
+}
+
 /// Subscribes the module to the database events (flushes, swaps, role
 /// changes), once: rare events, so the sessions' table takes them at load
 /// (a `FLUSHALL` forgets every session, a promotion restarts deadlines).
+/// Also to a fork's ([`need_fork`]): the sessions' state outlives an AOF
+/// rewrite without the RDB preamble.
 pub fn need_db(ctx: Ctx) {
+    need_fork(ctx);
     if !DB_TAKEN.swap(true, Ordering::Relaxed) {
         // Version 1 of these events' data is what Redis 6.0 and later send.
         let flush = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
@@ -368,6 +386,9 @@ unsafe fn decode(event: raw::RedisModuleEvent, subevent: u64, data: *mut c_void)
             Some(DbEvent::Promoted)
         }
         raw::REDISMODULE_EVENT_CONFIG => Some(DbEvent::ConfigChanged),
+        raw::REDISMODULE_EVENT_FORK_CHILD if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN => {
+            Some(DbEvent::Forked)
+        }
         _ => None,
     }
 }

@@ -33,7 +33,8 @@ use std::ffi::{c_int, c_void, CStr, CString};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
-use redis_lock_rules::eviction::{Family, Memory, Tracker, POLICIES, REFUSALS, REFUSAL_OTHER};
+use redis_lock_rules::eviction::{Evicted, Family, Memory, Tracker, POLICIES, REFUSALS, REFUSAL_OTHER};
+use redis_lock_rules::eviction_window::{lost_line, suppressed_line, SESSION_HELD};
 use redis_lock_rules::hold_table::{key_hash, token_hash};
 use redis_lock_rules::holders::{last_after, Change, Family as HolderFamily, Last};
 use redis_lock_rules::lock::{owner_of, Owner};
@@ -47,6 +48,7 @@ use crate::boundary::timer;
 use crate::server::config;
 use crate::server::counters::Counter;
 use crate::server::events::{self, Also, DbEvent, KeyEvent};
+use crate::server::eviction_window as window;
 use crate::server::timings::{Commit, HolderEdit};
 
 /// Holds tracked at most (each ~100 bytes: two B-tree entries); beyond,
@@ -54,7 +56,8 @@ use crate::server::timings::{Commit, HolderEdit};
 pub const MAX_TRACKED: usize = 1 << 20;
 /// Evicted (key, token) pairs remembered for `LOCK.EVICTED`, oldest first out.
 pub const MAX_RECENT: usize = 10_000;
-/// Eviction log lines per second at most; the rest are counted only.
+/// Eviction log lines per second at most, of each kind (holds known lost,
+/// keys evicted in the window); the rest are summed a second later.
 const LOG_PER_SECOND: u64 = 10;
 
 /// The server may evict lock keys now (`maxmemory` > 0, policy not `noeviction`).
@@ -66,6 +69,9 @@ static POLICY: AtomicUsize = AtomicUsize::new(0);
 static MAXMEMORY: AtomicU64 = AtomicU64::new(0);
 /// Holds in the table: lets a write skip the table when it is empty.
 static TRACKED: AtomicUsize = AtomicUsize::new(0);
+/// EVICTABLE, or holds tracked, or keys evicted in the window remembered:
+/// what a write of a lock key reads ([`watching`]).
+static WATCHING: AtomicBool = AtomicBool::new(false);
 
 /// Grants refused by `lock.eviction refuse` (waiters answered so included).
 pub static REFUSED: Counter = Counter::new();
@@ -76,14 +82,21 @@ static UNTRACKED: Counter = Counter::new();
 
 struct State {
     tracker: Tracker,
-    /// The second of the last eviction log line, and lines in it.
+    /// The second of the last eviction log line, and lines in it: of
+    /// tracked holds lost, and of keys evicted in the window only.
     log_second: i64,
-    logged: u64,
-    suppressed: u64,
+    logged: [u64; 2],
+    /// Holds, and keys evicted in the window, not logged one by one yet.
+    suppressed: (u64, u64),
 }
 
 static STATE: LazyLock<Mutex<State>> = LazyLock::new(|| {
-    Mutex::new(State { tracker: Tracker::new(MAX_TRACKED, MAX_RECENT), log_second: 0, logged: 0, suppressed: 0 })
+    Mutex::new(State {
+        tracker: Tracker::new(MAX_TRACKED, MAX_RECENT),
+        log_second: 0,
+        logged: [0, 0],
+        suppressed: (0, 0),
+    })
 });
 
 fn state() -> MutexGuard<'static, State> {
@@ -141,6 +154,12 @@ fn recompute() {
     let evictable = memory().may_evict();
     EVICTABLE.store(evictable, Ordering::Relaxed);
     REFUSING.store(evictable && config::eviction_refuses(), Ordering::Relaxed);
+    rewatch();
+}
+
+fn rewatch() {
+    let w = EVICTABLE.load(Ordering::Relaxed) || TRACKED.load(Ordering::Relaxed) != 0 || window::pending();
+    WATCHING.store(w, Ordering::Relaxed);
 }
 
 /// Reads `maxmemory` and `maxmemory_policy` from `INFO memory`; false if
@@ -185,7 +204,7 @@ fn log(ctx: *mut RedisModuleCtx, level: &CStr, message: &str) {
 fn warning() -> String {
     let m = memory();
     let then = if config::eviction_refuses() {
-        "lock.eviction is refuse: every grant is refused with an error until maxmemory-policy is noeviction or maxmemory 0 (CONFIG SET lock.eviction allow grants anyway); locks held now stay held, and those renewed are tracked"
+        "lock.eviction is refuse: every grant is refused with an error until maxmemory-policy is noeviction or maxmemory 0 (CONFIG SET lock.eviction allow grants anyway); locks held now stay held, those renewed are tracked, and an eviction that may have taken one not renewed yet is counted (lock_evicted_unverified)"
     } else {
         "lock.eviction is allow: grants go on, and every held lock Redis evicts is counted in INFO lock (lock_evicted_*), logged, and told to its holder (LOCK.EVICTED)"
     };
@@ -210,6 +229,10 @@ fn review(ctx: *mut RedisModuleCtx, at_load: bool) {
     }
     if now.0 && (at_load || now != was) {
         log(ctx, c"warning", &warning());
+        let until = window::until();
+        if !was.0 && until > Ctx(ctx).now_ms() {
+            log(ctx, c"warning", &format!("lock: holds granted while Redis could not evict are in no table and may be live until {until} (Unix ms): until then, every evicted key the module does not track is counted in lock_evicted_unverified and logged as possibly such a lock"));
+        }
     } else if !now.0 && was.0 {
         log(
             ctx,
@@ -246,12 +269,29 @@ pub fn on_db_event(ctx: Ctx, ev: &DbEvent) {
 
 fn publish(s: &State) {
     TRACKED.store(s.tracker.len(), Ordering::Relaxed);
+    rewatch();
 }
 
 /// Whether writes of lock keys must be told ([`lock_written`]): the
-/// server may evict, or holds tracked earlier remain. Two relaxed loads.
+/// server may evict, or holds tracked earlier remain, or keys evicted in
+/// the window. One relaxed load; when false, the write calls [`untracked`].
+#[inline(always)]
 pub fn watching() -> bool {
-    EVICTABLE.load(Ordering::Relaxed) || TRACKED.load(Ordering::Relaxed) != 0
+    WATCHING.load(Ordering::Relaxed)
+}
+
+/// A hold given until `at` while not [`watching`]: the server cannot
+/// evict, so it goes in no table, only in the window's end.
+#[inline(always)]
+pub fn untracked(at: i64) {
+    window::untracked(at);
+}
+
+/// Session `id` attached a hold, or was kept alive, and holds something
+/// (`holds`) until `deadline`: the hook of the session store (a
+/// session-held hold's lease is its session's deadline).
+pub fn session_lease(ctx: Ctx, id: u128, deadline: i64, holds: bool) {
+    window::session_lease(id, deadline, holds, EVICTABLE.load(Ordering::Relaxed), ctx.now_ms());
 }
 
 /// The hook of `LockKey::set` and `LockKey::expire_at`, after the write,
@@ -276,15 +316,28 @@ pub fn lock_written(ctx: Ctx, name: *mut RedisModuleString, value: Option<&[u8]>
         },
         None => None,
     };
+    let now = ctx.now_ms();
+    if let Some((token, _)) = owner {
+        if window::pending() {
+            window::granted(key, token, now);
+        }
+    }
     let mut s = state();
     match owner {
-        Some((token, family)) if evictable => {
+        // A session's hold stays tracked whatever the settings: only the
+        // module's delete ends it, and no keepalive would put it back.
+        Some((token, family)) if evictable || at >= SESSION_HELD => {
             s.tracker.forget_evicted(key, token);
-            if !s.tracker.hold(key, token, at, family, true, ctx.now_ms()) {
+            if !s.tracker.hold(key, token, at, family, true, now) {
                 UNTRACKED.add();
+                window::untracked(at);
             }
         }
-        _ => s.tracker.drop_key(key),
+        Some(_) => {
+            s.tracker.drop_key(key);
+            window::untracked(at);
+        }
+        None => s.tracker.drop_key(key),
     }
     publish(&s);
 }
@@ -304,11 +357,19 @@ pub fn lock_deleted(ctx: Ctx, name: *mut RedisModuleString) {
 /// or every place of a key the commit deletes, holds nothing.
 pub fn holders_commit(c: &Commit) {
     let Commit { ctx, name, summary, edit, ended, now } = *c;
-    let evictable = EVICTABLE.load(Ordering::Relaxed);
-    if !evictable && TRACKED.load(Ordering::Relaxed) == 0 {
+    if !watching() {
+        if let HolderEdit::Put { at, .. } = edit {
+            window::untracked(at);
+        }
         return;
     }
+    let evictable = EVICTABLE.load(Ordering::Relaxed);
     let key = key_hash(ctx.db(), bytes(name));
+    if let HolderEdit::Put { token, .. } = edit {
+        if window::pending() {
+            window::granted(key, token_hash(token), now);
+        }
+    }
     let mut s = state();
     for &m in ended {
         s.tracker.drop_hold(key, token_hash(bytes(m)));
@@ -324,7 +385,7 @@ pub fn holders_commit(c: &Commit) {
         match edit {
             HolderEdit::Keep => {}
             HolderEdit::Remove { token } => s.tracker.drop_hold(key, token_hash(token)),
-            HolderEdit::Put { token, at, tag } if evictable => {
+            HolderEdit::Put { token, at, tag } if evictable || at >= SESSION_HELD => {
                 let kind = tag.map(|t| t.kind).or(summary.map(|s| s.kind));
                 let family = match kind.map(|k| k.family()) {
                     Some(HolderFamily::ReadWrite) => Family::ReadWrite,
@@ -334,66 +395,59 @@ pub fn holders_commit(c: &Commit) {
                 s.tracker.forget_evicted(key, token);
                 if !s.tracker.hold(key, token, at, family, false, now) {
                     UNTRACKED.add();
+                    window::untracked(at);
                 }
             }
-            HolderEdit::Put { token, .. } => s.tracker.drop_hold(key, token_hash(token)),
+            HolderEdit::Put { token, at, .. } => {
+                s.tracker.drop_hold(key, token_hash(token));
+                window::untracked(at);
+            }
         }
     }
     publish(&s);
 }
 
-const FAMILY_NAMES: [&str; 4] = ["lock", "leader", "semaphore holder", "read-write holder"];
-
 /// Redis evicted `key` (after deleting it): its tracked live holds were
-/// lost. Counted, logged (at most [`LOG_PER_SECOND`] lines a second, the
-/// rest summed into the next line), remembered for `LOCK.EVICTED`.
-/// The listener of evicted keys only (`Also::EvictedOnly`).
+/// lost, and if the table knew it as no exclusive key's while holds given
+/// untracked may have been live (`eviction_window`), it may have been one
+/// of those. Counted, logged (at most [`LOG_PER_SECOND`] lines a second,
+/// the rest summed into one line a second later), remembered for
+/// `LOCK.EVICTED`. The listener of evicted keys only (`Also::EvictedOnly`).
 pub fn on_key_event(c: Ctx, ev: &KeyEvent) {
-    {
-        if TRACKED.load(Ordering::Relaxed) == 0 {
-            return;
-        }
-        let (db, name) = (c.db(), bytes(ev.key));
-        let now = c.now_ms();
-        let mut s = state();
-        let lost = s.tracker.evicted(key_hash(db, name), now);
-        publish(&s);
-        if lost.total() == 0 {
-            return;
-        }
-        for (counter, n) in EVICTED.iter().zip(lost.holds) {
-            counter.add_n(n);
-        }
-        let second = now.div_euclid(1000);
-        if second != s.log_second {
-            s.log_second = second;
-            s.logged = 0;
-        }
-        if s.logged >= LOG_PER_SECOND {
-            if s.suppressed == 0 {
-                // The sum is logged a second later, whatever comes next.
-                timer::start(c, 1000, log_suppressed, ());
-            }
-            s.suppressed += lost.total();
-            return;
-        }
-        s.logged += 1;
-        drop(s);
-        let what: Vec<String> = lost
-            .holds
-            .iter()
-            .zip(FAMILY_NAMES)
-            .filter(|(&n, _)| n > 0)
-            .map(|(n, f)| format!("{n} {f}{}", if *n == 1 { "" } else { "s" }))
-            .collect();
-        let line = format!(
-            "lock: key {:?} (db {db}) was evicted (maxmemory-policy {}) while held: {} lost mutual exclusion; the next caller can acquire it at once",
-            String::from_utf8_lossy(name),
-            memory().policy_name(),
-            what.join(", "),
-        );
-        log(c.0, c"warning", &line);
+    let (db, name) = (c.db(), bytes(ev.key));
+    let now = c.now_ms();
+    let key = key_hash(db, name);
+    let mut s = state();
+    let lost = if TRACKED.load(Ordering::Relaxed) == 0 { Evicted::default() } else { s.tracker.evicted(key, now) };
+    let unverified = !lost.exclusive && window::evicted(key, now);
+    publish(&s);
+    if lost.total() == 0 && !unverified {
+        return;
     }
+    for (counter, n) in EVICTED.iter().zip(lost.holds) {
+        counter.add_n(n);
+    }
+    let second = now.div_euclid(1000);
+    if second != s.log_second {
+        s.log_second = second;
+        s.logged = [0, 0];
+    }
+    // Tracked losses and keys evicted in the window have a budget each:
+    // a cache's evictions in the window never hide a lock known lost.
+    let budget = usize::from(lost.total() == 0);
+    if s.logged[budget] >= LOG_PER_SECOND {
+        if s.suppressed == (0, 0) {
+            // The sum is logged a second later, whatever comes next.
+            timer::start(c, 1000, log_suppressed, ());
+        }
+        s.suppressed.0 += lost.total();
+        s.suppressed.1 += u64::from(unverified);
+        return;
+    }
+    s.logged[budget] += 1;
+    drop(s);
+    let until = unverified.then(window::until);
+    log(c.0, c"warning", &lost_line(&String::from_utf8_lossy(name), db, memory().policy_name(), &lost, until));
 }
 
 /// A second after evictions beyond [`LOG_PER_SECOND`]: one line for them all.
@@ -402,13 +456,9 @@ unsafe extern "C" fn log_suppressed(ctx: *mut RedisModuleCtx, data: *mut c_void)
         drop(Box::from_raw(data.cast::<()>()));
     }
     let _ = std::panic::catch_unwind(|| {
-        let n = std::mem::take(&mut state().suppressed);
-        if n > 0 {
-            let line = format!(
-                "lock: {n} more held locks or holders were evicted in the last second (maxmemory-policy {}), each counted in INFO lock (lock_evicted_*) and known to LOCK.EVICTED but not logged one by one",
-                memory().policy_name()
-            );
-            log(ctx, c"warning", &line);
+        let (held, keys) = std::mem::take(&mut state().suppressed);
+        if held + keys > 0 {
+            log(ctx, c"warning", &suppressed_line(held, keys, memory().policy_name()));
         }
     });
 }
@@ -417,14 +467,15 @@ unsafe extern "C" fn log_suppressed(ctx: *mut RedisModuleCtx, data: *mut c_void)
 /// to an eviction: among the last [`MAX_RECENT`] such, and not granted to
 /// it again since. O(1); reads no key.
 pub fn was_evicted(ctx: Ctx, key: &[u8], token: &[u8]) -> bool {
-    state().tracker.was_evicted(key_hash(ctx.db(), key), token_hash(token))
+    let (key, token) = (key_hash(ctx.db(), key), token_hash(token));
+    state().tracker.was_evicted(key, token) || window::was_evicted(key, token, ctx.now_ms())
 }
 
 /// `INFO lock`'s eviction fields (after the counters).
 pub unsafe fn render(ctx: *mut RedisModuleInfoCtx) {
     // Numbers only, as every counter of the section (the policy itself is
     // INFO memory's `maxmemory_policy`).
-    let fields: [(&CStr, u64); 8] = [
+    let fields: [(&CStr, u64); 10] = [
         (c"evictable", u64::from(EVICTABLE.load(Ordering::Relaxed))),
         (c"eviction_refusals", REFUSED.get()),
         (c"evicted_locks", EVICTED[Family::Lock as usize].get()),
@@ -433,6 +484,8 @@ pub unsafe fn render(ctx: *mut RedisModuleInfoCtx) {
         (c"evicted_rw_holders", EVICTED[Family::ReadWrite as usize].get()),
         (c"eviction_tracked", TRACKED.load(Ordering::Relaxed) as u64),
         (c"eviction_untracked", UNTRACKED.get()),
+        (c"evicted_unverified", window::EVICTED.get()),
+        (c"eviction_window_until", window::until().max(0) as u64),
     ];
     for (name, value) in fields {
         rm!(RedisModule_InfoAddFieldULongLong)(ctx, name.as_ptr(), value);

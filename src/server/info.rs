@@ -11,7 +11,7 @@ use crate::server::{counters, eviction, timings};
 
 /// The `INFO lock` section (fields appear as `lock_<name>`).
 pub unsafe extern "C" fn render(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c_int) {
-    let fields: [(&CStr, u64); 48] = [
+    let fields: [(&CStr, u64); 52] = [
         (c"grants", counters::GRANTS.get()),
         (c"refusals", counters::REFUSALS.get()),
         (c"renewals", counters::RENEWALS.get()),
@@ -59,7 +59,11 @@ pub unsafe extern "C" fn render(ctx: *mut RedisModuleInfoCtx, _for_crash_report:
         (c"sessions_expired", counters::SESSIONS_EXPIRED.get()),
         (c"sessions_revoked", counters::SESSIONS_REVOKED.get()),
         (c"session_holds_ended", counters::SESSION_HOLDS_ENDED.get()),
+        (c"orphans_leased", counters::ORPHANS_LEASED.get()),
+        (c"orphans_adopted", counters::ORPHANS_ADOPTED.get()),
         (c"session_tick_max_us", counters::SESSION_TICK_MAX_US.load(std::sync::atomic::Ordering::Relaxed)),
+        (c"aof_walks", counters::AOF_WALKS.get()),
+        (c"aof_walking", counters::AOF_WALKING.load(std::sync::atomic::Ordering::Relaxed)),
     ];
     rm!(RedisModule_InfoAddSection)(ctx, std::ptr::null());
     for (name, value) in fields {

@@ -29,7 +29,7 @@ use crate::server::events::{self, Also, DbEvent, KeyEvent};
 
 type Key = (c_int, Vec<u8>);
 /// A semaphore's or read-write lock's holder: database, key, token.
-type Holder = (c_int, Vec<u8>, Vec<u8>);
+pub type Holder = (c_int, Vec<u8>, Vec<u8>);
 
 /// The most holder reasons kept (the oldest are not dropped: past this,
 /// a new one is not kept, and its holder's `reason` is unknown).
@@ -73,19 +73,7 @@ fn regate() {
 /// `deadline` (Unix ms; an earlier one already noted is kept); replicated.
 pub fn noted(ctx: Ctx, name: *mut RedisModuleString, deadline: i64) {
     apply(ctx, bytes(name), deadline);
-    let mut digits = [0u8; 20];
-    let at = decimal(deadline, &mut digits);
-    unsafe {
-        rm!(RedisModule_Replicate)(
-            ctx.0,
-            c"SESSION.APPLY".as_ptr(),
-            c"csb".as_ptr(),
-            c"NOTE".as_ptr(),
-            name,
-            at.as_ptr(),
-            at.len(),
-        );
-    }
+    replicate_note(ctx, name, deadline, None);
 }
 
 /// [`noted`] for a semaphore's or read-write lock's holder `token`, with
@@ -93,13 +81,23 @@ pub fn noted(ctx: Ctx, name: *mut RedisModuleString, deadline: i64) {
 pub fn noted_holder(ctx: Ctx, name: *mut RedisModuleString, deadline: i64, token: &[u8], reason: &str) {
     apply(ctx, bytes(name), deadline);
     apply_reason(ctx, bytes(name), token, reason.as_bytes());
+    replicate_note(ctx, name, deadline, Some((token, reason.as_bytes())));
+}
+
+/// `SESSION.APPLY NOTE key deadline [token reason]` to replicas and the
+/// AOF: a note, and a holder's reason.
+pub fn replicate_note(ctx: Ctx, name: *mut RedisModuleString, deadline: i64, holder: Option<(&[u8], &[u8])>) {
     let mut digits = [0u8; 20];
     let at = decimal(deadline, &mut digits);
+    let (format, (token, reason)) = match holder {
+        Some(h) => (c"csbbb", h),
+        None => (c"csb", (&b""[..], &b""[..])),
+    };
     unsafe {
         rm!(RedisModule_Replicate)(
             ctx.0,
             c"SESSION.APPLY".as_ptr(),
-            c"csbbb".as_ptr(),
+            format.as_ptr(),
             c"NOTE".as_ptr(),
             name,
             at.as_ptr(),
@@ -110,6 +108,35 @@ pub fn noted_holder(ctx: Ctx, name: *mut RedisModuleString, deadline: i64, token
             reason.len(),
         );
     }
+}
+
+/// Every noted key: database and name (an AOF rewrite's walk reads them
+/// one slice at a time with [`note_of`]).
+pub fn noted_keys() -> Vec<(c_int, Vec<u8>)> {
+    if COUNT.load(Ordering::Relaxed) == 0 {
+        return Vec::new();
+    }
+    pending().keys().cloned().collect()
+}
+
+/// The deadline noted for `key` in `db`, if any.
+pub fn note_of(db: c_int, key: &[u8]) -> Option<i64> {
+    if COUNT.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    pending().get(&(db, key.to_vec())).copied()
+}
+
+/// Up to `max` kept reasons after `after` (database, key, token; from the
+/// first: `None`), in order. O(log n + max).
+pub fn reasons_after(after: Option<&Holder>, max: usize) -> Vec<(Holder, String)> {
+    if REASON_COUNT.load(Ordering::Relaxed) == 0 {
+        return Vec::new();
+    }
+    use std::ops::Bound::{Excluded, Unbounded};
+    let r = reasons();
+    let found = r.range::<Holder, _>((after.map_or(Unbounded, Excluded), Unbounded));
+    found.take(max).map(|(h, why)| (h.clone(), why.clone())).collect()
 }
 
 /// Keeps `token`'s reason on `key` (at most [`MAX_REASONS`] of them).

@@ -15,7 +15,7 @@ use crate::boundary::aux::aux_only;
 use crate::boundary::ctx::Ctx;
 use crate::boundary::reply::{Failure, Reply};
 use crate::boundary::timer;
-use crate::server::events::DbEvent;
+use crate::server::events::{self, DbEvent};
 use crate::server::{cluster_fence, migration};
 
 /// The largest fence handed out or learnt (from the master, the RDB or AOF).
@@ -26,6 +26,8 @@ static HIGH_WATER: AtomicU64 = AtomicU64::new(0);
 /// Every fence the module issues (a grant's, a waiter's, an election's
 /// term, a proclaimed revision) comes from here.
 pub fn issue(ctx: Ctx, now_ms: i64) -> Result<u64, Failure> {
+    // The mark must outlive an AOF rewrite (`crate::store::aof_walk`).
+    events::need_fork(ctx);
     let last = HIGH_WATER.load(Ordering::Relaxed);
     let next = match cluster_fence::floor(ctx, now_ms) {
         Some(floor) => redis_lock_rules::cluster_fence::next(last, floor),
@@ -115,6 +117,13 @@ pub fn raise(floor: u64) {
     HIGH_WATER.fetch_max(floor, Ordering::Relaxed);
 }
 
+/// [`raise`], from a command (`LOCK.FENCEFLOOR`, also replayed from the
+/// master or the AOF): the mark must then outlive an AOF rewrite too.
+pub fn raise_from(ctx: Ctx, floor: u64) {
+    events::need_fork(ctx);
+    raise(floor);
+}
+
 /// The mark: the largest fence issued or learnt.
 pub fn mark() -> u64 {
     HIGH_WATER.load(Ordering::Relaxed)
@@ -136,6 +145,9 @@ unsafe extern "C" fn aux_load(rdb: *mut RedisModuleIO, _encver: c_int, _when: c_
     match raw::load_unsigned(rdb) {
         Ok(v) => {
             raise(v);
+            if let (true, Some(from_io)) = (v > 0, raw::RedisModule_GetContextFromIO) {
+                events::need_fork(Ctx(from_io(rdb)));
+            }
             raw::REDISMODULE_OK as c_int
         }
         Err(_) => raw::REDISMODULE_ERR as c_int,

@@ -22,6 +22,7 @@ use crate::boundary::ctx::Ctx;
 use crate::boundary::reply::Failure;
 use crate::server::counters as stats;
 use crate::server::eviction;
+use crate::server::{cluster, config};
 use crate::server::{revoked, timings};
 use crate::store::fence;
 use crate::store::lock_key::{LockKey, NewValue};
@@ -74,7 +75,14 @@ fn settle_lease(k: &mut LockKey, now: i64) {
     let (verdict, held, revoked_end) = match k.entry() {
         Entry::Str(v) if value::is_held(v) => match value::parse_held(v) {
             Some(h) => {
-                let verdict = held::settle(&h, session::state_of(&h.session, now), k.expires_at(), now);
+                let state = session::state_of(&h.session, now);
+                let verdict = held::settle(&h, state, k.expires_at(), now);
+                if matches!(verdict, Settle::Keep) {
+                    if let Some(until) = held::orphan_end(state, k.expires_at(), now, config::orphan_grace()) {
+                        lease_orphan(k, until);
+                    }
+                    return;
+                }
                 let by_limit = h.hold_until.is_some_and(|at| at <= now);
                 (verdict, Some(by_limit), h.revoked.is_some().then_some(by_limit))
             }
@@ -119,6 +127,23 @@ fn settle_lease(k: &mut LockKey, now: i64) {
         }
         Settle::Delete => k.delete(),
     }
+}
+
+/// Gives the open key, a hold of a session this node does not know and
+/// without an end, the end `until` (`PEXPIREAT`): unless its live holder
+/// adopts it first (`SESSION.ADOPT`), it ends then as a lease would. Only
+/// where this node serves the key's slot: while the slot is still being
+/// imported (a `MIGRATE` under way, an atomic migration) the holder's
+/// client still routes to the old node and could not adopt it.
+#[cold]
+#[inline(never)]
+fn lease_orphan(k: &mut LockKey, until: i64) {
+    let (ctx, name) = k.ctx_and_name();
+    if cluster::redirect(ctx, crate::boundary::ctx::bytes(name)).is_some() {
+        return;
+    }
+    k.expire_at(until);
+    stats::ORPHANS_LEASED.add();
 }
 
 /// Whether the open key is in a lock-delay (holds a tombstone).

@@ -247,14 +247,17 @@ impl LockKey {
     }
 
     /// `SET key value PXAT at`, or without an expiry (`at` none: a lock
-    /// held by a session). The key was absent (a grant), so it has no
-    /// expiry to keep.
+    /// held by a session; an expiry the key had goes, as with `SET`).
     pub fn set_maybe_expiring(&mut self, value: NewValue, at_ms: Option<i64>) {
         let Some(at) = at_ms else { return self.set_persistent(value) };
         self.set(value, at)
     }
 
     fn set_persistent(&mut self, value: NewValue) {
+        // A grant finds the key absent; an adopted orphan had an end.
+        if self.expires_at().is_some() {
+            unsafe { rm!(RedisModule_SetAbsExpire)(self.key, raw::REDISMODULE_NO_EXPIRE as i64) };
+        }
         self.write(match value {
             NewValue::Arg(arg) => bytes(arg),
             NewValue::Composed(v) => v,
@@ -316,11 +319,13 @@ impl LockKey {
     }
 
     /// Tells eviction's tracker (while it watches) who holds the key now,
-    /// until `at_ms`.
+    /// until `at_ms`; else its window how long an untracked hold may last.
     #[inline]
     fn tell_eviction(&self, at_ms: i64) {
         if eviction::watching() {
             self.tell_eviction_now(at_ms);
+        } else {
+            eviction::untracked(at_ms);
         }
     }
 

@@ -4,7 +4,8 @@
 //! every one is free is each written, exactly as LOCK.ACQUIRE writes one
 //! (`SET key value PXAT at`, the effect replicated with its absolute
 //! expiry), so the reference scripts and LOCK.RENEW / LOCK.RELEASE see N
-//! ordinary locks.
+//! ordinary locks; with a session (`SESSION id`), each stored and attached
+//! as LOCK.ACQUIRE … SESSION stores and attaches one.
 
 use redis_lock_rules::lease::Grant;
 use redis_lock_rules::lock;
@@ -13,7 +14,8 @@ use redis_module::raw::RedisModuleString;
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::server::timings;
 use crate::store::lease;
-use crate::store::lock_key::LockKey;
+use crate::store::lock_key::{LockKey, NewValue};
+use crate::store::session;
 
 /// The keys, open, in the request's order.
 pub struct LockSet {
@@ -38,13 +40,27 @@ impl LockSet {
         self.keys.iter().any(lease::delayed)
     }
 
-    /// Grants every key to `token` with the lease `g` at `now`.
-    pub fn grant(mut self, token: *mut RedisModuleString, g: &Grant, now: i64) {
+    /// Grants every key to `token` with the lease `g` at `now`; with
+    /// `held` (a session's id and what its grant stores: the value and
+    /// the keys' expiry, none without MAXHOLD), as LOCK.ACQUIRE … SESSION
+    /// stores one, each key attached to the session next to its write.
+    /// The keys' expiry (none: persistent).
+    pub fn grant(mut self, token: *mut RedisModuleString, g: &Grant, held: Option<&Held>, now: i64) -> Option<i64> {
         let value = lease::lock_value(bytes(token), g);
         for k in &mut self.keys {
-            k.set(value.new_value(token), g.pxat);
+            match held {
+                Some((_, (v, pxat))) => k.set_maybe_expiring(NewValue::Composed(v), *pxat),
+                None => k.set(value.new_value(token), g.pxat),
+            }
             let (ctx, name) = k.ctx_and_name();
+            if let Some((id, _)) = held {
+                session::attach(ctx, *id, name);
+            }
             timings::hold_started(ctx, name, timings::Family::Exclusive, now);
         }
+        held.map_or(Some(g.pxat), |(_, (_, pxat))| *pxat)
     }
 }
+
+/// A grant held by a session: its id, the value and the keys' expiry.
+pub type Held = (u128, (Vec<u8>, Option<i64>));

@@ -5,10 +5,12 @@
 //! fence mark (`fence`), and who leads an election's key (`leadership`);
 //! the node's sessions (`session`: the table and its replication,
 //! `hold_key`: one hold as the table keeps it, `session_rdb`: their RDB
-//! aux data; `session_revoked`: their revoked holds). It imports the server
-//! layer and the
-//! boundary.
+//! aux data; `session_revoked`: their revoked holds; `session_gone`: how
+//! the lately ended ones ended; `aof_walk`: that state restated after an
+//! AOF rewrite without the RDB preamble). It imports the server layer and
+//! the boundary.
 
+pub mod aof_walk;
 pub mod fence;
 pub mod hold_key;
 pub mod holders_commit;
@@ -18,5 +20,6 @@ pub mod lease;
 pub mod lock_key;
 pub mod lock_set;
 pub mod session;
+pub mod session_gone;
 pub mod session_rdb;
 pub mod session_revoked;

@@ -19,6 +19,8 @@ use crate::boundary::api::rm;
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::server::counters as stats;
 use crate::server::events::{self, Changed, DbEvent};
+use crate::server::eviction;
+use crate::store::session_gone;
 
 pub use crate::store::hold_key::HoldKey;
 
@@ -69,27 +71,33 @@ pub fn grant(ctx: Ctx, ttl: i64, lock_delay: i64) -> Result<(Id, i64), ArgError>
 /// `SESSION.KEEPALIVE` of one id: its TTL when it was kept alive (its new
 /// deadline replicated), `None` when it is unknown or ended. O(1).
 pub fn keepalive(ctx: Ctx, id: Id) -> Option<i64> {
-    let (ttl, delay, deadline) = {
+    let (ttl, delay, deadline, holds) = {
         let mut t = table();
         let deadline = t.keepalive(id, ctx.now_ms())?;
         let info = t.info(id, 0)?;
-        (info.ttl, info.lock_delay, deadline)
+        (info.ttl, info.lock_delay, deadline, info.holds > 0)
     };
+    eviction::session_lease(ctx, id, deadline, holds);
     replicate_grant(ctx, id, ttl, delay, deadline);
     stats::SESSION_KEEPALIVES.add();
     Some(ttl)
 }
 
 /// `SESSION.REVOKE`: ends a live session now (its holds are released by
-/// the timer, without lock-delay). False when it is unknown or ended.
-pub fn revoke(ctx: Ctx, id: Id) -> bool {
+/// the timer, without lock-delay), for `why` if told. False when it is
+/// unknown or ended.
+pub fn revoke(ctx: Ctx, id: Id, why: Option<&str>) -> bool {
     let now = ctx.now_ms();
     let revoked = {
         let mut t = table();
-        matches!(t.state(id, now), SessionState::Alive { .. }) && t.end(id, now, Reason::Revoked)
+        let ended = matches!(t.state(id, now), SessionState::Alive { .. }) && t.end(id, now, Reason::Revoked);
+        if ended {
+            session_gone::note(&t, id, (now, Reason::Revoked, why), now);
+        }
+        ended
     };
     if revoked {
-        replicate_end(ctx, id, now, Reason::Revoked);
+        replicate_end(ctx, id, (now, Reason::Revoked, why));
         stats::SESSIONS_REVOKED.add();
     }
     revoked
@@ -159,15 +167,28 @@ pub fn held_grant(id: Id, token: &[u8], now: i64, max_hold: Option<i64>) -> Resu
 /// Notes that `id` now holds `name` (in the context's database), and
 /// tells replicas and the AOF, next to the key's own effect.
 pub fn attach(ctx: Ctx, id: Id, name: *mut RedisModuleString) {
-    if table().attach(id, HoldKey::new(ctx.db(), bytes(name), None)) {
+    if attached(ctx, id, HoldKey::new(ctx.db(), bytes(name), None)) {
         replicate_hold(ctx, c"ATTACH", id, name);
     }
+}
+
+/// Attaches `key` to `id`, and tells eviction's window the session's
+/// deadline (a session-held hold's lease).
+fn attached(ctx: Ctx, id: Id, key: HoldKey) -> bool {
+    let mut t = table();
+    let new = t.attach(id, key);
+    let deadline = t.info(id, 0).map(|i| i.deadline);
+    drop(t);
+    if let Some(deadline) = deadline {
+        eviction::session_lease(ctx, id, deadline, true);
+    }
+    new
 }
 
 /// Notes that `id` now holds `token`'s place among `name`'s holders, and
 /// tells replicas and the AOF, after the key's own effect.
 pub fn attach_holder(ctx: Ctx, id: Id, name: *mut RedisModuleString, token: *mut RedisModuleString) {
-    if table().attach(id, HoldKey::new(ctx.db(), bytes(name), Some(bytes(token)))) {
+    if attached(ctx, id, HoldKey::new(ctx.db(), bytes(name), Some(bytes(token)))) {
         replicate_holder(ctx, c"ATTACH", id, name, token);
     }
 }
@@ -218,8 +239,26 @@ pub fn detach_id(ctx: Ctx, id: Id, name: *mut RedisModuleString) {
     replicate_hold(ctx, c"DETACH", id, name);
 }
 
+/// Replicates `hold` of session `id` (`ATTACH`, in the hold's database,
+/// which it selects): an AOF rewrite's walk restating it
+/// (`crate::store::aof_walk`).
+pub fn replicate_attach(ctx: Ctx, id: Id, hold: &HoldKey) {
+    let (db, name, token) = hold.split();
+    ctx.select(db);
+    let name = ctx.string(name);
+    match token {
+        None => replicate_hold(ctx, c"ATTACH", id, name),
+        Some(token) => {
+            let token = ctx.string(token);
+            replicate_holder(ctx, c"ATTACH", id, name, token);
+            ctx.free(token);
+        }
+    }
+    ctx.free(name);
+}
+
 /// Replicates a grant or a keepalive: the session with its absolute deadline.
-fn replicate_grant(ctx: Ctx, id: Id, ttl: i64, lock_delay: i64, deadline: i64) {
+pub fn replicate_grant(ctx: Ctx, id: Id, ttl: i64, lock_delay: i64, deadline: i64) {
     let id = session_id_text(id);
     let (mut a, mut b, mut c) = ([0u8; 20], [0u8; 20], [0u8; 20]);
     let (ttl, delay, at) = (decimal(ttl, &mut a), decimal(lock_delay, &mut b), decimal(deadline, &mut c));
@@ -241,8 +280,8 @@ fn replicate_grant(ctx: Ctx, id: Id, ttl: i64, lock_delay: i64, deadline: i64) {
     }
 }
 
-/// Replicates a session's end.
-pub fn replicate_end(ctx: Ctx, id: Id, at: i64, reason: Reason) {
+/// Replicates a session's end (at, how, and a revoke's reason if told).
+pub fn replicate_end(ctx: Ctx, id: Id, (at, reason, why): (i64, Reason, Option<&str>)) {
     let id = session_id_text(id);
     let mut digits = [0u8; 20];
     let at = decimal(at, &mut digits);
@@ -250,17 +289,25 @@ pub fn replicate_end(ctx: Ctx, id: Id, at: i64, reason: Reason) {
         Reason::Expired => c"EXPIRED",
         Reason::Revoked => c"REVOKED",
     };
+    // Without a reason the format takes one argument fewer: the extra
+    // variadic ones are not read.
+    let (fmt, why) = match why {
+        Some(why) => (c"cbbcb", why),
+        None => (c"cbbc", ""),
+    };
     unsafe {
         rm!(RedisModule_Replicate)(
             ctx.0,
             c"SESSION.APPLY".as_ptr(),
-            c"cbbc".as_ptr(),
+            fmt.as_ptr(),
             c"END".as_ptr(),
             id.as_ptr(),
             id.len(),
             at.as_ptr(),
             at.len(),
             reason.as_ptr(),
+            why.as_ptr(),
+            why.len(),
         );
     }
 }
@@ -307,6 +354,8 @@ pub enum Apply<'a> {
         id: Id,
         at: i64,
         reason: Reason,
+        /// A revoke's REASON, if told.
+        why: Option<&'a str>,
     },
     Forget {
         id: Id,
@@ -332,12 +381,17 @@ pub fn apply(ctx: Ctx, entry: Apply) {
     let mut t = table();
     match entry {
         Apply::Grant { id, ttl, lock_delay, deadline } => t.grant(id, ttl, lock_delay, deadline),
-        Apply::End { id, at, reason } => {
-            t.end(id, at, reason);
+        Apply::End { id, at, reason, why } => {
+            if t.end(id, at, reason) {
+                session_gone::note(&t, id, (at, reason, why), ctx.now_ms());
+            }
         }
         Apply::Forget { id } => t.forget(id),
+        // Alive or ended: an AOF rewrite's walk restates an ended
+        // session's holds after its END (the master never attaches to an
+        // ended session, so no other ATTACH follows one).
         Apply::Attach { id, key, token } => {
-            t.attach(id, HoldKey::new(ctx.db(), key, token));
+            t.restate(id, HoldKey::new(ctx.db(), key, token));
         }
         Apply::Detach { id, key, token } => t.detach(id, &HoldKey::new(ctx.db(), key, token)),
     }
@@ -360,6 +414,7 @@ pub fn on_db_event(ctx: Ctx, ev: &DbEvent) {
             let mut t = table();
             t.clear();
             counted(&t);
+            session_gone::clear();
         }
         DbEvent::Promoted => table().promoted(ctx.now_ms()),
         _ => {}

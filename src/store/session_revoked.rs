@@ -67,6 +67,19 @@ pub fn revoke(
     t.revoke(id, HoldKey::new(ctx.db(), bytes(name), token.map(bytes)), deadline, reason.to_owned());
     counted(&t);
     drop(t);
+    replicate_revoke(ctx, id, name, token, deadline, reason.as_bytes());
+}
+
+/// `SESSION.APPLY REVOKEHOLD id key deadline reason [token]` to replicas
+/// and the AOF.
+pub fn replicate_revoke(
+    ctx: Ctx,
+    id: Id,
+    name: *mut RedisModuleString,
+    token: Option<*mut RedisModuleString>,
+    deadline: i64,
+    reason: &[u8],
+) {
     let id = session_id_text(id);
     let mut digits = [0u8; 20];
     let at = decimal(deadline, &mut digits);
@@ -90,6 +103,17 @@ pub fn revoke(
             token,
         );
     }
+}
+
+/// Up to `max` revoked holds after `after` (deadline, session, hold; from
+/// the first: `None`), in deadline order, with their reasons: an AOF
+/// rewrite's walk (`crate::store::aof_walk`). O(log n + max).
+pub fn after(after: Option<&(i64, Id, HoldKey)>, max: usize) -> Vec<(i64, Id, HoldKey, String)> {
+    if COUNT.load(Ordering::Relaxed) == 0 {
+        return Vec::new();
+    }
+    let t = table();
+    t.after(after, max).into_iter().map(|(at, id, k, r)| (at, id, k.clone(), r.reason.clone())).collect()
 }
 
 /// `SESSION.APPLY REVOKEHOLD`: what the master revoked.

@@ -37,7 +37,9 @@ pub fn values() -> Vec<Vec<u8>> {
         // A session's hold, and one revoked (LOCK.REVOKE): `owner` is null,
         // so the scripts refuse them to every token, and so does the module
         // to every token but the holder's (which no case uses: the module
-        // lets its holder renew or release it, by design).
+        // lets its holder renew or release it, by design). Their session is
+        // unknown to the server: without an expiry the module gives them an
+        // orphan's end (`main.rs` expects it), nothing else.
         r#"{"owner":null,"session":"0123456789abcdef0123456789abcdef","token":"held-tok"}"#,
         r#"{"owner":null,"session":"0123456789abcdef0123456789abcdef","token":"held-tok","revoked":"drain","holdUntil":9999999999999}"#,
         // Structured values as writers produce them.

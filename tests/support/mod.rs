@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 pub mod holders;
 pub mod lease;
+pub mod session;
 
 use redis::Value;
 use redis_lock_harness::Server;

@@ -27,7 +27,8 @@ pub(crate) use reply::{
     fallback_reply, is_unknown_command, is_wait_unsupported, module_reply, no_fallback, unexpected, Grant,
 };
 pub(crate) use session::{
-    grant_cmd, grant_reply, info_cmd, keepalive_cmd, keepalive_reply, revoke_cmd, session_refusal, Kept, Refusal,
+    adopt_cmd, grant_cmd, grant_reply, info_cmd, keepalive_cmd, keepalive_reply, revoke_cmd, session_refusal, Kept,
+    Refusal,
 };
 
 use std::sync::Arc;

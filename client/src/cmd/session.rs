@@ -43,10 +43,20 @@ pub(crate) fn revoke_cmd(id: &str) -> Cmd {
 }
 
 /// `SESSION.INFO id COUNT n`: the session's revoked locks (`revoked`),
-/// the first `n` of them (1 to 1000).
+/// the first `n` of them (1 to 1000); after a keepalive's `0`, how the
+/// session ended (`state`; nil: unknown to the node).
 pub(crate) fn info_cmd(id: &str, count: u32) -> Cmd {
     let mut c = redis::cmd("SESSION.INFO");
     c.arg(id).arg("COUNT").arg(count.clamp(1, 1000));
+    c
+}
+
+/// `SESSION.ADOPT key token id`: the lock `token` holds on `key`, which
+/// moved to a node that does not know its session, attached to session
+/// `id` of that node (`1`; `0`: nothing changed).
+pub(crate) fn adopt_cmd(key: &str, token: &str, id: &str) -> Cmd {
+    let mut c = redis::cmd("SESSION.ADOPT");
+    c.arg(key).arg(token).arg(id);
     c
 }
 
@@ -59,7 +69,7 @@ pub(crate) enum Kept {
     /// (`-ttl`): `SESSION.INFO` lists which.
     Revoked,
     /// Unknown to the node, or ended (expired, revoked, forgotten): its
-    /// locks are no longer held for it.
+    /// locks are no longer held for it (`SESSION.INFO` tells how).
     Ended,
     /// A reply this client cannot read: counted as a failed keepalive (the
     /// session's locks stay valid until their validity runs out).

@@ -25,7 +25,8 @@
 //!   engine's sessions, a quorum's servers as its nodes), each server's
 //!   grant a vote its session keeps (`votes.rs`): one keepalive per server
 //!   per TTL/3 for all locks; a session's end drops that server's votes,
-//!   taken again at the next renewal; a lock is lost below a majority.
+//!   taken again at the next renewal unless it was revoked; a lock is lost
+//!   below a majority.
 //!
 //! The sync API drives the same async code to completion on the calling
 //! thread (`runtime::block`); the `_async` twins run on the caller's

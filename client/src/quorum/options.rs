@@ -115,7 +115,8 @@ impl QuorumOptions {
     /// end drops that server's vote for every lock it holds, and a lock is
     /// lost only when fewer than a majority of votes are left; a vote lost
     /// is taken again at the lock's next renewal (with
-    /// [`QuorumOptions::reacquire_on_renew`]). A server without the module
+    /// [`QuorumOptions::reacquire_on_renew`]) unless its session was
+    /// revoked (`SESSION.REVOKE`). A server without the module
     /// (or without sessions) renews its votes lock by lock. Off: every
     /// quorum lock renews lock by lock on every server. Default: on.
     pub fn sessions(mut self, on: bool) -> Self {

@@ -11,9 +11,9 @@
 //!   `LOCK.ACQUIRE` carries its own session's id.
 //! - **Renewal** (the engine's, every TTL/3 for each lock, at no cost for
 //!   a lock whose votes its sessions keep): a vote of its own lease is
-//!   renewed there; a vote gone (its session ended, its key absent) is
-//!   taken again with that server's session where
-//!   `QuorumOptions::reacquire_on_renew`; session-held votes are checked
+//!   renewed there; a vote gone (its session expired or unknown there, its
+//!   key absent; not revoked) is taken again with that server's session
+//!   where `QuorumOptions::reacquire_on_renew`; session-held votes are checked
 //!   one by one (`LOCK.RENEW`, which changes nothing on them) at the
 //!   engine's `session_checks` rate.
 
@@ -32,7 +32,7 @@ use crate::quorum::ctx::Ctx;
 use crate::quorum::node::{Answer, Taken};
 use crate::quorum::round::Tally;
 use crate::session::{session_ttl, SessionCalls, SessionUse};
-use crate::state::{Shared, Status};
+use crate::state::{LossReason, Shared, Status};
 use crate::votes::{Vote, Votes};
 use crate::watchdog::interval;
 
@@ -134,6 +134,10 @@ pub(crate) async fn plan(ctx: &Arc<Ctx>, d: &Due, now: Instant, check_all: bool)
                 // Its grant confirmed by a renewal, without taking it again.
                 Vote::Pending(l) if !reacquire => Ask::Renew(Some(l.clone())),
                 Vote::None => Ask::Retake { session_only: false },
+                // A revoke is final for the votes it ended (docs/sessions.md).
+                Vote::Session(l) | Vote::Pending(l) if l.end_reason() == Some(LossReason::SessionRevoked) => {
+                    Ask::Nothing
+                }
                 s if s.gone(now) => Ask::Retake { session_only: true },
                 Vote::Session(l) if checking => Ask::Renew(Some(l.clone())),
                 _ => Ask::Nothing,

@@ -164,7 +164,9 @@ pub fn run_under(
     });
     if let Some(reason) = outcome.lost {
         let (code, how) = lost_exit(reason);
-        return Err(Fail(code, format!("{program:?} was terminated because lock {key:?} was {how}")));
+        // A session's revoke may say why.
+        let why = lost.iter().find_map(|l| l.session_revoke_reason()).map(|w| format!(": {w}")).unwrap_or_default();
+        return Err(Fail(code, format!("{program:?} was terminated because lock {key:?} was {how}{why}")));
     }
     let mut lost_code = None;
     for lock in locks {
@@ -188,7 +190,15 @@ pub fn lost_exit(reason: LossReason) -> (u8, &'static str) {
     match reason {
         LossReason::Evicted => (EXIT_EVICTED, "evicted by the server (maxmemory-policy)"),
         LossReason::Revoked => (EXIT_LOST, "revoked and its deadline passed"),
-        LossReason::SessionEnded => (EXIT_LOST, "lost with its session (expired or revoked on the server)"),
+        LossReason::SessionEnded => (EXIT_LOST, "lost with its session (it ended on the server; how was not told)"),
+        LossReason::SessionExpired => {
+            (EXIT_LOST, "lost with its session (it expired on the server: no keepalive by its deadline)")
+        }
+        LossReason::SessionRevoked => (EXIT_LOST, "lost with its session (revoked on the server: SESSION.REVOKE)"),
+        LossReason::SessionUnknown => (
+            EXIT_LOST,
+            "lost with its session (unknown to the server: FLUSHALL, a restart without persistence, a failover)",
+        ),
         _ => (EXIT_LOST, "lost"),
     }
 }

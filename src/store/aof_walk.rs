@@ -1,0 +1,312 @@
+//! The node state an AOF rewrite without the RDB preamble would drop
+//! (docs/sessions.md, "Persistence"): the sessions, their holds and
+//! revoked holds, the revoked keys' notes and the fence mark live outside
+//! keys (RDB aux data), and a rewrite with `aof-use-rdb-preamble no`
+//! writes keys only. So after such a rewrite forks, the master restates
+//! that state as the entries that replicate its changes anyway
+//! (`SESSION.APPLY GRANT`, `END`, `ATTACH`, `REVOKEHOLD`, `NOTE`, and
+//! `LOCK.FENCEFLOOR`): Redis opened the new incremental file before the
+//! fork, so they land after the new base, and whatever changes later is
+//! replicated after them as usual. (`rewriteAppendOnlyFileBackground`
+//! calls `openNewIncrAofForAppend` before `redisFork`, which sets the
+//! child's type and then fires `FORK_CHILD_BORN` in the parent: read in
+//! redis 7.0.15's and valkey's sources; `tests/aof_rewrite.rs` passes on
+//! redis 7.0 and 8.2, valkey 8.1 and 9.1.) The old base and increments stay the
+//! AOF until the rewrite is done.
+//!
+//! The walk runs in bounded slices from the sessions' timer
+//! (`crate::blocked::session_end`), resuming from a cursor: the session
+//! whose holds it is at and the last hold restated (the next slice reads
+//! the holds after it), the last revoked hold, the last reason. Each entry
+//! says the state when it is sent; a hold attached after the fork may be
+//! restated again (an `ATTACH` of a hold already noted changes nothing).
+//! The first slice copies the session ids (16 bytes each), and the notes
+//! phase the noted keys: maps with no order to resume from. A new rewrite
+//! restarts the walk; a master that becomes a replica drops it.
+//!
+//! On replicas the entries change nothing: the same state, applied again
+//! (no counter counts an applied entry). Not done: a replica's own AOF
+//! (it restates nothing), and a restart from the rewritten AOF before the
+//! walk ended (`INFO lock`'s `lock_aof_walking`) misses what was not
+//! restated yet.
+
+use std::ffi::c_int;
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::boundary::ctx::Ctx;
+use crate::server::aof;
+use crate::server::counters::{AOF_WALKING, AOF_WALKS};
+use crate::server::events::DbEvent;
+use crate::server::revoked::{self, Holder};
+use crate::store::hold_key::HoldKey;
+use crate::store::session::{self, table};
+use crate::store::{fence, session_gone, session_revoked};
+use redis_lock_rules::session::Id;
+
+/// Where a walk is.
+enum Phase {
+    Fence,
+    /// The sessions to restate (`None`: not copied yet), the next one's
+    /// index, and the session whose holds are being restated with the
+    /// last hold restated.
+    Sessions {
+        ids: Option<Vec<Id>>,
+        next: usize,
+        at: Option<(Id, Option<HoldKey>)>,
+    },
+    Revoked {
+        after: Option<(i64, Id, HoldKey)>,
+    },
+    Notes {
+        keys: Option<Vec<(c_int, Vec<u8>)>>,
+        next: usize,
+    },
+    Reasons {
+        after: Option<Holder>,
+    },
+}
+
+static WALK: Mutex<Option<Phase>> = Mutex::new(None);
+
+fn walk() -> MutexGuard<'static, Option<Phase>> {
+    WALK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What a slice may do: entries, key-name bytes, time.
+pub struct Budget {
+    pub entries: usize,
+    pub bytes: usize,
+    pub time: Duration,
+}
+
+/// The listener's part: a child was forked. True when it is an AOF
+/// rewrite without the preamble, on a master with the AOF on, and a walk
+/// (re)starts: the caller arms the sessions' timer.
+pub fn on_db_event(ctx: Ctx, ev: &DbEvent) -> bool {
+    match ev {
+        DbEvent::Forked if aof::rewrite_without_preamble(ctx) => {
+            *walk() = Some(Phase::Fence);
+            AOF_WALKS.add();
+            AOF_WALKING.store(1, Ordering::Relaxed);
+            true
+        }
+        DbEvent::Demoted => {
+            stop();
+            false
+        }
+        _ => false,
+    }
+}
+
+fn stop() {
+    *walk() = None;
+    AOF_WALKING.store(0, Ordering::Relaxed);
+}
+
+/// Whether a walk is under way.
+pub fn walking() -> bool {
+    AOF_WALKING.load(Ordering::Relaxed) != 0
+}
+
+/// One slice of the walk, within `budget` (at least one entry); whether
+/// work remains. Master only, writes not paused (the caller's checks).
+pub fn step(ctx: Ctx, budget: Budget) -> bool {
+    if !walking() {
+        return false;
+    }
+    let started = Instant::now();
+    let mut w = walk();
+    let Some(phase) = w.take() else { return false };
+    let mut slice = Slice { ctx, budget, started, entries: 0, bytes: 0 };
+    let next = slice.run(phase);
+    let more = next.is_some();
+    *w = next;
+    drop(w);
+    if !more {
+        AOF_WALKING.store(0, Ordering::Relaxed);
+    }
+    more
+}
+
+/// Holds read from the table at a time.
+const CHUNK: usize = 8;
+
+struct Slice {
+    ctx: Ctx,
+    budget: Budget,
+    started: Instant,
+    entries: usize,
+    bytes: usize,
+}
+
+impl Slice {
+    fn spent(&self) -> bool {
+        self.entries > 0
+            && (self.entries >= self.budget.entries
+                || self.bytes >= self.budget.bytes
+                || self.started.elapsed() >= self.budget.time)
+    }
+
+    /// One entry sent (or one step that sent none), of `bytes` key bytes.
+    fn sent(&mut self, bytes: usize) {
+        self.entries += 1;
+        self.bytes += bytes;
+    }
+
+    /// Runs phases until the budget is spent: where the walk is then
+    /// (`None`: done).
+    fn run(&mut self, mut phase: Phase) -> Option<Phase> {
+        loop {
+            phase = match phase {
+                Phase::Fence => {
+                    let mark = fence::mark();
+                    if mark > 0 {
+                        fence::replicate_floor(self.ctx, mark);
+                        self.sent(0);
+                    }
+                    Phase::Sessions { ids: None, next: 0, at: None }
+                }
+                Phase::Sessions { ids, next, at } => match self.sessions(ids, next, at) {
+                    Ok(done) => done,
+                    Err(paused) => return Some(paused),
+                },
+                Phase::Revoked { after } => match self.revoked(after) {
+                    Ok(done) => done,
+                    Err(paused) => return Some(paused),
+                },
+                Phase::Notes { keys, next } => match self.notes(keys, next) {
+                    Ok(done) => done,
+                    Err(paused) => return Some(paused),
+                },
+                Phase::Reasons { after } => return self.reasons(after),
+            };
+            if self.spent() {
+                return Some(phase);
+            }
+        }
+    }
+
+    /// The sessions: each one's grant (and end), then its holds. `Ok`: the
+    /// next phase; `Err`: where to resume.
+    fn sessions(
+        &mut self,
+        ids: Option<Vec<Id>>,
+        mut next: usize,
+        mut at: Option<(Id, Option<HoldKey>)>,
+    ) -> Result<Phase, Phase> {
+        let ids = ids.unwrap_or_else(|| table().iter().map(|(id, _)| id).collect());
+        loop {
+            if self.spent() {
+                return Err(Phase::Sessions { ids: Some(ids), next, at });
+            }
+            let Some((id, after)) = at.take() else {
+                let Some(&id) = ids.get(next) else { return Ok(Phase::Revoked { after: None }) };
+                next += 1;
+                match self.restate_session(id) {
+                    true => at = Some((id, None)),
+                    // Gone since (its end was replicated): a step all the same.
+                    false => self.sent(0),
+                }
+                continue;
+            };
+            let holds: Vec<HoldKey> = table().holds_after(id, after.as_ref(), CHUNK).into_iter().cloned().collect();
+            let Some(last) = holds.last().cloned() else { continue };
+            for hold in &holds {
+                session::replicate_attach(self.ctx, id, hold);
+                self.sent(hold.weight());
+            }
+            at = Some((id, Some(last)));
+        }
+    }
+
+    /// `id`'s grant with its deadline (and its end, if it ended); false
+    /// when it is gone.
+    fn restate_session(&mut self, id: Id) -> bool {
+        let Some((ttl, lock_delay, deadline, ended)) =
+            table().info(id, 0).map(|i| (i.ttl, i.lock_delay, i.deadline, i.ended))
+        else {
+            return false;
+        };
+        session::replicate_grant(self.ctx, id, ttl, lock_delay, deadline);
+        self.sent(0);
+        if let Some(e) = ended {
+            // A revoke's reason too, while this node remembers it.
+            let why = session_gone::get(id, self.ctx.now_ms()).and_then(|g| g.why);
+            session::replicate_end(self.ctx, id, (e.at, e.reason, why.as_deref()));
+            self.sent(0);
+        }
+        // An ended session's holds are still to release: restated after its
+        // end (an applied `ATTACH` takes a hold of an ended session).
+        true
+    }
+
+    fn revoked(&mut self, mut after: Option<(i64, Id, HoldKey)>) -> Result<Phase, Phase> {
+        loop {
+            if self.spent() {
+                return Err(Phase::Revoked { after });
+            }
+            let found = session_revoked::after(after.as_ref(), CHUNK);
+            if found.is_empty() {
+                return Ok(Phase::Notes { keys: None, next: 0 });
+            }
+            for (deadline, id, hold, reason) in found {
+                let (db, name, token) = hold.split();
+                self.ctx.select(db);
+                let name = self.ctx.string(name);
+                let token = token.map(|t| self.ctx.string(t));
+                session_revoked::replicate_revoke(self.ctx, id, name, token, deadline, reason.as_bytes());
+                token.into_iter().for_each(|t| self.ctx.free(t));
+                self.ctx.free(name);
+                self.sent(hold.weight());
+                after = Some((deadline, id, hold));
+            }
+        }
+    }
+
+    fn notes(&mut self, keys: Option<Vec<(c_int, Vec<u8>)>>, mut next: usize) -> Result<Phase, Phase> {
+        let keys = keys.unwrap_or_else(revoked::noted_keys);
+        loop {
+            if self.spent() {
+                return Err(Phase::Notes { keys: Some(keys), next });
+            }
+            let Some((db, key)) = keys.get(next) else { return Ok(Phase::Reasons { after: None }) };
+            next += 1;
+            // Gone since (its end was replicated): a step all the same.
+            let Some(deadline) = revoked::note_of(*db, key) else {
+                self.sent(0);
+                continue;
+            };
+            self.ctx.select(*db);
+            let name = self.ctx.string(key);
+            revoked::replicate_note(self.ctx, name, deadline, None);
+            self.ctx.free(name);
+            self.sent(key.len());
+        }
+    }
+
+    /// The revoked holders' reasons (each with its key's note: a reason
+    /// whose key has none is not restated). The last phase.
+    fn reasons(&mut self, mut after: Option<Holder>) -> Option<Phase> {
+        loop {
+            if self.spent() {
+                return Some(Phase::Reasons { after });
+            }
+            let found = revoked::reasons_after(after.as_ref(), CHUNK);
+            if found.is_empty() {
+                return None;
+            }
+            for ((db, key, token), why) in found {
+                if let Some(deadline) = revoked::note_of(db, &key) {
+                    self.ctx.select(db);
+                    let name = self.ctx.string(&key);
+                    revoked::replicate_note(self.ctx, name, deadline, Some((&token, why.as_bytes())));
+                    self.ctx.free(name);
+                }
+                self.sent(key.len() + token.len());
+                after = Some((db, key, token));
+            }
+        }
+    }
+}
