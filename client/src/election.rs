@@ -25,14 +25,14 @@ use tracing::Instrument;
 use crate::client::{check_key, lease_of, runtime as async_runtime, token_of, LockClient};
 use crate::cmd::{self, LockCmd};
 use crate::error::{Error, Result};
-use crate::holding::{Flavor, HeldLock};
+use crate::holding::{Flavor, HeldLock, LostSignal};
 use crate::info::{parse_leader, Leader};
 use crate::lock::Lock;
 use crate::observe::{LeaderIter, LeaderStream};
 use crate::options::LockOptions;
 use crate::revocation::Revocation;
 use crate::runtime;
-use crate::state::{LossReason, LostSignal};
+use crate::state::LossReason;
 use crate::trace;
 use crate::transport::{Api, Core};
 

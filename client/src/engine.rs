@@ -111,6 +111,13 @@ impl EngineSlot {
     }
 }
 
+impl EngineSlot {
+    /// The engine, if started.
+    pub(crate) fn started(&self) -> Option<&Arc<Engine>> {
+        self.0.get()?.as_ref()
+    }
+}
+
 impl Drop for EngineSlot {
     fn drop(&mut self) {
         if let Some(Some(e)) = self.0.get() {
@@ -177,6 +184,10 @@ impl Engine {
             let Some(spacing) = self.check_spacing() else { return };
             at = at.max(now + spacing);
         }
+        if shared.lock().votes.as_ref().is_some_and(|v| v.unsure()) {
+            // A quorum lock asks its late grants at once (`votes.rs`).
+            at = now;
+        }
         let mut st = self.lock();
         if st.due.len() >= st.prune_at.max(MIN_PRUNE) {
             // Amortized O(1) a lock: the schedule stays within twice the
@@ -198,7 +209,7 @@ impl Engine {
     /// How long a session-held lock waits between its checks, beyond its
     /// TTL/3: long enough that all of them together make at most
     /// `checks` a second. `None`: no checks.
-    fn check_spacing(&self) -> Option<Duration> {
+    pub(crate) fn check_spacing(&self) -> Option<Duration> {
         (self.checks > 0).then(|| Duration::from_secs_f64(self.sessions.held() as f64 / f64::from(self.checks)))
     }
 

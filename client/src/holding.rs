@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::options::LockOptions;
 use crate::revocation::Revocation;
 use crate::runtime;
-use crate::state::{LossReason, LostSignal, Shared, Status};
+use crate::state::{LossReason, Shared, Status};
 use crate::transport::Api;
 
 /// How the lock was taken, which decides how drop releases it.
@@ -66,8 +66,13 @@ impl<H: Holder> Holding<H> {
         let shared = Arc::new(shared);
         if let (Some(w), Some(engine)) = (&opts.watchdog, opts.watchdog.as_ref().and_then(|_| holder.engine())) {
             // A session's lock is kept by its session's keepalives, and
-            // only checked on its own (see `Engine::add`).
-            if let Some(s) = shared.session() {
+            // only checked on its own (see `Engine::add`); a quorum lock's
+            // session-held votes by their sessions' (`votes.rs`).
+            let sessions: Vec<_> = {
+                let g = shared.lock();
+                g.session.iter().chain(g.votes.iter().flat_map(|v| v.sessions())).cloned().collect()
+            };
+            for s in sessions {
                 engine.attach(&s, shared.clone());
             }
             engine.add(shared.clone(), w, fence);
@@ -217,7 +222,7 @@ macro_rules! held_lock {
             fn loss_reason(&self) -> Option<$crate::state::LossReason> {
                 <$t>::loss_reason(self)
             }
-            fn lost_signal(&self) -> $crate::state::LostSignal {
+            fn lost_signal(&self) -> $crate::holding::LostSignal {
                 <$t>::lost_signal(self)
             }
             fn renew(&self, ttl: std::time::Duration) -> $crate::error::Result<()> {
@@ -230,6 +235,45 @@ macro_rules! held_lock {
     };
 }
 pub(crate) use held_lock;
+
+/// Learns of a lock's loss without polling: [`LostSignal::wait`] blocks,
+/// [`LostSignal::lost`] is a future. Both return `Some(reason)` when the
+/// lock is lost and `None` once it was released (or dropped) normally.
+/// Cloneable and independent of the [`Lock`](crate::Lock) handle's lifetime.
+#[derive(Clone, Debug)]
+pub struct LostSignal {
+    pub(crate) shared: Arc<Shared>,
+}
+
+fn reason(s: Status) -> Option<LossReason> {
+    match s {
+        Status::Lost(r) => Some(r),
+        _ => None,
+    }
+}
+
+impl LostSignal {
+    /// Blocks until the lock is lost (`Some`) or released (`None`).
+    pub fn wait(&self) -> Option<LossReason> {
+        reason(self.shared.wait_until(None))
+    }
+
+    /// Like [`LostSignal::wait`], but gives up after `timeout` (then `None`).
+    pub fn wait_timeout(&self, timeout: Duration) -> Option<LossReason> {
+        reason(self.shared.wait_until(Some(Instant::now() + timeout)))
+    }
+
+    /// Resolves when the lock is lost (`Some`) or released (`None`).
+    /// Does not block the runtime.
+    pub async fn lost(&self) -> Option<LossReason> {
+        reason(self.shared.wait_async().await)
+    }
+
+    /// Why the lock was lost, if it has been (non-blocking).
+    pub fn reason(&self) -> Option<LossReason> {
+        reason(self.shared.status())
+    }
+}
 
 /// The revoked signal (`LOCK.REVOKE`, docs/revocation.md): the renewal
 /// engine hears a revocation on its next renewal of the hold, and fires it

@@ -223,6 +223,7 @@ mod single;
 mod state;
 pub mod trace;
 mod transport;
+mod votes;
 mod wait;
 mod watchdog;
 
@@ -231,7 +232,8 @@ pub use cluster::{cluster_seed_urls, is_cluster_url, SCRIPTS_RECHECK};
 pub use cmd::{Backend, LockKind};
 pub use election::{Election, Leadership};
 pub use error::{Error, Result};
-pub use holding::HeldLock;
+
+pub use holding::{HeldLock, LostSignal};
 pub use info::{Holder, HoldersInfo, Leader, LockFormat, LockInfo};
 pub use lock::Lock;
 pub use named::{NamedLock, RwLock};
@@ -239,7 +241,7 @@ pub use observe::{LeaderIter, LeaderStream, OBSERVE_WAIT};
 pub use options::{ClientOptions, LockOptions, WatchdogOptions};
 pub use quorum::{QuorumClient, QuorumFailure, QuorumLock, QuorumOptions};
 pub use revocation::{Revocation, RevokeOptions, RevokeOutcome, RevokeReply};
-pub use state::{LossReason, LostSignal};
+pub use state::LossReason;
 
 /// Compiles the README's examples as doctests.
 #[cfg(doctest)]

@@ -9,11 +9,11 @@ use futures_util::future::BoxFuture;
 use crate::cmd::{self, GuardRefusal, LockCmd, LockKind};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::holding::{held_lock, Flavor, Holder, Holding};
+use crate::holding::{held_lock, Flavor, Holder, Holding, LostSignal};
 use crate::options::LockOptions;
 use crate::revocation::Revocation;
 use crate::runtime;
-use crate::state::{LossReason, LostSignal, Shared};
+use crate::state::{LossReason, Shared};
 use crate::transport::{note_eviction, note_revocation, renewal_took_effect, Api, Core};
 
 /// A held lock, exclusive lock or semaphore permit or read or write lease

@@ -11,6 +11,7 @@ use crate::attach::SessionLease;
 use crate::cmd::LockKind;
 use crate::revocation::Revocation;
 use crate::trace;
+use crate::votes::Votes;
 
 pub use crate::loss::LossReason;
 
@@ -58,6 +59,9 @@ pub(crate) struct Inner {
     /// The session that holds it, if any: its validity is the session's
     /// (capped by `hold_until`), and its end is the lock's.
     pub(crate) session: Option<Arc<SessionLease>>,
+    /// A quorum lock's votes, when sessions hold some of them: its
+    /// validity and loss are theirs (`votes.rs`).
+    pub(crate) votes: Option<Box<Votes>>,
 }
 
 /// A traced hold: its span and when it began.
@@ -72,6 +76,10 @@ impl Inner {
     /// session's lock the session's, never past a hold limit or a
     /// revocation's deadline.
     pub(crate) fn until(&self) -> Instant {
+        if let Some(v) = &self.votes {
+            // Fewer votes than a quorum: lost now (see `lost_at`).
+            return v.until().unwrap_or(self.valid_until.min(Instant::now()));
+        }
         match &self.session {
             Some(s) => {
                 let end = s.valid_until();
@@ -85,6 +93,9 @@ impl Inner {
     fn lost_at(&self, now: Instant) -> Option<LossReason> {
         if let Some(how) = self.session.as_ref().and_then(|s| s.end_reason()) {
             return Some(how);
+        }
+        if let Some(r) = self.votes.as_ref().and_then(|v| v.lost()) {
+            return Some(r);
         }
         if now < self.until() {
             return None;
@@ -109,6 +120,9 @@ impl Inner {
     fn ended(&mut self, key: &str, how: &'static str) {
         if let Some(s) = &self.session {
             s.let_go();
+        }
+        if let Some(v) = &self.votes {
+            v.hold_all(false);
         }
         let held = self.held.take();
         if let Some(h) = &held {
@@ -170,6 +184,7 @@ impl Shared {
                 sleepers: 0,
                 held: None,
                 session: None,
+                votes: None,
             }),
             cond: Condvar::new(),
             notify: Notify::new(),
@@ -273,9 +288,13 @@ impl Shared {
 
     /// A renewal heard the hold is revoked until `deadline`: no validity
     /// goes past it. Whether this is the first it heard (then the caller
-    /// reads the reason and calls [`Shared::tell_revoked`]).
+    /// reads the reason and calls [`Shared::tell_revoked`]). Not a quorum
+    /// lock's vote: one server does not revoke it (docs/revocation.md).
     pub(crate) fn mark_revoked(&self, deadline: Instant) -> bool {
         let mut g = self.lock();
+        if g.votes.is_some() {
+            return false;
+        }
         let first = g.revoked.is_none();
         let reason = g.revoked.take().and_then(|r| r.reason);
         let deadline = g.hold_until.map_or(deadline, |h| h.min(deadline));
@@ -331,8 +350,13 @@ impl Shared {
         self.lock().evicted = true;
     }
 
+    /// Ends the hold as `reason`; a quorum lock's session's end is one
+    /// server's vote only, which its state (read here) counts.
     pub(crate) fn mark_lost(&self, reason: LossReason) {
         let mut g = self.lock();
+        if g.votes.is_some() && reason.is_session_end() {
+            return;
+        }
         let reason = if reason == LossReason::NotOwner && g.evicted { LossReason::Evicted } else { reason };
         if g.status == Status::Held {
             g.status = Status::Lost(reason);
@@ -452,44 +476,5 @@ impl Shared {
                 _ = tokio::time::sleep_until(valid_until.into()) => {}
             }
         }
-    }
-}
-
-/// Learns of a lock's loss without polling: [`LostSignal::wait`] blocks,
-/// [`LostSignal::lost`] is a future. Both return `Some(reason)` when the
-/// lock is lost and `None` once it was released (or dropped) normally.
-/// Cloneable and independent of the [`Lock`](crate::Lock) handle's lifetime.
-#[derive(Clone, Debug)]
-pub struct LostSignal {
-    pub(crate) shared: std::sync::Arc<Shared>,
-}
-
-fn reason(s: Status) -> Option<LossReason> {
-    match s {
-        Status::Lost(r) => Some(r),
-        _ => None,
-    }
-}
-
-impl LostSignal {
-    /// Blocks until the lock is lost (`Some`) or released (`None`).
-    pub fn wait(&self) -> Option<LossReason> {
-        reason(self.shared.wait_until(None))
-    }
-
-    /// Like [`LostSignal::wait`], but gives up after `timeout` (then `None`).
-    pub fn wait_timeout(&self, timeout: Duration) -> Option<LossReason> {
-        reason(self.shared.wait_until(Some(Instant::now() + timeout)))
-    }
-
-    /// Resolves when the lock is lost (`Some`) or released (`None`).
-    /// Does not block the runtime.
-    pub async fn lost(&self) -> Option<LossReason> {
-        reason(self.shared.wait_async().await)
-    }
-
-    /// Why the lock was lost, if it has been (non-blocking).
-    pub fn reason(&self) -> Option<LossReason> {
-        reason(self.shared.status())
     }
 }

@@ -26,9 +26,11 @@ fn run_holds_a_majority_while_cmd_runs_with_one_server_down() {
     let mut s: Vec<Server> = (0..3).map(|_| Server::start()).collect();
     s[2].kill();
     let all: Vec<&Server> = s.iter().collect();
-    // The command checks that both live servers hold the same 32-hex token.
+    // The command checks that both live servers hold its 32-hex token (in
+    // the value of a lock held by each server's session).
     let check = format!(
-        "a=$(redis-cli -p {} GET job); b=$(redis-cli -p {} GET job); echo \"$a\" | grep -Eq '^[0-9a-f]{{32}}$' && [ \"$a\" = \"$b\" ]",
+        "a=$(redis-cli -p {} GET job); b=$(redis-cli -p {} GET job); t=$REDIS_LOCK_TOKEN; \
+         echo \"$t\" | grep -Eq '^[0-9a-f]{{32}}$' && echo \"$a\" | grep -q \"$t\" && echo \"$b\" | grep -q \"$t\"",
         s[0].port(),
         s[1].port()
     );
@@ -102,4 +104,28 @@ fn release_with_several_urls_releases_everywhere() {
     assert!(s.iter().all(|x| get(x, "job").is_none()));
     let o = cli(&all, &["info", "job"]).output().expect("info");
     assert_eq!(o.status.code(), Some(2), "info takes one server: {}", stderr(&o));
+}
+
+/// `run` holds a quorum lock with a session on each server (its value there
+/// names the server's session), and with `--no-session` on its own leases
+/// (the bare token, renewed lock by lock).
+#[test]
+fn run_holds_a_quorum_lock_with_sessions_unless_no_session() {
+    let s: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let all: Vec<&Server> = s.iter().collect();
+    let gets: Vec<String> = s.iter().map(|x| format!("redis-cli -p {} GET job", x.port())).collect();
+    // A majority at least (the third grant may still be on its way).
+    let session_held = format!(
+        "n=0; for v in \"$({})\" \"$({})\" \"$({})\"; do echo \"$v\" | grep '\"session\"' | grep -q \"$REDIS_LOCK_TOKEN\" && n=$((n+1)); done; [ $n -ge 2 ]",
+        gets[0], gets[1], gets[2]
+    );
+    let o = cli(&all, &["run", "--ttl", "2000", "job", "--", "sh", "-c", &session_held]).output().expect("run");
+    assert_eq!(o.status.code(), Some(0), "each server's session holds it: {}", stderr(&o));
+    let own = format!(
+        "n=0; for v in \"$({})\" \"$({})\" \"$({})\"; do [ \"$v\" = \"$REDIS_LOCK_TOKEN\" ] && n=$((n+1)); done; [ $n -ge 2 ]",
+        gets[0], gets[1], gets[2]
+    );
+    let o = cli(&all, &["run", "--ttl", "2000", "--no-session", "job", "--", "sh", "-c", &own]).output().expect("run");
+    assert_eq!(o.status.code(), Some(0), "its own lease on each server: {}", stderr(&o));
+    assert!(s.iter().all(|x| get(x, "job").is_none()), "released on exit");
 }

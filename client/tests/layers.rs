@@ -15,7 +15,7 @@ use redis_lock_harness::layers::{assert_layers, Layers, Sources};
 const LIBRARY: Layers = &[
     ("bottom", &["error", "failure", "options", "trace"]),
     // Taking `now` and replies, doing no I/O.
-    ("pure decisions", &["cmd", "watchdog", "retry", "revocation", "loss", "attach", "state", "info"]),
+    ("pure decisions", &["cmd", "watchdog", "retry", "revocation", "loss", "attach", "votes", "state", "info"]),
     ("runtime", &["runtime", "engine", "session", "keepalive", "adopt"]),
     ("transport", &["send", "transport", "single", "cluster", "wait"]),
     // `quorum::round` runs one step on every server (tokio tasks over the

@@ -37,9 +37,12 @@ const PATIENCE: Duration = Duration::from_secs(10);
 /// late by most of it and still keep the lock.
 const LEASE: u64 = 1_500;
 
-/// How many servers hold `key` for `token`.
+/// How many servers hold `key` for `token`: its own lease (the bare
+/// token), or that server's session (a watchdog lock's, docs/sessions.md).
 fn holders(servers: &[&Server], key: &str, token: &str) -> usize {
-    servers.iter().filter(|s| get(s, key).as_deref() == Some(token)).count()
+    let by_session = format!("\"token\":\"{token}\"");
+    let held = |v: String| v == token || (v.contains("\"session\"") && v.contains(&by_session));
+    servers.iter().filter(|s| get(s, key).is_some_and(held)).count()
 }
 
 #[test]

@@ -6,12 +6,13 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 
 use crate::cmd::LockKind;
-use crate::engine::Engine;
+use crate::engine::{Due, Engine};
 use crate::error::{Error, Result};
-use crate::holding::{held_lock, Flavor, Holder, Holding};
+use crate::holding::{held_lock, Flavor, Holder, Holding, LostSignal};
 use crate::options::LockOptions;
-use crate::quorum::protocol::{self, Acquired, Ctx};
-use crate::state::{LossReason, LostSignal, Shared};
+use crate::quorum::ctx::Ctx;
+use crate::quorum::protocol::{self, Acquired};
+use crate::state::{LossReason, Shared};
 use crate::transport::Api;
 
 /// A lock held on a majority of a [`QuorumClient`](crate::QuorumClient)'s
@@ -74,7 +75,16 @@ impl Holder for Ctx {
         ttl: Duration,
         fence: Option<u64>,
     ) -> BoxFuture<'static, (Instant, Result<bool>)> {
-        Box::pin(async move { protocol::renew(&self, &lock.key, &lock.token, ttl, fence).await })
+        Box::pin(async move {
+            if lock.lock().votes.is_none() {
+                return protocol::renew(&self, &lock.key, &lock.token, ttl, fence).await;
+            }
+            // Held by sessions: its own leases renewed, every vote checked.
+            let due = [Due { shared: lock, ttl, fence }];
+            let batch = self.opts.watchdog_batch;
+            let none = || (Instant::now(), Err(Error::InvalidArgument("no renewal answer".into())));
+            protocol::renew_all(&self, &due, batch, true).await.pop().unwrap_or_else(none)
+        })
     }
 
     /// Returns once a majority has answered; the other servers' releases
@@ -96,6 +106,12 @@ impl QuorumLock {
         rt: Option<tokio::runtime::Handle>,
     ) -> QuorumLock {
         let shared = Shared::new(key.into(), token, LockKind::Exclusive, acquired.valid_from, ttl);
+        if let Some(votes) = acquired.votes {
+            // Counted in its sessions until the lock's first change from
+            // held (`Inner::ended`); attached to them by `Holding::new`.
+            votes.hold_all(true);
+            shared.lock().votes = Some(Box::new(votes));
+        }
         let flavor = match rt {
             Some(rt) => Flavor::Async(rt),
             None => Flavor::Sync,

@@ -20,6 +20,14 @@
 //!   single-server lock, but give no fences: with fewer than a majority of
 //!   fence-capable servers, [`QuorumLock::fence`] is `None`.
 //!
+//! - **Sessions** (`sessions.rs`, docs/sessions.md "Quorum locks"): a
+//!   watchdog lock is held by one session per server (the renewal
+//!   engine's sessions, a quorum's servers as its nodes), each server's
+//!   grant a vote its session keeps (`votes.rs`): one keepalive per server
+//!   per TTL/3 for all locks; a session's end drops that server's votes,
+//!   taken again at the next renewal unless it was revoked; a lock is lost
+//!   below a majority.
+//!
 //! The sync API drives the same async code to completion on the calling
 //! thread (`runtime::block`); the `_async` twins run on the caller's
 //! runtime. The watchdogs of all of a client's locks are one renewal
@@ -38,11 +46,13 @@
 //! }
 //! ```
 
+mod ctx;
 mod lock;
 mod node;
 mod options;
 mod protocol;
 mod round;
+mod sessions;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,11 +65,12 @@ pub use options::QuorumOptions;
 
 use crate::cmd::{random_token, LockKind};
 use crate::error::{Error, Result};
-use crate::options::{ClientOptions, LockOptions};
+use crate::options::LockOptions;
 use crate::runtime;
 use crate::trace;
+use ctx::Ctx;
 use node::Node;
-use protocol::{Acquired, Ctx};
+use protocol::Acquired;
 
 /// A lock client over several independent redis masters: a lock is held
 /// when a majority of them hold it. Cheap to clone (clones share the
@@ -94,7 +105,7 @@ impl QuorumClient {
             return Err(Error::InvalidArgument("a quorum client needs at least one server URL".into()));
         }
         let mut seen = std::collections::HashSet::new();
-        let client_opts = ClientOptions::new().connect_timeout(opts.connect_timeout);
+        let client_opts = opts.client_options();
         let mut nodes = Vec::with_capacity(urls.len());
         for url in urls {
             let url = url.as_ref();
@@ -141,9 +152,9 @@ impl QuorumClient {
         let token = opts.token.clone().unwrap_or_else(random_token);
         protocol::check(&self.ctx, key, &token, ttl)?;
         no_lease_rules(opts)?;
-        let (ctx, k, t) = (self.ctx.clone(), key.to_string(), token.clone());
+        let (ctx, k, t, o) = (self.ctx.clone(), key.to_string(), token.clone(), opts.clone());
         let (span, started) = (acquire_span(key, wait), Instant::now());
-        let acquiring = async move { protocol::acquire(&ctx, &k, &t, ttl, wait).await }.instrument(span.clone());
+        let acquiring = async move { protocol::acquire(&ctx, &k, &t, ttl, wait, &o).await }.instrument(span.clone());
         let acquired = runtime::block(acquiring);
         self.traced(&span, started, acquired, |a| QuorumLock::new(self.ctx.clone(), key, token, a, ttl, opts, None))
     }
@@ -177,7 +188,7 @@ impl QuorumClient {
         protocol::check(&self.ctx, key, &token, ttl)?;
         no_lease_rules(opts)?;
         let (span, started) = (acquire_span(key, wait), Instant::now());
-        let acquired = protocol::acquire(&self.ctx, key, &token, ttl, wait).instrument(span.clone()).await;
+        let acquired = protocol::acquire(&self.ctx, key, &token, ttl, wait, opts).instrument(span.clone()).await;
         self.traced(&span, started, acquired, |a| QuorumLock::new(self.ctx.clone(), key, token, a, ttl, opts, Some(rt)))
     }
 

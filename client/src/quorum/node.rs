@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use redis::{ErrorKind, ServerErrorKind};
 
-use crate::cmd::{Backend, Grant, LockCmd};
+use crate::attach::SessionLease;
+use crate::cmd::{session_refusal, Backend, Grant, LockCmd};
 use crate::error::{Error, Result};
 use crate::failure::redact;
 use crate::options::ClientOptions;
@@ -25,8 +26,8 @@ pub(crate) struct Node {
     /// The URL without credentials, for messages.
     pub(crate) name: String,
     /// This server's transport (its one connection, shared by both APIs
-    /// and the renewal engine).
-    core: Arc<Core>,
+    /// and the renewal engine), and its sessions' calls.
+    pub(crate) core: Arc<Core>,
     /// Whether this server's module takes `FLOOR` (one of `FLOOR_*`). Once
     /// refused, it is not asked again for this client's lifetime: an older
     /// module answers every `FLOOR` with an arity error, which would cost
@@ -39,11 +40,39 @@ pub(crate) struct Node {
 pub(crate) enum Answer {
     /// Took effect. `fence`: the grant's fence (module, acquire).
     /// `floored`: the server raised its fence mark to the requested floor.
-    Yes { fence: Option<u64>, floored: bool },
+    /// `taken`: a grant (an acquire, or a renewal that took an absent key
+    /// again), and what holds it there.
+    Yes { fence: Option<u64>, floored: bool, taken: Option<Taken> },
     /// The key is another token's (acquire), or not ours (renew, release).
     No,
     /// An error or no answer in time.
     Failed(String),
+}
+
+/// What holds a grant on its server.
+#[derive(Clone, Debug)]
+pub(crate) enum Taken {
+    /// Its own lease.
+    Lease,
+    /// That server's session (`SESSION id` on the acquire).
+    Session(Arc<SessionLease>),
+}
+
+impl Taken {
+    /// What holds a grant of `acquire`.
+    fn of(acquire: &LockCmd) -> Taken {
+        acquire.session().map_or(Taken::Lease, |s| Taken::Session(s.clone()))
+    }
+}
+
+impl Answer {
+    /// The same answer, a grant of `acquire` if it took effect.
+    fn taken(self, acquire: &LockCmd) -> Answer {
+        match self {
+            Answer::Yes { fence, floored, .. } => Answer::Yes { fence, floored, taken: Some(Taken::of(acquire)) },
+            a => a,
+        }
+    }
 }
 
 impl Node {
@@ -66,11 +95,30 @@ impl Node {
 
     /// One command, its outcome as an answer.
     pub(crate) async fn step(&self, cmd: &LockCmd) -> Answer {
-        match self.run(cmd).await {
-            Ok(g) if g.took_effect() => Answer::Yes { fence: g.fence(), floored: false },
+        Self::answer(cmd, self.run(cmd).await)
+    }
+
+    fn answer(cmd: &LockCmd, r: Result<Grant>) -> Answer {
+        let taken = matches!(cmd, LockCmd::Acquire { .. }).then(|| Taken::of(cmd));
+        match r {
+            Ok(g) if g.took_effect() => Answer::Yes { fence: g.fence(), floored: false, taken },
             Ok(_) => Answer::No,
             Err(e) => Answer::Failed(e.to_string()),
         }
+    }
+
+    /// An acquire, held by `session` where this server takes it: one it
+    /// refuses for its session (it wrote nothing) is made again with its
+    /// own lease, as a single server's is.
+    pub(crate) async fn acquire(&self, cmd: &LockCmd, session: Option<Arc<SessionLease>>) -> Answer {
+        if let Some(s) = session {
+            let held = cmd.with_session(s);
+            match self.run(&held).await {
+                Err(Error::Redis(e)) if session_refusal(&e).is_some() => {}
+                r => return Self::answer(&held, r),
+            }
+        }
+        self.step(cmd).await
     }
 
     /// Renews, raising the server's fence mark to `floor` where it can. A
@@ -80,8 +128,8 @@ impl Node {
         let a = self.renew_floor(renew, floor).await;
         let (Answer::No, Some(acquire)) = (&a, reacquire) else { return a };
         match self.run(acquire).await {
-            Ok(g) if g.took_effect() && floor.is_some() => self.renew_floor(renew, floor).await,
-            Ok(g) if g.took_effect() => Answer::Yes { fence: None, floored: false },
+            Ok(g) if g.took_effect() && floor.is_some() => self.renew_floor(renew, floor).await.taken(acquire),
+            Ok(g) if g.took_effect() => Answer::Yes { fence: None, floored: false, taken: Some(Taken::of(acquire)) },
             Ok(_) => Answer::No,
             Err(e) => Answer::Failed(e.to_string()),
         }
@@ -99,7 +147,7 @@ impl Node {
                 if floored {
                     self.floor.store(FLOOR_YES, Ordering::Relaxed);
                 }
-                Answer::Yes { fence: None, floored }
+                Answer::Yes { fence: None, floored, taken: None }
             }
             Ok(Grant::Refused) => Answer::No,
             Err(e) if is_floor_unsupported(&e) => {
@@ -145,7 +193,7 @@ impl Node {
                     if floored {
                         self.floor.store(FLOOR_YES, Ordering::Relaxed);
                     }
-                    Answer::Yes { fence: None, floored }
+                    Answer::Yes { fence: None, floored, taken: None }
                 }
                 Ok(Grant::Refused) if !reacquire => Answer::No,
                 Ok(Grant::Refused) => self.renew(renew, *floor, Some(acquire)).await,

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::options::{ClientOptions, DEFAULT_SESSION_CHECKS};
+
 /// Options of a [`QuorumClient`](crate::QuorumClient). Per-lock options
 /// (token, watchdog) are the usual [`LockOptions`](crate::LockOptions);
 /// their `retry_delay` is not used here (see [`QuorumOptions::retry_delay`]).
@@ -16,6 +18,9 @@ pub struct QuorumOptions {
     pub(crate) retry_max_delay: Duration,
     pub(crate) reacquire_on_renew: bool,
     pub(crate) watchdog_batch: usize,
+    pub(crate) sessions: bool,
+    pub(crate) session_ttl: Option<Duration>,
+    pub(crate) session_checks: u32,
 }
 
 impl Default for QuorumOptions {
@@ -29,6 +34,9 @@ impl Default for QuorumOptions {
             retry_max_delay: Duration::from_millis(250),
             reacquire_on_renew: true,
             watchdog_batch: crate::options::DEFAULT_WATCHDOG_BATCH,
+            sessions: true,
+            session_ttl: None,
+            session_checks: DEFAULT_SESSION_CHECKS,
         }
     }
 }
@@ -95,6 +103,53 @@ impl QuorumOptions {
     pub fn watchdog_batch(mut self, n: usize) -> Self {
         self.watchdog_batch = n.max(1);
         self
+    }
+
+    /// Whether watchdog locks are held with a session on each server, as
+    /// [`ClientOptions::sessions`] (docs/sessions.md, "Quorum locks"): one
+    /// `SESSION.GRANT` per server, granted when the first lock that can
+    /// use it is taken; each lock attached to it on every server that
+    /// grants it (`SESSION id`), and all of them kept by one
+    /// `SESSION.KEEPALIVE` per server every TTL/3, whatever their number.
+    /// Each server's grant is then a vote its session keeps: a session's
+    /// end drops that server's vote for every lock it holds, and a lock is
+    /// lost only when fewer than a majority of votes are left; a vote lost
+    /// is taken again at the lock's next renewal (with
+    /// [`QuorumOptions::reacquire_on_renew`]) unless its session was
+    /// revoked (`SESSION.REVOKE`). A server without the module
+    /// (or without sessions) renews its votes lock by lock. Off: every
+    /// quorum lock renews lock by lock on every server. Default: on.
+    pub fn sessions(mut self, on: bool) -> Self {
+        self.sessions = on;
+        self
+    }
+
+    /// One TTL for the sessions, as [`ClientOptions::session_ttl`].
+    /// Default: none (each lock is held by the sessions of its own TTL).
+    pub fn session_ttl(mut self, ttl: Duration) -> Self {
+        self.session_ttl = Some(ttl.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// How many session-held locks are checked one by one each second,
+    /// at most, as [`ClientOptions::session_checks`]: a quorum lock's
+    /// check is a `LOCK.RENEW` on each server whose session holds its
+    /// vote, and counts once per such server. Default: 2; 0: no checks.
+    pub fn session_checks(mut self, per_second: u32) -> Self {
+        self.session_checks = per_second;
+        self
+    }
+
+    /// Each server's client options: the connect timeout and sessions.
+    pub(crate) fn client_options(&self) -> ClientOptions {
+        let c = ClientOptions::new()
+            .connect_timeout(self.connect_timeout)
+            .sessions(self.sessions)
+            .session_checks(self.session_checks);
+        match self.session_ttl {
+            Some(ttl) => c.session_ttl(ttl),
+            None => c,
+        }
     }
 
     /// The per-server timeout for a lock of this TTL.

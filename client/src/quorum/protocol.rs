@@ -27,42 +27,23 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::future::BoxFuture;
+use futures_util::future::{join_all, BoxFuture};
 use rand::Rng;
 
 use crate::cmd::LockCmd;
-use crate::engine::{Due, Engine, EngineSlot, Renewed, Renewer};
+use crate::engine::{Due, Renewed, Renewer};
 use crate::error::{Error, Result};
-use crate::failure::QuorumFailure;
-use crate::quorum::node::{Answer, Node};
-use crate::quorum::options::QuorumOptions;
+use crate::options::LockOptions;
+use crate::quorum::ctx::Ctx;
+use crate::quorum::node::Answer;
 use crate::quorum::round::{round, Tally};
-use crate::session::SessionCalls;
+use crate::quorum::sessions::{self, Asked, Item, Plan};
 use crate::state::Shared;
-
-/// What a quorum client shares with its locks.
-pub(crate) struct Ctx {
-    pub(crate) nodes: Vec<Arc<Node>>,
-    pub(crate) opts: QuorumOptions,
-    /// `0..nodes.len()`.
-    all: Vec<usize>,
-    /// Renews every watchdog lock of this client.
-    engine: EngineSlot,
-}
-
-impl Ctx {
-    /// The client's renewal engine (see [`EngineSlot::get`]).
-    pub(crate) fn engine(self: &Arc<Self>) -> Option<&Arc<Engine>> {
-        self.engine.get(|| self.clone(), self.opts.watchdog_batch, 0)
-    }
-}
-
-/// No sessions on a quorum's servers (yet): its locks renew on their own.
-impl SessionCalls for Ctx {}
+use crate::votes::Votes;
 
 impl Renewer for Ctx {
     fn renew_all(self: Arc<Self>, due: Vec<Due>, batch: usize) -> BoxFuture<'static, Vec<Renewed>> {
-        Box::pin(async move { renew_all(&self, &due, batch).await })
+        Box::pin(async move { renew_all(&self, &due, batch, false).await })
     }
 
     /// Releases on every server, each bounded by the node timeout.
@@ -89,54 +70,10 @@ pub(crate) struct Acquired {
     /// The servers (indices) that held the key when the acquire was
     /// decided: a majority (for the trace's `server`).
     pub(crate) held_on: Vec<usize>,
-}
-
-impl Ctx {
-    pub(crate) fn new(nodes: Vec<Arc<Node>>, opts: QuorumOptions) -> Ctx {
-        let all = (0..nodes.len()).collect();
-        Ctx { nodes, opts, all, engine: EngineSlot::default() }
-    }
-
-    /// ⌊N/2⌋ + 1.
-    pub(crate) fn quorum(&self) -> usize {
-        self.nodes.len() / 2 + 1
-    }
-
-    fn failure(
-        &self,
-        operation: &'static str,
-        key: &str,
-        t: &Tally,
-        asked: &[usize],
-        succeeded: usize,
-        validity_ran_out: bool,
-    ) -> Error {
-        Error::NoQuorum(Box::new(QuorumFailure {
-            key: key.into(),
-            operation,
-            nodes: self.nodes.len(),
-            needed: self.quorum(),
-            succeeded,
-            refused: t.no(),
-            failed: t.failures(&self.nodes, asked),
-            validity_ran_out,
-        }))
-    }
-
-    /// `start − drift`, refusing a TTL the drift allowance eats up whole.
-    fn valid_from(&self, start: Instant, ttl: Duration) -> Result<Instant> {
-        let drift = self.opts.drift_for(ttl);
-        if drift >= ttl {
-            return Err(Error::InvalidArgument(format!(
-                "ttl-ms {} leaves no validity after the clock-drift allowance of {} ms",
-                ttl.as_millis(),
-                drift.as_millis()
-            )));
-        }
-        start
-            .checked_sub(drift)
-            .ok_or_else(|| Error::InvalidArgument("the monotonic clock is too close to its origin".into()))
-    }
+    /// Its votes, when sessions hold some (`sessions.rs`).
+    pub(crate) votes: Option<Votes>,
+    /// The sessions asked, in use until the lock holds them.
+    pub(crate) _asked: Asked,
 }
 
 /// Whether the validity that counts from `valid_from` for `ttl` still runs.
@@ -155,10 +92,17 @@ pub(crate) fn check(ctx: &Ctx, key: &str, token: &str, ttl: Duration) -> Result<
 /// Attempts until one succeeds or `wait` is over, pausing
 /// `QuorumOptions::retry_delay` between attempts. The error is the last
 /// attempt's.
-pub(crate) async fn acquire(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duration, wait: Duration) -> Result<Acquired> {
+pub(crate) async fn acquire(
+    ctx: &Arc<Ctx>,
+    key: &str,
+    token: &str,
+    ttl: Duration,
+    wait: Duration,
+    opts: &LockOptions,
+) -> Result<Acquired> {
     let deadline = Instant::now().checked_add(wait);
     loop {
-        let err = match attempt(ctx, key, token, ttl).await {
+        let err = match attempt(ctx, key, token, ttl, opts).await {
             Ok(a) => return Ok(a),
             Err(e @ Error::InvalidArgument(_)) => return Err(e),
             Err(e) => e,
@@ -173,12 +117,14 @@ pub(crate) async fn acquire(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duratio
     }
 }
 
-/// One two-phase attempt (see the module docs).
-async fn attempt(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duration) -> Result<Acquired> {
+/// One two-phase attempt (see the module docs), each server's grant held
+/// by its session where it can be (`sessions.rs`).
+async fn attempt(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duration, opts: &LockOptions) -> Result<Acquired> {
     let (n, q) = (ctx.nodes.len(), ctx.quorum());
     let timeout = ctx.opts.node_timeout_for(ttl);
     let acquire = LockCmd::acquire(key, token, ttl)?;
     let renew = LockCmd::renew(key, token, ttl)?;
+    let sessions = Asked::ask(ctx, key, ttl, opts).await;
     let start = Instant::now();
     let valid_from = ctx.valid_from(start, ttl)?;
     // Dropped before the end (an async caller gave up): release everywhere.
@@ -188,9 +134,9 @@ async fn attempt(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duration) -> Resul
         &ctx.nodes,
         &ctx.all,
         timeout,
-        |node| {
-            let cmd = acquire.clone();
-            async move { node.step(&cmd).await }
+        |i, node| {
+            let (cmd, session) = (acquire.clone(), sessions.lease(i));
+            async move { node.acquire(&cmd, session).await }
         },
         |t| t.yes() >= q || t.yes() + t.pending() < q,
     )
@@ -224,7 +170,7 @@ async fn attempt(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duration) -> Resul
                     &ctx.nodes,
                     &asked,
                     timeout,
-                    |node| {
+                    |_, node| {
                         let cmd = renew.clone();
                         async move { node.renew(&cmd, Some(floor), None).await }
                     },
@@ -239,7 +185,7 @@ async fn attempt(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duration) -> Resul
         };
         let (held, in_time) = (held_on.len(), within(valid_from, ttl));
         if held >= q && in_time {
-            Ok(Acquired { valid_from, fence, held_on })
+            Ok((held_on, fence))
         } else {
             Err(match &confirm {
                 Some((t, asked)) => ctx.failure("acquire", key, t, asked, held, !in_time),
@@ -248,9 +194,10 @@ async fn attempt(ctx: &Arc<Ctx>, key: &str, token: &str, ttl: Duration) -> Resul
         }
     };
     match outcome {
-        Ok(a) => {
+        Ok((held_on, fence)) => {
             guard.release = None;
-            Ok(a)
+            let votes = sessions.votes(ctx, &grants, &held_on, start, ttl);
+            Ok(Acquired { valid_from, fence, held_on, votes, _asked: sessions })
         }
         Err(e) => {
             if let Some(cmd) = guard.release.take() {
@@ -287,7 +234,7 @@ pub(crate) async fn renew(
         &ctx.nodes,
         &ctx.all,
         ctx.opts.node_timeout_for(ttl),
-        |node| {
+        |_, node| {
             let (renew, acquire) = cmds.clone();
             async move { node.renew(&renew, fence, reacquire.then_some(&acquire)).await }
         },
@@ -311,29 +258,27 @@ fn renew_outcome(ctx: &Ctx, key: &str, t: &Tally, valid_from: Instant, ttl: Dura
     }
 }
 
-/// Renews many locks at once, for the renewal engine: every server gets
-/// one pipeline per `batch` locks (all servers at once, each bounded by the
-/// node timeout), and each lock's answers are read as [`renew`] reads them.
-pub(crate) async fn renew_all(ctx: &Arc<Ctx>, due: &[Due], batch: usize) -> Vec<(Instant, Result<bool>)> {
+/// Renews many locks at once, for the renewal engine (and for the `renew`
+/// of a lock with votes, which then checks them all: `check_all`): every
+/// server gets one pipeline per `batch` of its renewals (all servers at
+/// once, each bounded by the node timeout). A lock without votes is
+/// renewed on every server, its answers read as [`renew`] reads them; a
+/// lock with votes sends what its plan says and reads them as its votes
+/// (`sessions.rs`).
+pub(crate) async fn renew_all(ctx: &Arc<Ctx>, due: &[Due], batch: usize, check_all: bool) -> Vec<Renewed> {
     let start = Instant::now();
-    let mut items = Vec::with_capacity(due.len());
-    let mut prepared = Vec::with_capacity(due.len());
-    for d in due {
-        let (key, token) = (&d.shared.key, &d.shared.token);
-        match (LockCmd::renew(key, token, d.ttl), LockCmd::acquire(key, token, d.ttl), ctx.valid_from(start, d.ttl)) {
-            (Ok(r), Ok(a), Ok(v)) => {
-                items.push((r, d.fence, a));
-                prepared.push(Ok(v));
-            }
-            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => prepared.push(Err(e)),
-        }
-    }
+    let planned: Vec<Result<(Instant, Plan)>> = join_all(due.iter().map(|d| async move {
+        let valid_from = ctx.valid_from(start, d.ttl)?;
+        Ok((valid_from, sessions::plan(ctx, d, start, check_all).await?))
+    }))
+    .await;
     let timeout = due.iter().map(|d| ctx.opts.node_timeout_for(d.ttl)).min().unwrap_or(Duration::from_secs(1));
     let reacquire = ctx.opts.reacquire_on_renew;
-    let items = &items;
-    let per_node = futures_util::future::join_all(ctx.nodes.iter().map(|node| async move {
+    let plans = &planned;
+    let per_node = join_all(ctx.nodes.iter().enumerate().map(|(i, node)| async move {
+        let items: Vec<Item> = plans.iter().filter_map(|p| p.as_ref().ok()?.1.items[i].clone()).collect();
         let n = items.len();
-        tokio::time::timeout(timeout, node.renew_batch(items, reacquire, batch)).await.unwrap_or_else(|_| {
+        tokio::time::timeout(timeout, node.renew_batch(&items, reacquire, batch)).await.unwrap_or_else(|_| {
             (0..n)
                 .map(|_| {
                     Answer::Failed(format!(
@@ -347,11 +292,22 @@ pub(crate) async fn renew_all(ctx: &Arc<Ctx>, due: &[Due], batch: usize) -> Vec<
     .await;
     let mut per_node: Vec<_> = per_node.into_iter().map(Vec::into_iter).collect();
     due.iter()
-        .zip(prepared)
+        .zip(planned)
         .map(|(d, p)| match p {
-            Ok(valid_from) => {
-                let t = Tally::of(per_node.iter_mut().map(|a| a.next()).collect());
-                (valid_from, renew_outcome(ctx, &d.shared.key, &t, valid_from, d.ttl))
+            Ok((valid_from, plan)) => {
+                let answers =
+                    plan.items.iter().zip(per_node.iter_mut()).map(|(item, a)| item.as_ref().and_then(|_| a.next()));
+                let t = Tally::of(answers.collect());
+                let key = &d.shared.key;
+                let r = match sessions::apply(ctx, &d.shared, &plan, &t, start, d.ttl) {
+                    None => renew_outcome(ctx, key, &t, valid_from, d.ttl),
+                    Some(Ok(r)) => Ok(r),
+                    Some(Err(())) => {
+                        let asked: Vec<usize> = (0..ctx.nodes.len()).filter(|&i| plan.items[i].is_some()).collect();
+                        Err(ctx.failure("renew", key, &t, &asked, t.yes(), false))
+                    }
+                };
+                (valid_from, r)
             }
             Err(e) => (start, Err(e)),
         })
@@ -381,7 +337,7 @@ async fn release_round(ctx: &Arc<Ctx>, cmd: LockCmd, timeout: Duration, enough: 
         &ctx.nodes,
         &ctx.all,
         timeout,
-        |node| {
+        |_, node| {
             let cmd = cmd.clone();
             async move { node.step(&cmd).await }
         },

@@ -55,6 +55,11 @@ impl Tally {
         matches!(self.answers.get(i), Some(Some(Answer::No)))
     }
 
+    /// Server `i`'s answer, if in.
+    pub(crate) fn answer(&self, i: usize) -> Option<&Answer> {
+        self.answers.get(i)?.as_ref()
+    }
+
     /// Servers asked that have not answered (yet).
     pub(crate) fn pending(&self) -> usize {
         self.asked - self.answers.iter().flatten().count()
@@ -82,7 +87,8 @@ impl Tally {
     }
 }
 
-/// Runs `step` on the servers `asked` (indices into `nodes`) in parallel,
+/// Runs `step` (given the server's index) on the servers `asked`
+/// (indices into `nodes`) in parallel,
 /// each bounded by `timeout`, until `decided` holds for the tally or every
 /// server has answered. Steps still running then are left to finish in the
 /// background (bounded by the same timeout), not cancelled: a command
@@ -97,13 +103,13 @@ pub(crate) async fn round<S, Fut>(
     decided: impl Fn(&Tally) -> bool,
 ) -> Tally
 where
-    S: Fn(Arc<Node>) -> Fut,
+    S: Fn(usize, Arc<Node>) -> Fut,
     Fut: Future<Output = Answer> + Send + 'static,
 {
     let mut tally = Tally { answers: nodes.iter().map(|_| None).collect(), asked: asked.len() };
     let mut tasks = JoinSet::new();
     for &i in asked {
-        let fut = step(nodes[i].clone());
+        let fut = step(i, nodes[i].clone());
         tasks.spawn(async move {
             let answer = tokio::time::timeout(timeout, fut).await.unwrap_or_else(|_| {
                 Answer::Failed(format!(

@@ -11,7 +11,7 @@ use crate::target::{open_quorum, Servers};
 /// `redis-lock release [--url URL]... [--cluster] KEY TOKEN`
 pub fn cmd_release(target: &Target, key: &str, token: &str) -> Result<ExitCode, Fail> {
     let released = match target.servers() {
-        Servers::Quorum(urls) => open_quorum(&urls)?.release_token(key, token),
+        Servers::Quorum(urls) => open_quorum(&urls, false)?.release_token(key, token),
         _ => target.open(ClientOptions::new())?.release_token(key, token),
     };
     match released {

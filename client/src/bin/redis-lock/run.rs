@@ -34,7 +34,9 @@ pub fn cmd_run(a: RunArgs) -> Result<ExitCode, Fail> {
         }
         // Node timeout, drift allowance and retry pauses: the quorum
         // client's defaults (5 % of the TTL; 1 % + 2 ms; 50-250 ms).
-        open_quorum(&urls)?.acquire_with(key, ttl, wait, &lopts).map(|l| Box::new(l) as Box<dyn HeldLock>)
+        open_quorum(&urls, !a.hold.no_session)?
+            .acquire_with(key, ttl, wait, &lopts)
+            .map(|l| Box::new(l) as Box<dyn HeldLock>)
     } else {
         let client = open_client(&a, ttl)?;
         match (&a.run_id, mode) {

@@ -1,7 +1,7 @@
 //! Which servers a command talks to: `--url` (repeatable), `--cluster`,
 //! `$REDIS_URL`, and the clients opened on them.
 
-use redis_lock_client::{is_cluster_url, ClientOptions, Error, LockClient, QuorumClient};
+use redis_lock_client::{is_cluster_url, ClientOptions, Error, LockClient, QuorumClient, QuorumOptions};
 
 use crate::args::Target;
 use crate::fail::{redis_fail, usage, Fail};
@@ -40,9 +40,10 @@ impl Target {
     }
 }
 
-/// Opens a quorum client on `urls`.
-pub fn open_quorum(urls: &[String]) -> Result<QuorumClient, Fail> {
-    QuorumClient::open(urls).map_err(client_fail)
+/// Opens a quorum client on `urls`, its locks held with a session on each
+/// server unless `sessions` is off (`--no-session`).
+pub fn open_quorum(urls: &[String], sessions: bool) -> Result<QuorumClient, Fail> {
+    QuorumClient::open_with(urls, QuorumOptions::new().sessions(sessions)).map_err(client_fail)
 }
 
 /// A bad URL or option is a usage error; anything else is Redis's.
