@@ -4,7 +4,6 @@
 //! hold Redis evicts counted, logged and answered by `LOCK.EVICTED`.
 //! Run on every server of the matrix with `REDIS_SERVER`.
 
-
 use redis::{Connection, RedisResult, Value};
 use redis_lock_harness::Server;
 
