@@ -158,6 +158,7 @@ fn commands_carry_their_native_twins_acl_categories() {
             "sem.info",
             "sem.release",
             "sem.renew",
+            "session.adopt",
             "session.apply",
             "session.grant",
             "session.info",

@@ -781,7 +781,9 @@ fn a_semaphore_or_read_write_holders_reason_is_kept_shown_replicated_and_dropped
     assert_eq!(reasons(&mut m, "SEM.INFO", "s"), Value::Array(vec![b("b"), b("")]));
     assert_eq!(int(&mut m, &["SEM.ACQUIRE", "s", "a", "3", "600000"]), 1);
     assert_eq!(reasons(&mut m, "SEM.INFO", "s"), Value::Array(vec![b("b"), b("")]), "nothing stale shown");
-    revoke(&mut m, &["s", "TOKEN", "a", "GRACE", "300000"]);
+    // A grace 1 ms longer: b's deadline stays the earlier even when both
+    // revokes fall in one millisecond (equal places would order by token).
+    revoke(&mut m, &["s", "TOKEN", "a", "GRACE", "300001"]);
     // In the holders' order: the earliest place (b's deadline) first.
     assert_eq!(reasons(&mut m, "SEM.INFO", "s"), Value::Array(vec![b("b"), b(""), b("a"), b("")]));
     // A restart from the AOF, then from an RDB, shows them as they were.
