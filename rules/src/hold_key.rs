@@ -42,18 +42,25 @@ pub(crate) fn read_varint(b: &[u8]) -> (u64, &[u8]) {
     (0, &[])
 }
 
-/// The entry of the hold of `name` in `db`, with `token` for a holder.
+/// How many bytes `n` takes as a varint.
+fn varint_len(n: u64) -> usize {
+    1 + (63 - (n | 1).leading_zeros() as usize) / 7
+}
+
+/// The entry of the hold of `name` in `db`, with `token` for a holder (in
+/// one allocation of its exact size).
 pub fn entry(db: c_int, name: &[u8], token: Option<&[u8]>) -> Vec<u8> {
-    let mut body = Vec::with_capacity(name.len() + token.map_or(0, <[u8]>::len) + 4);
-    push_varint(&mut body, (u64::from(db as u32) << 1) | u64::from(token.is_some()));
+    let tagged = (u64::from(db as u32) << 1) | u64::from(token.is_some());
+    let token_len = token.map_or(0, <[u8]>::len);
+    let len = varint_len(tagged) + token.map_or(0, |t| varint_len(t.len() as u64)) + name.len() + token_len;
+    let mut all = Vec::with_capacity(varint_len(len as u64) + len);
+    push_varint(&mut all, len as u64);
+    push_varint(&mut all, tagged);
     if let Some(t) = token {
-        push_varint(&mut body, t.len() as u64);
+        push_varint(&mut all, t.len() as u64);
     }
-    body.extend_from_slice(name);
-    body.extend_from_slice(token.unwrap_or_default());
-    let mut all = Vec::with_capacity(body.len() + 5);
-    push_varint(&mut all, body.len() as u64);
-    all.extend_from_slice(&body);
+    all.extend_from_slice(name);
+    all.extend_from_slice(token.unwrap_or_default());
     all
 }
 
@@ -113,7 +120,12 @@ fn split_body(body: &[u8]) -> (c_int, &[u8], Option<&[u8]>) {
 impl HoldKey {
     /// The hold of `name` in `db`, with `token` for a holder.
     pub fn new(db: c_int, name: &[u8], token: Option<&[u8]>) -> HoldKey {
-        HoldKey::from_entry(&entry(db, name, token))
+        // Its exact size: the box takes the vector's allocation as it is.
+        let all = entry(db, name, token).into_boxed_slice();
+        let p = Box::into_raw(all) as *mut u8;
+        // SAFETY: a box's pointer is never null (at least the length byte:
+        // a non-empty allocation of alignment 1, freed in `drop` as such).
+        HoldKey(unsafe { NonNull::new_unchecked(p) })
     }
 
     /// A copy of `all`, a whole entry as [`entry`] makes it.

@@ -60,6 +60,14 @@ fn boundary(leaf: &[u8], target: usize) -> usize {
     at
 }
 
+/// Inserts `entry` at `at` of `leaf`.
+fn put(leaf: &mut Vec<u8>, at: usize, entry: &[u8]) {
+    let (old, n) = (leaf.len(), entry.len());
+    leaf.resize(old + n, 0);
+    leaf.copy_within(at..old, at + n);
+    leaf[at..at + n].copy_from_slice(entry);
+}
+
 /// Inserts `entry` at `at` of a full `leaf`, split in two: the new right
 /// leaf and its lower bound. An entry past the end gets a leaf of its own
 /// (keys taken in order fill their leaves); otherwise the leaf is cut
@@ -74,9 +82,9 @@ fn split(leaf: &mut Vec<u8>, at: usize, entry: &[u8], body: &[u8]) -> (Box<[u8]>
     }
     let mut right = leaf.split_off(mid);
     if at <= mid {
-        leaf.splice(at..at, entry.iter().copied());
+        put(leaf, at, entry);
     } else {
-        right.splice(at - mid..at - mid, entry.iter().copied());
+        put(&mut right, at - mid, entry);
     }
     (next_entry(&right).0.into(), right)
 }
@@ -98,7 +106,7 @@ impl HoldSet {
             Repr::One(leaf) => {
                 let Err(at) = find(leaf, body) else { return false };
                 if leaf.len() + entry.len() <= LEAF || leaf.is_empty() {
-                    leaf.splice(at..at, entry.iter().copied());
+                    put(leaf, at, entry);
                 } else {
                     let mut leaf = std::mem::take(leaf);
                     let (sep, right) = split(&mut leaf, at, entry, body);
@@ -111,7 +119,7 @@ impl HoldSet {
                 };
                 let Err(at) = find(leaf, body) else { return false };
                 if leaf.len() + entry.len() <= LEAF || leaf.is_empty() {
-                    leaf.splice(at..at, entry.iter().copied());
+                    put(leaf, at, entry);
                 } else {
                     let (sep, right) = split(leaf, at, entry, body);
                     map.insert(sep, right);
