@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import sys
 import time
 from pathlib import Path
@@ -143,9 +144,24 @@ def memory_rows(redis_server: str, module: str, n: int, sessions: list) -> dict:
         base = used()
         attach_all(conn, sid, n)
         held = (used() - base) / n
+        # The same keys' values alone (no expiry, as a session-held key):
+        # what is left of `held` is the attachment.
+        value = conn.call("GET", "k:0000000")
+        conn.call("FLUSHALL")
+        base = used()
+        sc.fill(conn, (["SET", f"k:{i:07d}", value] for i in range(n)), batch=5_000)
+        value_only = (used() - base) / n
+        # The keys attached in a random order (leaves split in the middle).
+        conn.call("FLUSHALL")
+        sid = conn.call("SESSION.GRANT", TTL)
+        base = used()
+        order = list(range(n))
+        random.Random(1).shuffle(order)
+        sc.fill(conn, (["LOCK.ACQUIRE", f"k:{i:07d}", "tok", TTL, "SESSION", sid] for i in order), batch=5_000)
+        shuffled = (used() - base) / n
     finally:
         srv.stop()
-    return {"session": per_session, "plain": plain, "held": held}
+    return {"session": per_session, "plain": plain, "held": held, "value": value_only, "shuffled": shuffled}
 
 
 def main() -> int:
@@ -210,6 +226,8 @@ def main() -> int:
           + f" (from {min(per.values()):,.1f} to {max(per.values()):,.1f} B).")
     print(f"{args.memory_locks:,} locks: {mem['plain']:,.0f} B each held by their own lease, {mem['held']:,.0f} B each")
     print(f"held by one session: {mem['held'] - mem['plain']:+,.0f} B per lock (the attachment, and the longer stored value).")
+    print(f"The session-held value alone (SET, no expiry): {mem['value']:,.1f} B a key; the attachment: "
+          f"{mem['held'] - mem['value']:,.1f} B with keys attached in order, {mem['shuffled'] - mem['value']:,.1f} B in a random order.")
     print(f"\nMachine:\n\n{sc.machine(args.redis_server)}")
     if missed:
         print("\nTargets missed:\n\n" + "\n".join(f"- {m}" for m in missed))
