@@ -159,9 +159,22 @@ def memory_rows(redis_server: str, module: str, n: int, sessions: list) -> dict:
         random.Random(1).shuffle(order)
         sc.fill(conn, (["LOCK.ACQUIRE", f"k:{i:07d}", "tok", TTL, "SESSION", sid] for i in order), batch=5_000)
         shuffled = (used() - base) / n
+        # 10,000 sessions holding one lock each (one session per client).
+        conn.call("FLUSHALL")
+        base = used()
+        ids = []
+        for _ in range(2):
+            ids += conn.pipeline(b"".join(sc.encode(["SESSION.GRANT", TTL]) for _ in range(5_000)), 5_000)
+        sc.fill(conn, (["LOCK.ACQUIRE", f"k:{i:07d}", "tok", TTL, "SESSION", sid] for i, sid in enumerate(ids)), batch=5_000)
+        one_each = (used() - base) / len(ids)
+        conn.call("FLUSHALL")
+        base = used()
+        sc.fill(conn, (["SESSION.GRANT", TTL] for _ in ids), batch=5_000)
+        alone = (used() - base) / len(ids)
     finally:
         srv.stop()
-    return {"session": per_session, "plain": plain, "held": held, "value": value_only, "shuffled": shuffled}
+    return {"session": per_session, "plain": plain, "held": held, "value": value_only, "shuffled": shuffled,
+            "one_each": one_each - alone - value_only}
 
 
 def main() -> int:
@@ -227,7 +240,8 @@ def main() -> int:
     print(f"{args.memory_locks:,} locks: {mem['plain']:,.0f} B each held by their own lease, {mem['held']:,.0f} B each")
     print(f"held by one session: {mem['held'] - mem['plain']:+,.0f} B per lock (the attachment, and the longer stored value).")
     print(f"The session-held value alone (SET, no expiry): {mem['value']:,.1f} B a key; the attachment: "
-          f"{mem['held'] - mem['value']:,.1f} B with keys attached in order, {mem['shuffled'] - mem['value']:,.1f} B in a random order.")
+          f"{mem['held'] - mem['value']:,.1f} B with keys attached in order, {mem['shuffled'] - mem['value']:,.1f} B in a random order;")
+    print(f"with 10,000 sessions holding one lock each: {mem['one_each']:,.1f} B per session (its holds' set and the attachment).")
     print(f"\nMachine:\n\n{sc.machine(args.redis_server)}")
     if missed:
         print("\nTargets missed:\n\n" + "\n".join(f"- {m}" for m in missed))

@@ -17,17 +17,20 @@ use crate::hold_key::{next_entry, HoldKey, HoldRef};
 /// A leaf's bytes, at most (an entry longer than that has a leaf of its own).
 pub const LEAF: usize = 256;
 
-/// A session's holds: see the module's documentation.
+/// A session's holds: see the module's documentation. 24 bytes (a
+/// node keeps one per session holding anything).
 #[derive(Default)]
-pub struct HoldSet {
-    len: usize,
-    repr: Repr,
-}
+pub struct HoldSet(Repr);
 
 enum Repr {
     One(Vec<u8>),
+    Tree(Box<Tree>),
+}
+
+struct Tree {
+    len: usize,
     /// Leaves by a lower bound of their entries' bodies.
-    Tree(BTreeMap<Box<[u8]>, Vec<u8>>),
+    leaves: BTreeMap<Box<[u8]>, Vec<u8>>,
 }
 
 impl Default for Repr {
@@ -90,31 +93,36 @@ fn split(leaf: &mut Vec<u8>, at: usize, entry: &[u8], body: &[u8]) -> (Box<[u8]>
 }
 
 impl HoldSet {
-    /// How many holds.
+    /// How many holds (one leaf's are counted: at most [`LEAF`] bytes).
     pub fn len(&self) -> usize {
-        self.len
+        match &self.0 {
+            Repr::One(leaf) => Iter { leaves: None, cur: leaf }.count(),
+            Repr::Tree(t) => t.len,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        matches!(&self.0, Repr::One(leaf) if leaf.is_empty())
     }
 
     /// Adds `key`: false when it was there already.
     pub fn insert(&mut self, key: &HoldKey) -> bool {
         let (entry, body) = (key.entry(), key.body());
-        match &mut self.repr {
+        match &mut self.0 {
             Repr::One(leaf) => {
                 let Err(at) = find(leaf, body) else { return false };
                 if leaf.len() + entry.len() <= LEAF || leaf.is_empty() {
                     put(leaf, at, entry);
                 } else {
                     let mut leaf = std::mem::take(leaf);
+                    let len = Iter { leaves: None, cur: &leaf }.count() + 1;
                     let (sep, right) = split(&mut leaf, at, entry, body);
-                    self.repr = Repr::Tree(BTreeMap::from([(Box::default(), leaf), (sep, right)]));
+                    let leaves = BTreeMap::from([(Box::default(), leaf), (sep, right)]);
+                    self.0 = Repr::Tree(Box::new(Tree { len, leaves }));
                 }
             }
-            Repr::Tree(map) => {
-                let Some((_, leaf)) = map.range_mut::<[u8], _>((Unbounded, Included(body))).next_back() else {
+            Repr::Tree(t) => {
+                let Some((_, leaf)) = t.leaves.range_mut::<[u8], _>((Unbounded, Included(body))).next_back() else {
                     return false;
                 };
                 let Err(at) = find(leaf, body) else { return false };
@@ -122,46 +130,93 @@ impl HoldSet {
                     put(leaf, at, entry);
                 } else {
                     let (sep, right) = split(leaf, at, entry, body);
-                    map.insert(sep, right);
+                    t.leaves.insert(sep, right);
                 }
+                t.len += 1;
             }
         }
-        self.len += 1;
         true
     }
 
     /// Removes `key`: false when it was not there.
     pub fn remove(&mut self, key: &HoldKey) -> bool {
         let body = key.body();
-        let small = match &mut self.repr {
+        match &mut self.0 {
             Repr::One(leaf) => {
                 let Ok((from, to)) = find(leaf, body) else { return false };
                 leaf.drain(from..to);
                 if leaf.is_empty() {
                     *leaf = Vec::new();
                 }
-                None
             }
-            Repr::Tree(map) => {
-                let Some((sep, leaf)) = map.range_mut::<[u8], _>((Unbounded, Included(body))).next_back() else {
+            Repr::Tree(t) => {
+                let Some((sep, leaf)) = t.leaves.range_mut::<[u8], _>((Unbounded, Included(body))).next_back() else {
                     return false;
                 };
                 let Ok((from, to)) = find(leaf, body) else { return false };
                 leaf.drain(from..to);
-                (leaf.len() < LEAF / 4).then(|| sep.clone())
+                let small = (leaf.len() < LEAF / 4).then(|| sep.clone());
+                t.len -= 1;
+                if let Some(sep) = small {
+                    t.merge(&sep);
+                    self.shrink();
+                }
             }
-        };
-        self.len -= 1;
-        if let Some(sep) = small {
-            self.merge(&sep);
         }
         true
     }
 
+    /// Back to one leaf when only one is left.
+    fn shrink(&mut self) {
+        if let Repr::Tree(t) = &mut self.0 {
+            if t.leaves.len() <= 1 {
+                let leaf = t.leaves.pop_first().map(|(_, v)| v).unwrap_or_default();
+                self.0 = Repr::One(leaf);
+            }
+        }
+    }
+
+    /// Takes out the first hold.
+    pub fn pop_first(&mut self) -> Option<HoldKey> {
+        let leaf = match &mut self.0 {
+            Repr::One(leaf) => leaf,
+            Repr::Tree(t) => t.leaves.first_entry()?.into_mut(),
+        };
+        if leaf.is_empty() {
+            return None;
+        }
+        let n = leaf.len() - next_entry(leaf).1.len();
+        let key = HoldKey::from_entry(&leaf[..n]);
+        leaf.drain(..n);
+        let emptied = leaf.is_empty();
+        if let Repr::Tree(t) = &mut self.0 {
+            t.len -= 1;
+            if emptied {
+                // The next leaf becomes the first (its bound: empty).
+                t.leaves.pop_first();
+                if let Some((_, next)) = t.leaves.pop_first() {
+                    t.leaves.insert(Box::default(), next);
+                }
+                self.shrink();
+            }
+        }
+        Some(key)
+    }
+
+    /// The holds in key order.
+    pub fn iter(&self) -> Iter<'_> {
+        match &self.0 {
+            Repr::One(leaf) => Iter { leaves: None, cur: leaf },
+            Repr::Tree(t) => Iter { leaves: Some(t.leaves.values()), cur: &[] },
+        }
+    }
+}
+
+impl Tree {
     /// The leaf at `sep` is under a quarter full: merged into its
     /// neighbour (or dropped when empty) where they fit in one leaf.
     fn merge(&mut self, sep: &[u8]) {
-        let Repr::Tree(map) = &mut self.repr else { return };
+        let map = &mut self.leaves;
         let next = map.range::<[u8], _>((Excluded(sep), Unbounded)).next().map(|(k, v)| (k.clone(), v.len()));
         let here = map.get(sep).map_or(0, Vec::len);
         if let Some((next, _)) = next.filter(|&(_, n)| here == 0 || here + n <= LEAF) {
@@ -181,51 +236,6 @@ impl HoldSet {
                     }
                 }
             }
-        }
-        self.shrink();
-    }
-
-    /// Back to one leaf when only one is left.
-    fn shrink(&mut self) {
-        if let Repr::Tree(map) = &mut self.repr {
-            if map.len() <= 1 {
-                let leaf = map.pop_first().map(|(_, v)| v).unwrap_or_default();
-                self.repr = Repr::One(leaf);
-            }
-        }
-    }
-
-    /// Takes out the first hold.
-    pub fn pop_first(&mut self) -> Option<HoldKey> {
-        let leaf = match &mut self.repr {
-            Repr::One(leaf) => leaf,
-            Repr::Tree(map) => map.first_entry()?.into_mut(),
-        };
-        if leaf.is_empty() {
-            return None;
-        }
-        let n = leaf.len() - next_entry(leaf).1.len();
-        let key = HoldKey::from_entry(&leaf[..n]);
-        leaf.drain(..n);
-        self.len -= 1;
-        if leaf.is_empty() {
-            if let Repr::Tree(map) = &mut self.repr {
-                // The next leaf becomes the first (its bound: empty).
-                map.pop_first();
-                if let Some((_, next)) = map.pop_first() {
-                    map.insert(Box::default(), next);
-                }
-            }
-            self.shrink();
-        }
-        Some(key)
-    }
-
-    /// The holds in key order.
-    pub fn iter(&self) -> Iter<'_> {
-        match &self.repr {
-            Repr::One(leaf) => Iter { leaves: None, cur: leaf },
-            Repr::Tree(map) => Iter { leaves: Some(map.values()), cur: &[] },
         }
     }
 }
@@ -282,7 +292,7 @@ impl std::fmt::Debug for HoldSet {
 
 impl PartialEq for HoldSet {
     fn eq(&self, other: &Self) -> bool {
-        self.len == other.len && self.iter().eq(other.iter())
+        self.iter().eq(other.iter())
     }
 }
 
@@ -310,7 +320,8 @@ mod tests {
     fn check(s: &HoldSet, model: &BTreeSet<HoldKey>) {
         assert_eq!(s.len(), model.len());
         assert!(s.iter().map(|h| h.to_key()).eq(model.iter().cloned()));
-        if let Repr::Tree(map) = &s.repr {
+        if let Repr::Tree(t) = &s.0 {
+            let map = &t.leaves;
             assert!(map.len() > 1);
             assert!(map.keys().next().is_some_and(|k| k.is_empty()), "the first leaf's bound is empty");
             for (sep, leaf) in map {
@@ -342,7 +353,8 @@ mod tests {
                 assert_eq!(Some(k), model.pop_first());
             }
             assert!(model.is_empty() && s.is_empty());
-            assert!(matches!(&s.repr, Repr::One(l) if l.is_empty()));
+            assert!(matches!(&s.0, Repr::One(l) if l.is_empty()));
+            assert_eq!(std::mem::size_of::<HoldSet>(), 24);
         }
     }
 
@@ -352,7 +364,8 @@ mod tests {
         for n in 0..10_000u32 {
             s.insert(&HoldKey::new(0, format!("k:{n:07}").as_bytes(), None));
         }
-        let Repr::Tree(map) = &s.repr else { panic!("one leaf for 10,000 keys") };
+        let Repr::Tree(t) = &s.0 else { panic!("one leaf for 10,000 keys") };
+        let map = &t.leaves;
         // 11-byte entries: 23 to a leaf.
         assert_eq!(map.len(), 10_000usize.div_ceil(LEAF / 11));
         let long = HoldKey::new(0, &[b'z'; 1_000], None);

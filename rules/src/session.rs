@@ -137,9 +137,9 @@ pub struct Sessions {
     /// 1 + a slot's number, 0 empty. A lookup compares the whole id.
     index: Vec<u32>,
     count: usize,
-    /// The holds of the sessions that have any (`Slot::holds`), and the
-    /// free places.
-    holds: Vec<HoldSet>,
+    /// The holds of the sessions that have any (`Slot::holds`), in
+    /// chunks as the slots, and the free places.
+    holds: Vec<Vec<HoldSet>>,
     free: Vec<u32>,
     /// What a session without holds shows.
     none: HoldSet,
@@ -285,10 +285,21 @@ impl Sessions {
         self.vacant = i + 1;
     }
 
+    /// The holds at place `h` (1-based).
+    fn set(&self, h: u32) -> &HoldSet {
+        let h = h as usize - 1;
+        &self.holds[h / CHUNK][h % CHUNK]
+    }
+
+    fn set_mut(&mut self, h: u32) -> &mut HoldSet {
+        let h = h as usize - 1;
+        &mut self.holds[h / CHUNK][h % CHUNK]
+    }
+
     fn holds_of(&self, s: &Slot) -> &HoldSet {
         match s.holds {
             0 => &self.none,
-            i => &self.holds[i as usize - 1],
+            h => self.set(h),
         }
     }
 
@@ -347,7 +358,7 @@ impl Sessions {
     fn drop_holds(&mut self, i: u32) {
         let h = std::mem::take(&mut self.slot_mut(i).holds);
         if h > 0 {
-            self.holds[h as usize - 1] = HoldSet::default();
+            *self.set_mut(h) = HoldSet::default();
             self.free.push(h);
         }
     }
@@ -440,22 +451,30 @@ impl Sessions {
     fn holds_mut(&mut self, i: u32) -> &mut HoldSet {
         let h = match self.slot(i).holds {
             0 => {
-                let h = self.free.pop().unwrap_or_else(|| {
-                    self.holds.push(HoldSet::default());
-                    self.holds.len() as u32
-                });
+                let h = match self.free.pop() {
+                    Some(h) => h,
+                    None => {
+                        if self.holds.last().map_or(true, |c| c.len() == CHUNK) {
+                            let first = self.holds.is_empty();
+                            self.holds.push(if first { Vec::new() } else { Vec::with_capacity(CHUNK) });
+                        }
+                        let n = self.holds.len() - 1;
+                        self.holds[n].push(HoldSet::default());
+                        (n * CHUNK + self.holds[n].len()) as u32
+                    }
+                };
                 self.slot_mut(i).holds = h;
                 h
             }
             h => h,
         };
-        &mut self.holds[h as usize - 1]
+        self.set_mut(h)
     }
 
     /// Notes that `id` no longer holds `key`. O(log n) in its holds.
     pub fn detach(&mut self, id: Id, key: &HoldKey) {
         if let Some(h) = self.get(id).map(|i| self.slot(i).holds).filter(|&h| h > 0) {
-            self.holds[h as usize - 1].remove(key);
+            self.set_mut(h).remove(key);
         }
     }
 
@@ -519,7 +538,7 @@ impl Sessions {
                 self.ending.pop_front();
                 continue;
             };
-            match (h > 0).then(|| self.holds[h as usize - 1].pop_first()).flatten() {
+            match (h > 0).then(|| self.set_mut(h).pop_first()).flatten() {
                 Some(key) => {
                     spent += weight(&key);
                     out.push((id, key));
@@ -720,23 +739,35 @@ mod tests {
         for n in (0..5_000).filter(|n| n % 3 != 0) {
             t.forget(id(n));
         }
-        for n in 5_000..6_000 {
+        // Holds in more than one chunk, their places freed and taken again.
+        for n in 5_000..8_000 {
             t.grant(id(n), 1_000, 7, NOW);
             t.attach(id(n), k(n as u32));
         }
-        let alive: Vec<u64> = (0..6_000).filter(|&n| n % 3 == 0 || n >= 5_000).collect();
-        assert_eq!(t.len(), alive.len());
-        for n in 0..6_000u64 {
-            assert_eq!(t.contains(id(n)), alive.contains(&n), "{n}");
+        for n in (5_000..8_000).filter(|n| n % 2 == 1) {
+            t.forget(id(n));
         }
+        for n in 8_000..9_000 {
+            t.grant(id(n), 1_000, 7, NOW);
+            t.attach(id(n), k(n as u32));
+        }
+        let alive: Vec<u64> =
+            (0..9_000).filter(|&n| if n < 5_000 { n % 3 == 0 } else { n >= 8_000 || n % 2 == 0 }).collect();
+        assert_eq!(t.len(), alive.len());
+        for n in 0..9_000u64 {
+            assert_eq!(t.contains(id(n)), alive.contains(&n), "{n}");
+            if n >= 5_000 && alive.contains(&n) {
+                assert_eq!(t.info(id(n), 5).map(|i| i.first), Some(vec![k(n as u32).as_hold()]), "{n}");
+            }
+        }
+        assert_eq!(t.holds.iter().map(Vec::len).sum::<usize>(), 3_000, "places freed were taken again");
         assert_eq!(t.by_short(short(id(5_500))), Some(id(5_500)));
-        assert_eq!(t.info(id(5_500), 5).map(|i| i.first), Some(vec![k(5_500).as_hold()]));
         let mut listed: Vec<Id> = t.iter().map(|(id, _)| id).collect();
         listed.sort_unstable();
         let mut want: Vec<Id> = alive.iter().map(|&n| id(n)).collect();
         want.sort_unstable();
         assert_eq!(listed, want);
-        // Slots freed were taken again: no more chunks than 5,000 needed.
+        // Slots freed were taken again: never more than 5,000 sessions at once.
         assert_eq!(t.slots.len(), 5_000usize.div_ceil(CHUNK));
     }
 
