@@ -20,6 +20,8 @@
 //! - [`holders`]: semaphores and read-write locks (several holders per key).
 //! - [`hold_table`]: the holds `lock.hold-timing` times, and what their ends record.
 //! - [`held`]: a lock held by a session: its grant, settling it when the session ended.
+//! - [`hold_key`]: one hold of a session (database, key name, holder's token) as one byte string.
+//! - [`hold_set`]: a session's holds: an ordered set of those strings, back to back in small leaves.
 //! - [`session`]: a node's sessions: deadlines, holds, ending in bounded slices.
 //! - [`session_gone`]: the sessions a node ended lately (why each ended, for its holder).
 //! - [`session_revoked`]: the revoked holds of a node's sessions, in deadline order.
@@ -48,6 +50,8 @@ pub mod fence;
 pub mod guard;
 pub mod held;
 pub mod histogram;
+pub mod hold_key;
+pub mod hold_set;
 pub mod hold_table;
 pub mod holders;
 pub mod lease;

@@ -11,9 +11,11 @@
 //!   deadline passes, before any slice reached its holds.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 
 use crate::held::SessionState;
+use crate::hold_key::{HoldKey, HoldRef};
+use crate::hold_set::HoldSet;
 
 /// A session's id: 128 random bits, issued by the server.
 pub type Id = u128;
@@ -37,7 +39,7 @@ pub struct Ended {
 
 /// One session as [`Sessions::restore`] takes it back (from the RDB).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Session<K: Ord> {
+pub struct Session {
     pub id: Id,
     pub ttl: i64,
     pub lock_delay: i64,
@@ -45,54 +47,64 @@ pub struct Session<K: Ord> {
     pub deadline: i64,
     pub ended: Option<Ended>,
     /// The keys it holds.
-    pub holds: BTreeSet<K>,
+    pub holds: HoldSet,
 }
 
 /// One session as [`Sessions::iter`] shows it.
 #[derive(Debug)]
-pub struct View<'a, K: Ord> {
+pub struct View<'a> {
     pub ttl: i64,
     pub lock_delay: i64,
     /// Its effective deadline (see [`Sessions::info`]).
     pub deadline: i64,
     pub ended: Option<Ended>,
-    /// The keys it holds (ordered: slices and listings take the first).
-    pub holds: &'a BTreeSet<K>,
+    /// The keys it holds (in key order: slices and listings take the first).
+    pub holds: &'a HoldSet,
 }
 
-/// One session in the table, in 32 bytes (its key, the id's [`short`]
-/// bits, is the map's): a node keeps one per client.
+/// One session in the table, in 40 bytes: a node keeps one per client.
+/// The table keeps them in chunks of [`CHUNK`] (no slack beyond the last
+/// chunk's), found by an index of 4-byte slot numbers.
 #[derive(Clone, Copy, Debug)]
 struct Slot {
-    /// The id's high 64 bits (its bits 51 to 63 are in `bits`).
+    lo: u64,
     hi: u64,
     ttl: i64,
     /// As granted or last kept alive; once ended, when it ended.
     deadline: i64,
-    /// The lock-delay (16 bits: at most 60,000 ms), the id's bits 51 to
-    /// 63 (13 bits) and how it ended (2 bits: 0 alive, 1 expired, 2 revoked).
+    /// The lock-delay (16 bits: at most 60,000 ms) and how it ended (2
+    /// bits: 0 alive, 1 expired, 2 revoked, 3 a free slot).
     bits: u32,
-    /// 1 + the index of its holds in `Sessions::holds` (0: none yet).
+    /// 1 + the index of its holds in `Sessions::holds` (0: none yet); in
+    /// a free slot, 1 + the next free slot (0: none).
     holds: u32,
 }
 
-const MID_SHIFT: u32 = 16;
-const STATE_SHIFT: u32 = 29;
+const STATE_SHIFT: u32 = 16;
+const FREE: u32 = 3;
+/// Slots per chunk: 40 KiB.
+const CHUNK: usize = 1024;
 
 impl Slot {
     fn new(id: Id, ttl: i64, lock_delay: i64, deadline: i64) -> Slot {
-        let mid = ((id as u64) >> SHORT_BITS) as u32;
         let delay = lock_delay.clamp(0, i64::from(u16::MAX)) as u32;
-        Slot { hi: (id >> 64) as u64, ttl, deadline, bits: delay | (mid << MID_SHIFT), holds: 0 }
+        Slot { lo: id as u64, hi: (id >> 64) as u64, ttl, deadline, bits: delay, holds: 0 }
     }
 
-    fn id(&self, short: u64) -> Id {
-        let mid = u64::from((self.bits >> MID_SHIFT) & ((1 << (64 - SHORT_BITS)) - 1));
-        (u128::from(self.hi) << 64) | u128::from(short | (mid << SHORT_BITS))
+    fn id(&self) -> Id {
+        (u128::from(self.hi) << 64) | u128::from(self.lo)
+    }
+
+    fn short(&self) -> u64 {
+        short(u128::from(self.lo))
     }
 
     fn lock_delay(&self) -> i64 {
         i64::from(self.bits & 0xffff)
+    }
+
+    fn free(&self) -> bool {
+        self.bits >> STATE_SHIFT == FREE
     }
 
     fn ended(&self) -> Option<Ended> {
@@ -116,15 +128,21 @@ impl Slot {
 
 /// A node's sessions.
 #[derive(Debug)]
-pub struct Sessions<K: Ord> {
-    /// Keyed by [`short`]: a lookup compares the whole id.
-    map: HashMap<u64, Slot>,
-    /// The holds of the sessions that have any (`Slot::holds`), and the
-    /// free places.
-    holds: Vec<BTreeSet<K>>,
+pub struct Sessions {
+    /// The sessions' slots, in chunks of [`CHUNK`] (the first grows up to
+    /// it), and 1 + the first free slot (0: none).
+    slots: Vec<Vec<Slot>>,
+    vacant: u32,
+    /// Open addressing by [`short`] (linear probing, at most 3/4 full):
+    /// 1 + a slot's number, 0 empty. A lookup compares the whole id.
+    index: Vec<u32>,
+    count: usize,
+    /// The holds of the sessions that have any (`Slot::holds`), in
+    /// chunks as the slots, and the free places.
+    holds: Vec<Vec<HoldSet>>,
     free: Vec<u32>,
     /// What a session without holds shows.
-    none: BTreeSet<K>,
+    none: HoldSet,
     /// Deadlines and short ids: lazy (see [`Sessions::expire_due`]).
     due: BinaryHeap<Reverse<(i64, u64)>>,
     /// Ended sessions whose holds are still to release, in end order.
@@ -134,13 +152,16 @@ pub struct Sessions<K: Ord> {
     promoted_at: i64,
 }
 
-impl<K: Ord> Default for Sessions<K> {
+impl Default for Sessions {
     fn default() -> Self {
         Sessions {
-            map: HashMap::new(),
+            slots: Vec::new(),
+            vacant: 0,
+            index: Vec::new(),
+            count: 0,
             holds: Vec::new(),
             free: Vec::new(),
-            none: BTreeSet::new(),
+            none: HoldSet::default(),
             due: BinaryHeap::new(),
             ending: VecDeque::new(),
             promoted_at: i64::MIN,
@@ -150,40 +171,147 @@ impl<K: Ord> Default for Sessions<K> {
 
 /// What [`Sessions::info`] tells of one session.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Info<'a, K> {
+pub struct Info<'a> {
     pub ttl: i64,
     pub lock_delay: i64,
     pub deadline: i64,
     pub ended: Option<Ended>,
     pub holds: usize,
-    pub first: Vec<&'a K>,
+    pub first: Vec<HoldRef<'a>>,
 }
 
-impl<K: Ord> Sessions<K> {
-    fn get(&self, id: Id) -> Option<&Slot> {
-        self.map.get(&short(id)).filter(|s| s.id(short(id)) == id)
+/// Where a short id's search starts in an index of `len` (a power of two).
+fn home(short: u64, len: usize) -> usize {
+    (short.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - len.trailing_zeros())) as usize
+}
+
+impl Sessions {
+    fn slot(&self, i: u32) -> &Slot {
+        &self.slots[i as usize / CHUNK][i as usize % CHUNK]
     }
 
-    fn get_mut(&mut self, id: Id) -> Option<&mut Slot> {
-        self.map.get_mut(&short(id)).filter(|s| s.id(short(id)) == id)
+    fn slot_mut(&mut self, i: u32) -> &mut Slot {
+        &mut self.slots[i as usize / CHUNK][i as usize % CHUNK]
     }
 
-    fn holds_of(&self, s: &Slot) -> &BTreeSet<K> {
+    /// The index position and slot of the session named by `short`.
+    fn find(&self, short: u64) -> Option<(usize, u32)> {
+        if self.index.is_empty() {
+            return None;
+        }
+        let mask = self.index.len() - 1;
+        let mut at = home(short, self.index.len());
+        loop {
+            let i = self.index[at].checked_sub(1)?;
+            if self.slot(i).short() == short {
+                return Some((at, i));
+            }
+            at = (at + 1) & mask;
+        }
+    }
+
+    /// The slot of `id` (its whole id compared).
+    fn get(&self, id: Id) -> Option<u32> {
+        self.find(short(id)).map(|(_, i)| i).filter(|&i| self.slot(i).id() == id)
+    }
+
+    fn place(&mut self, i: u32) {
+        let len = self.index.len();
+        if (self.count + 1) * 4 > len * 3 {
+            let old = std::mem::replace(&mut self.index, vec![0; (len * 2).max(8)]);
+            for e in old.into_iter().filter(|&e| e > 0) {
+                self.put(e);
+            }
+        }
+        self.put(i + 1);
+        self.count += 1;
+    }
+
+    fn put(&mut self, e: u32) {
+        let mask = self.index.len() - 1;
+        let mut at = home(self.slot(e - 1).short(), self.index.len());
+        while self.index[at] != 0 {
+            at = (at + 1) & mask;
+        }
+        self.index[at] = e;
+    }
+
+    /// Empties index position `at`, moving back the entries after it
+    /// that their search would no longer reach.
+    fn unplace(&mut self, at: usize) {
+        let mask = self.index.len() - 1;
+        let (mut hole, mut j) = (at, at);
+        loop {
+            j = (j + 1) & mask;
+            let e = self.index[j];
+            if e == 0 {
+                break;
+            }
+            let h = home(self.slot(e - 1).short(), self.index.len());
+            if j.wrapping_sub(h) & mask >= j.wrapping_sub(hole) & mask {
+                self.index[hole] = e;
+                hole = j;
+            }
+        }
+        self.index[hole] = 0;
+        self.count -= 1;
+    }
+
+    /// A slot for a new session: a free one, or one more.
+    fn new_slot(&mut self, slot: Slot) -> u32 {
+        if let Some(i) = self.vacant.checked_sub(1) {
+            self.vacant = self.slot(i).holds;
+            *self.slot_mut(i) = slot;
+            return i;
+        }
+        if self.slots.last().map_or(true, |c| c.len() == CHUNK) {
+            let first = self.slots.is_empty();
+            self.slots.push(if first { Vec::new() } else { Vec::with_capacity(CHUNK) });
+        }
+        let n = self.slots.len() - 1;
+        let chunk = &mut self.slots[n];
+        chunk.push(slot);
+        (n * CHUNK + chunk.len() - 1) as u32
+    }
+
+    /// Drops the session at index position `at`, slot `i`: its slot is free.
+    fn vacate(&mut self, at: usize, i: u32) {
+        self.drop_holds(i);
+        self.unplace(at);
+        let vacant = self.vacant;
+        let s = self.slot_mut(i);
+        s.bits = FREE << STATE_SHIFT;
+        s.holds = vacant;
+        self.vacant = i + 1;
+    }
+
+    /// The holds at place `h` (1-based).
+    fn set(&self, h: u32) -> &HoldSet {
+        let h = h as usize - 1;
+        &self.holds[h / CHUNK][h % CHUNK]
+    }
+
+    fn set_mut(&mut self, h: u32) -> &mut HoldSet {
+        let h = h as usize - 1;
+        &mut self.holds[h / CHUNK][h % CHUNK]
+    }
+
+    fn holds_of(&self, s: &Slot) -> &HoldSet {
         match s.holds {
             0 => &self.none,
-            i => &self.holds[i as usize - 1],
+            h => self.set(h),
         }
     }
 
     /// Whether a session here has the same [`short`] id as `id` (a new id
     /// must not).
     pub fn taken(&self, id: Id) -> bool {
-        self.map.contains_key(&short(id))
+        self.find(short(id)).is_some()
     }
 
     /// The whole id of the session named by `short` here, if any.
     pub fn by_short(&self, short: u64) -> Option<Id> {
-        self.map.get(&short).map(|s| s.id(short))
+        self.find(short).map(|(_, i)| self.slot(i).id())
     }
 
     /// A live session's effective deadline.
@@ -196,31 +324,42 @@ impl<K: Ord> Sessions<K> {
 
     /// How many sessions this node has (ended ones still releasing included).
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.count
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.count == 0
     }
 
     /// Adds a session, or (replaying a keepalive) moves its deadline.
     pub fn grant(&mut self, id: Id, ttl: i64, lock_delay: i64, deadline: i64) {
-        match self.get_mut(id) {
-            Some(s) if s.ended().is_none() => s.deadline = deadline,
-            Some(_) => {}
+        match self.find(short(id)) {
+            Some((_, i)) if self.slot(i).id() == id => {
+                let s = self.slot_mut(i);
+                if s.ended().is_none() {
+                    s.deadline = deadline;
+                }
+                return;
+            }
+            // Another session of the same short id: replaced.
+            Some((_, i)) => {
+                self.drop_holds(i);
+                *self.slot_mut(i) = Slot::new(id, ttl, lock_delay, deadline);
+            }
             None => {
-                self.drop_holds(short(id));
-                self.map.insert(short(id), Slot::new(id, ttl, lock_delay, deadline));
-                self.due.push(Reverse((deadline, short(id))));
+                let i = self.new_slot(Slot::new(id, ttl, lock_delay, deadline));
+                self.place(i);
             }
         }
+        self.due.push(Reverse((deadline, short(id))));
     }
 
-    /// Frees the holds of the session in place `short` (replaced or gone).
-    fn drop_holds(&mut self, short: u64) {
-        if let Some(i) = self.map.get(&short).map(|s| s.holds).filter(|&i| i > 0) {
-            self.holds[i as usize - 1] = BTreeSet::new();
-            self.free.push(i);
+    /// Frees the holds of the session in slot `i` (replaced or gone).
+    fn drop_holds(&mut self, i: u32) {
+        let h = std::mem::take(&mut self.slot_mut(i).holds);
+        if h > 0 {
+            *self.set_mut(h) = HoldSet::default();
+            self.free.push(h);
         }
     }
 
@@ -234,7 +373,8 @@ impl<K: Ord> Sessions<K> {
     /// ended it yet). O(1).
     pub fn keepalive(&mut self, id: Id, now: i64) -> Option<i64> {
         let floor = self.promoted_at;
-        let s = self.get_mut(id)?;
+        let i = self.get(id)?;
+        let s = self.slot_mut(i);
         let current = s.deadline.max(floor.saturating_add(s.ttl));
         if s.ended().is_some() || current <= now {
             return None;
@@ -245,7 +385,8 @@ impl<K: Ord> Sessions<K> {
 
     /// What this node knows of `id` at `now`.
     pub fn state(&self, id: Id, now: i64) -> SessionState {
-        let Some(s) = self.get(id) else { return SessionState::Unknown };
+        let Some(i) = self.get(id) else { return SessionState::Unknown };
+        let s = self.slot(i);
         let lock_delay = s.lock_delay();
         match s.ended() {
             Some(e) => SessionState::Ended { at: e.at, lock_delay, revoked: e.reason == Reason::Revoked },
@@ -263,7 +404,8 @@ impl<K: Ord> Sessions<K> {
     /// Ends `id` at `at`: O(1); its holds are handed out by
     /// [`Sessions::next_holds`]. False when it is unknown or ended already.
     pub fn end(&mut self, id: Id, at: i64, reason: Reason) -> bool {
-        let Some(s) = self.get_mut(id) else { return false };
+        let Some(i) = self.get(id) else { return false };
+        let s = self.slot_mut(i);
         if s.ended().is_some() {
             return false;
         }
@@ -277,14 +419,13 @@ impl<K: Ord> Sessions<K> {
     /// which never expires or slices, would otherwise keep one of each per
     /// session ever granted or ended; ends and forgets come in order).
     pub fn forget(&mut self, id: Id) {
-        if self.contains(id) {
-            self.drop_holds(short(id));
-            self.map.remove(&short(id));
+        if let Some((at, i)) = self.find(short(id)).filter(|&(_, i)| self.slot(i).id() == id) {
+            self.vacate(at, i);
         }
         while self.ending.front().is_some_and(|&id| !self.contains(id)) {
             self.ending.pop_front();
         }
-        while self.due.peek().is_some_and(|&Reverse((_, s))| !self.map.contains_key(&s)) {
+        while self.due.peek().is_some_and(|&Reverse((_, s))| self.find(s).is_none()) {
             self.due.pop();
         }
     }
@@ -300,51 +441,56 @@ impl<K: Ord> Sessions<K> {
     }
 
     /// Notes that `id` holds `key`. O(log n) in its holds.
-    pub fn attach(&mut self, id: Id, key: K) -> bool {
-        if !self.get(id).is_some_and(|s| s.ended().is_none()) {
-            return false;
-        }
-        self.holds_mut(id).is_some_and(|h| h.insert(key) | true)
+    pub fn attach(&mut self, id: Id, key: HoldKey) -> bool {
+        let Some(i) = self.get(id).filter(|&i| self.slot(i).ended().is_none()) else { return false };
+        self.holds_mut(i).insert(&key);
+        true
     }
 
-    /// `id`'s holds, given a place if it had none.
-    fn holds_mut(&mut self, id: Id) -> Option<&mut BTreeSet<K>> {
-        let i = match self.get(id)?.holds {
+    /// The holds of slot `i`, given a place if it had none.
+    fn holds_mut(&mut self, i: u32) -> &mut HoldSet {
+        let h = match self.slot(i).holds {
             0 => {
-                let i = self.free.pop().unwrap_or_else(|| {
-                    self.holds.push(BTreeSet::new());
-                    self.holds.len() as u32
-                });
-                self.get_mut(id)?.holds = i;
-                i
+                let h = match self.free.pop() {
+                    Some(h) => h,
+                    None => {
+                        if self.holds.last().map_or(true, |c| c.len() == CHUNK) {
+                            let first = self.holds.is_empty();
+                            self.holds.push(if first { Vec::new() } else { Vec::with_capacity(CHUNK) });
+                        }
+                        let n = self.holds.len() - 1;
+                        self.holds[n].push(HoldSet::default());
+                        (n * CHUNK + self.holds[n].len()) as u32
+                    }
+                };
+                self.slot_mut(i).holds = h;
+                h
             }
-            i => i,
+            h => h,
         };
-        self.holds.get_mut(i as usize - 1)
+        self.set_mut(h)
     }
 
     /// Notes that `id` holds `key`, whether it is alive or ended: a hold
     /// restated by an AOF rewrite's walk (an ended session's holds are
     /// still to release). False when `id` is not here. O(log n).
-    pub fn restate(&mut self, id: Id, key: K) -> bool {
-        self.holds_mut(id).is_some_and(|h| h.insert(key) | true)
+    pub fn restate(&mut self, id: Id, key: HoldKey) -> bool {
+        let Some(i) = self.get(id) else { return false };
+        self.holds_mut(i).insert(&key);
+        true
     }
 
     /// Up to `max` of `id`'s holds after `after` (from the first: `None`),
     /// in order: a walk's next slice. O(log n + max).
-    pub fn holds_after(&self, id: Id, after: Option<&K>, max: usize) -> Vec<&K> {
-        let Some(s) = self.get(id) else { return Vec::new() };
-        let holds = self.holds_of(s);
-        match after {
-            None => holds.iter().take(max).collect(),
-            Some(k) => holds.range((std::ops::Bound::Excluded(k), std::ops::Bound::Unbounded)).take(max).collect(),
-        }
+    pub fn holds_after(&self, id: Id, after: Option<&HoldKey>, max: usize) -> Vec<HoldRef<'_>> {
+        let Some(i) = self.get(id) else { return Vec::new() };
+        self.holds_of(self.slot(i)).after(after).take(max).collect()
     }
 
     /// Notes that `id` no longer holds `key`. O(log n) in its holds.
-    pub fn detach(&mut self, id: Id, key: &K) {
-        if let Some(i) = self.get(id).map(|s| s.holds).filter(|&i| i > 0) {
-            self.holds[i as usize - 1].remove(key);
+    pub fn detach(&mut self, id: Id, key: &HoldKey) {
+        if let Some(h) = self.get(id).map(|i| self.slot(i).holds).filter(|&h| h > 0) {
+            self.set_mut(h).remove(key);
         }
     }
 
@@ -359,7 +505,8 @@ impl<K: Ord> Sessions<K> {
                 break;
             }
             self.due.pop();
-            let Some(s) = self.map.get(&short) else { continue };
+            let Some((_, i)) = self.find(short) else { continue };
+            let s = self.slot(i);
             if s.ended().is_some() {
                 continue;
             }
@@ -368,7 +515,7 @@ impl<K: Ord> Sessions<K> {
                 self.due.push(Reverse((deadline, short)));
                 continue;
             }
-            let id = s.id(short);
+            let id = s.id();
             self.end(id, deadline, Reason::Expired);
             out.push((id, deadline));
         }
@@ -387,22 +534,27 @@ impl<K: Ord> Sessions<K> {
     }
 
     /// Up to `max` holds of ended sessions (oldest end first), taken out of
-    /// their sessions, and the sessions whose holds are all handed out now
-    /// (the caller releases the holds, then forgets them): `max` of both
-    /// together, so that many sessions ending with nothing left to release
-    /// are forgotten a bounded number at a time too. `weight` bounds
-    /// the slice by another measure (a key's bytes): it stops once
-    /// `budget` is spent.
-    pub fn next_holds(&mut self, max: usize, budget: usize, weight: impl Fn(&K) -> usize) -> (Vec<(Id, K)>, Vec<Id>) {
+    /// their sessions in key order, and the sessions whose holds are all
+    /// handed out now (the caller releases the holds, then forgets them):
+    /// `max` of both together, so that many sessions ending with nothing
+    /// left to release are forgotten a bounded number at a time too.
+    /// `weight` bounds the slice by another measure (a key's bytes): it
+    /// stops once `budget` is spent.
+    pub fn next_holds(
+        &mut self,
+        max: usize,
+        budget: usize,
+        weight: impl Fn(&HoldKey) -> usize,
+    ) -> (Vec<(Id, HoldKey)>, Vec<Id>) {
         let (mut out, mut done, mut spent) = (Vec::new(), Vec::new(), 0);
         while out.len() + done.len() < max && spent < budget {
             let Some(&id) = self.ending.front() else { break };
-            let Some(i) = self.get(id).map(|s| s.holds) else {
+            let Some(h) = self.get(id).map(|i| self.slot(i).holds) else {
                 // Forgotten meanwhile (the master said so).
                 self.ending.pop_front();
                 continue;
             };
-            match (i > 0).then(|| self.holds[i as usize - 1].pop_first()).flatten() {
+            match (h > 0).then(|| self.set_mut(h).pop_first()).flatten() {
                 Some(key) => {
                     spent += weight(&key);
                     out.push((id, key));
@@ -416,9 +568,9 @@ impl<K: Ord> Sessions<K> {
         (out, done)
     }
 
-    /// `id` described, with its first `count` holds.
-    pub fn info(&self, id: Id, count: usize) -> Option<Info<'_, K>> {
-        let s = self.get(id)?;
+    /// `id` described, with its first `count` holds (in key order).
+    pub fn info(&self, id: Id, count: usize) -> Option<Info<'_>> {
+        let s = self.slot(self.get(id)?);
         let holds = self.holds_of(s);
         Some(Info {
             ttl: s.ttl,
@@ -431,8 +583,8 @@ impl<K: Ord> Sessions<K> {
     }
 
     /// Every session: id and what it is (for the RDB, and SESSION.LIST).
-    pub fn iter(&self) -> impl Iterator<Item = (Id, View<'_, K>)> {
-        self.map.iter().map(|(&short, s)| {
+    pub fn iter(&self) -> impl Iterator<Item = (Id, View<'_>)> {
+        self.slots.iter().flatten().filter(|s| !s.free()).map(|s| {
             let view = View {
                 ttl: s.ttl,
                 lock_delay: s.lock_delay(),
@@ -440,15 +592,18 @@ impl<K: Ord> Sessions<K> {
                 ended: s.ended(),
                 holds: self.holds_of(s),
             };
-            (s.id(short), view)
+            (s.id(), view)
         })
     }
 
     /// Puts back a session read from the RDB, as it was saved.
-    pub fn restore(&mut self, id: Id, s: Session<K>) {
+    pub fn restore(&mut self, id: Id, s: Session) {
         let Session { ttl, lock_delay, deadline, ended, holds, .. } = s;
         self.forget(id);
-        self.drop_holds(short(id));
+        // (Another session of the same short id is replaced.)
+        if let Some((at, i)) = self.find(short(id)) {
+            self.vacate(at, i);
+        }
         let mut slot = Slot::new(id, ttl, lock_delay, deadline);
         match ended {
             Some(e) => {
@@ -457,9 +612,10 @@ impl<K: Ord> Sessions<K> {
             }
             None => self.due.push(Reverse((deadline, short(id)))),
         }
-        self.map.insert(short(id), slot);
-        if let Some(h) = self.holds_mut(id) {
-            h.extend(holds);
+        let i = self.new_slot(slot);
+        self.place(i);
+        if !holds.is_empty() {
+            *self.holds_mut(i) = holds;
         }
     }
 }
@@ -470,7 +626,12 @@ mod tests {
 
     const NOW: i64 = 1_700_000_000_000;
 
-    fn table() -> Sessions<u32> {
+    /// Hold `n`: key names in the order of `n`.
+    fn k(n: u32) -> HoldKey {
+        HoldKey::new(0, format!("{n:03}").as_bytes(), None)
+    }
+
+    fn table() -> Sessions {
         let mut t = Sessions::default();
         t.grant(1, 1_000, 50, NOW + 1_000);
         t.grant(2, 5_000, 0, NOW + 5_000);
@@ -481,7 +642,7 @@ mod tests {
     fn a_slot_keeps_the_whole_id_and_the_table_tells_ids_apart_by_all_of_it() {
         for id in [1, u128::MAX, 0x0123456789abcdef0123456789abcdef] {
             let slot = Slot::new(id, 5, 60_000, NOW);
-            assert_eq!(slot.id(short(id)), id);
+            assert_eq!(slot.id(), id);
             assert_eq!(slot.lock_delay(), 60_000);
         }
         let mut t = table();
@@ -489,25 +650,28 @@ mod tests {
         assert!(t.taken(twin) && !t.contains(twin), "same short id, another session");
         assert_eq!(t.state(twin, NOW), SessionState::Unknown);
         assert_eq!(t.keepalive(twin, NOW), None);
-        assert!(!t.attach(twin, 5));
+        assert!(!t.attach(twin, k(5)));
         assert_eq!(t.by_short(1), Some(1));
     }
 
     #[test]
     fn a_restated_hold_is_kept_by_an_ended_session_and_holds_walk_in_slices() {
         let mut t = table();
-        assert!(t.attach(1, 10));
+        assert!(t.attach(1, k(10)));
         assert!(t.end(1, NOW, Reason::Expired));
-        assert!(!t.attach(1, 20), "an ended session takes no new hold");
-        assert!(t.restate(1, 20) && t.restate(1, 10), "a restated one, twice");
-        assert!(!t.restate(7, 1), "unknown");
-        for k in [30, 40, 50] {
-            assert!(t.restate(1, k));
+        assert!(!t.attach(1, k(20)), "an ended session takes no new hold");
+        assert!(t.restate(1, k(20)) && t.restate(1, k(10)), "a restated one, twice");
+        assert!(!t.restate(7, k(1)), "unknown");
+        for n in [30, 40, 50] {
+            assert!(t.restate(1, k(n)));
         }
-        assert_eq!(t.holds_after(1, None, 2), vec![&10, &20]);
-        assert_eq!(t.holds_after(1, Some(&20), 2), vec![&30, &40]);
-        assert_eq!(t.holds_after(1, Some(&25), 9), vec![&30, &40, &50]);
-        assert!(t.holds_after(1, Some(&50), 9).is_empty());
+        let after = |t: &Sessions, a: Option<u32>, max| -> Vec<HoldKey> {
+            t.holds_after(1, a.map(k).as_ref(), max).iter().map(|h| h.to_key()).collect()
+        };
+        assert_eq!(after(&t, None, 2), vec![k(10), k(20)]);
+        assert_eq!(after(&t, Some(20), 2), vec![k(30), k(40)]);
+        assert_eq!(after(&t, Some(25), 9), vec![k(30), k(40), k(50)]);
+        assert!(after(&t, Some(50), 9).is_empty());
         assert!(t.holds_after(2, None, 9).is_empty() && t.holds_after(7, None, 9).is_empty());
         let (holds, _) = t.next_holds(9, usize::MAX, |_| 1);
         assert_eq!(holds.len(), 5, "the ended session's slices release the restated holds");
@@ -539,18 +703,18 @@ mod tests {
     #[test]
     fn ending_hands_out_holds_in_bounded_slices() {
         let mut t = table();
-        for k in 0..5 {
-            assert!(t.attach(1, k));
+        for n in (0..5).rev() {
+            assert!(t.attach(1, k(n)));
         }
-        t.attach(2, 100);
-        t.detach(1, &4);
-        assert_eq!(t.info(1, 2).map(|i| (i.holds, i.first)), Some((4, vec![&0, &1])));
+        t.attach(2, k(100));
+        t.detach(1, &k(4));
+        assert_eq!(t.info(1, 2).map(|i| (i.holds, i.first)), Some((4, vec![k(0).as_hold(), k(1).as_hold()])));
         assert!(t.end(1, NOW, Reason::Revoked));
         assert!(!t.end(1, NOW, Reason::Revoked));
-        assert!(!t.attach(1, 9), "an ended session takes no new hold");
+        assert!(!t.attach(1, k(9)), "an ended session takes no new hold");
         assert_eq!(t.state(1, NOW), SessionState::Ended { at: NOW, lock_delay: 50, revoked: true });
-        assert_eq!(t.next_holds(3, usize::MAX, |_| 1), (vec![(1, 0), (1, 1), (1, 2)], vec![]));
-        assert_eq!(t.next_holds(3, 1, |_| 1), (vec![(1, 3)], vec![]));
+        assert_eq!(t.next_holds(3, usize::MAX, |_| 1), (vec![(1, k(0)), (1, k(1)), (1, k(2))], vec![]));
+        assert_eq!(t.next_holds(3, 1, |_| 1), (vec![(1, k(3))], vec![]));
         assert_eq!(t.next_holds(3, usize::MAX, |_| 1), (vec![], vec![1]));
         assert!(t.contains(1) && !t.ending(), "forgotten by the caller, once its holds are released");
         t.forget(1);
@@ -561,10 +725,10 @@ mod tests {
     #[test]
     fn a_replica_that_only_applies_keeps_no_stale_entry() {
         // Granted, ended and forgotten by the master's entries, in order.
-        let mut t: Sessions<u32> = Sessions::default();
+        let mut t: Sessions = Sessions::default();
         for id in 0..100 {
             t.grant(id, 1_000, 0, NOW + id as i64);
-            t.attach(id, 7);
+            t.attach(id, k(7));
             t.end(id, NOW + id as i64, Reason::Expired);
             t.forget(id);
         }
@@ -573,7 +737,7 @@ mod tests {
 
     #[test]
     fn sessions_done_with_nothing_to_release_count_against_a_slice() {
-        let mut t: Sessions<u32> = Sessions::default();
+        let mut t: Sessions = Sessions::default();
         for id in 0..10 {
             t.grant(id, 1_000, 0, NOW);
             t.end(id, NOW, Reason::Revoked);
@@ -594,7 +758,7 @@ mod tests {
 
     #[test]
     fn expiry_work_per_call_is_bounded() {
-        let mut t: Sessions<u32> = Sessions::default();
+        let mut t: Sessions = Sessions::default();
         for id in 0..10 {
             t.grant(id, 1, 0, NOW);
         }
@@ -602,5 +766,59 @@ mod tests {
         assert_eq!(t.expire_due(NOW, 100).len(), 6);
         t.clear();
         assert!(t.is_empty() && t.next_due().is_none());
+    }
+
+    #[test]
+    fn many_sessions_granted_and_forgotten_keep_their_index_and_slots_right() {
+        let mut t = Sessions::default();
+        let id = |n: u64| (u128::from(n) << 70) | u128::from(n.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 13);
+        for n in 0..5_000 {
+            t.grant(id(n), 1_000, 0, NOW);
+        }
+        for n in (0..5_000).filter(|n| n % 3 != 0) {
+            t.forget(id(n));
+        }
+        // Holds in more than one chunk, their places freed and taken again.
+        for n in 5_000..8_000 {
+            t.grant(id(n), 1_000, 7, NOW);
+            t.attach(id(n), k(n as u32));
+        }
+        for n in (5_000..8_000).filter(|n| n % 2 == 1) {
+            t.forget(id(n));
+        }
+        for n in 8_000..9_000 {
+            t.grant(id(n), 1_000, 7, NOW);
+            t.attach(id(n), k(n as u32));
+        }
+        let alive: Vec<u64> =
+            (0..9_000).filter(|&n| if n < 5_000 { n % 3 == 0 } else { n >= 8_000 || n % 2 == 0 }).collect();
+        assert_eq!(t.len(), alive.len());
+        for n in 0..9_000u64 {
+            assert_eq!(t.contains(id(n)), alive.contains(&n), "{n}");
+            if n >= 5_000 && alive.contains(&n) {
+                assert_eq!(t.info(id(n), 5).map(|i| i.first), Some(vec![k(n as u32).as_hold()]), "{n}");
+            }
+        }
+        assert_eq!(t.holds.iter().map(Vec::len).sum::<usize>(), 3_000, "places freed were taken again");
+        assert_eq!(t.by_short(short(id(5_500))), Some(id(5_500)));
+        let mut listed: Vec<Id> = t.iter().map(|(id, _)| id).collect();
+        listed.sort_unstable();
+        let mut want: Vec<Id> = alive.iter().map(|&n| id(n)).collect();
+        want.sort_unstable();
+        assert_eq!(listed, want);
+        // Slots freed were taken again: never more than 5,000 sessions at once.
+        assert_eq!(t.slots.len(), 5_000usize.div_ceil(CHUNK));
+    }
+
+    #[test]
+    fn a_restored_session_takes_its_holds_and_replaces_its_short_twin() {
+        let mut t = table();
+        let twin = 1 | (1u128 << 100);
+        let holds = [k(2), k(1)].into_iter().collect();
+        let s = Session { id: twin, ttl: 10, lock_delay: 3, deadline: NOW, ended: None, holds };
+        t.restore(twin, s.clone());
+        assert!(t.contains(twin) && !t.contains(1) && t.len() == 2);
+        let view = t.iter().find(|(id, _)| *id == twin).map(|(_, v)| v.holds.clone());
+        assert_eq!(view, Some(s.holds));
     }
 }

@@ -20,7 +20,7 @@ const RULES: Layers = &[
     ("errors and numbers", &["error", "number"]),
     // What a stored value is and how it is written; pure arithmetic and
     // tables with no rule of a command in them.
-    ("values", &["cjson", "encode", "value", "fence", "cluster", "histogram", "scripts"]),
+    ("values", &["cjson", "encode", "value", "fence", "cluster", "histogram", "scripts", "hold_key", "hold_set"]),
     // Each command's arguments.
     ("arguments", &["args", "multi"]),
     // What a command does to a key.

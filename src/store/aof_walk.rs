@@ -211,7 +211,8 @@ impl Slice {
                 }
                 continue;
             };
-            let holds: Vec<HoldKey> = table().holds_after(id, after.as_ref(), CHUNK).into_iter().cloned().collect();
+            let holds: Vec<HoldKey> =
+                table().holds_after(id, after.as_ref(), CHUNK).iter().map(|h| h.to_key()).collect();
             let Some(last) = holds.last().cloned() else { continue };
             for hold in &holds {
                 session::replicate_attach(self.ctx, id, hold);

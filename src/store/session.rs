@@ -27,15 +27,15 @@ pub use crate::store::hold_key::HoldKey;
 /// The database bit of a holder's hold in the RDB (`crate::store::session_rdb`).
 pub const HOLDER: c_int = 1 << 30;
 
-static TABLE: LazyLock<Mutex<Sessions<HoldKey>>> = LazyLock::new(|| Mutex::new(Sessions::default()));
+static TABLE: LazyLock<Mutex<Sessions>> = LazyLock::new(|| Mutex::new(Sessions::default()));
 
 /// The table. A poisoned lock only means a panic was caught mid-update.
-pub fn table() -> MutexGuard<'static, Sessions<HoldKey>> {
+pub fn table() -> MutexGuard<'static, Sessions> {
     TABLE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Publishes how many sessions the table has (`INFO lock`'s `lock_sessions`).
-pub fn counted(t: &Sessions<HoldKey>) {
+pub fn counted(t: &Sessions) {
     stats::SESSIONS.store(t.len() as u64, Ordering::Relaxed);
 }
 

@@ -13,8 +13,6 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 use redis_lock_rules::session::{Ended, Id, Reason, Sessions};
 use redis_lock_rules::session_gone::{Gone, GoneSessions};
 
-use crate::store::hold_key::HoldKey;
-
 static GONE: LazyLock<Mutex<GoneSessions>> = LazyLock::new(|| Mutex::new(GoneSessions::default()));
 
 fn gone() -> MutexGuard<'static, GoneSessions> {
@@ -23,7 +21,7 @@ fn gone() -> MutexGuard<'static, GoneSessions> {
 
 /// Notes that `id`, a session of `t`, ended at `at` for `reason` (with
 /// `why`, a revoke's REASON), at `now`.
-pub fn note(t: &Sessions<HoldKey>, id: Id, (at, reason, why): (i64, Reason, Option<&str>), now: i64) {
+pub fn note(t: &Sessions, id: Id, (at, reason, why): (i64, Reason, Option<&str>), now: i64) {
     let Some(info) = t.info(id, 0) else { return };
     let why = why.map(Box::from);
     let g = Gone { ended: Ended { at, reason }, ttl: info.ttl, lock_delay: info.lock_delay, why };

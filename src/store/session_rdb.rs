@@ -10,9 +10,9 @@
 //! its database with bit 30 set, and its key name, token and the token's
 //! length as 4 little-endian bytes).
 
-use std::collections::BTreeSet;
 use std::ffi::c_int;
 
+use redis_lock_rules::hold_set::HoldSet;
 use redis_lock_rules::session::{Ended, Reason, Session};
 use redis_module::native_types::RedisType;
 use redis_module::raw::{self, RedisModuleIO};
@@ -96,11 +96,11 @@ fn load(rdb: *mut RedisModuleIO) -> Result<(), redis_module::error::Error> {
             2 => Some(Ended { at, reason: Reason::Revoked }),
             _ => None,
         };
-        let mut holds: BTreeSet<HoldKey> = BTreeSet::new();
+        let mut holds = HoldSet::default();
         for _ in 0..raw::load_unsigned(rdb)? {
             let db = raw::load_signed(rdb)? as c_int;
             let key = raw::load_string_buffer(rdb)?;
-            holds.insert(loaded_hold(db, key.as_ref()));
+            holds.insert(&loaded_hold(db, key.as_ref()));
         }
         t.restore(id, Session { id, ttl, lock_delay, deadline, ended, holds });
     }
