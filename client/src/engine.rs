@@ -300,15 +300,7 @@ async fn renewals(engine: Arc<Engine>, renewer: Weak<dyn Renewer>) {
         let (taken, next) = engine.take_due(now);
         let live: Vec<Entry> = taken.into_iter().filter(|e| renewable(e, now)).collect();
         if live.is_empty() {
-            match next {
-                Some(at) => {
-                    tokio::select! {
-                        _ = notified => {}
-                        _ = tokio::time::sleep_until(at.into()) => {}
-                    }
-                }
-                None => notified.await,
-            }
+            runtime::idle(notified, next).await;
             continue;
         }
         let Some(r) = renewer.upgrade() else { return };

@@ -22,6 +22,7 @@ use crate::attach::SessionLease;
 use crate::cmd::{info_cmd, keepalive_cmd, keepalive_reply, revoke_cmd};
 use crate::loss::session_end;
 use crate::revocation::{session_revocations, text_field, Revocation, SessionRevoked};
+use crate::runtime;
 use crate::session::{follow, EndedSession, SessionCalls, Sessions};
 use crate::state::{LossReason, Shared, Status};
 
@@ -74,15 +75,7 @@ pub(crate) async fn keepalives(sessions: Arc<Sessions>, renewer: Weak<dyn Sessio
         }
         let (due, idle, next) = sessions.take_due(Instant::now());
         if due.is_empty() && idle.is_empty() {
-            match next {
-                Some(at) => {
-                    tokio::select! {
-                        _ = notified => {}
-                        _ = tokio::time::sleep_until(at.into()) => {}
-                    }
-                }
-                None => notified.await,
-            }
+            runtime::idle(notified, next).await;
             continue;
         }
         let Some(r) = renewer.upgrade() else { return };

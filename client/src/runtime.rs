@@ -74,3 +74,20 @@ where
 {
     handle()?.spawn(fut).await.map_err(|e| Error::Redis(std::io::Error::other(e.to_string()).into()))
 }
+
+/// A background task's idle time: until `notified` fires or `next` comes
+/// (with no `next`, only the former).
+pub(crate) async fn idle(
+    notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
+    next: Option<std::time::Instant>,
+) {
+    match next {
+        Some(at) => {
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(at.into()) => {}
+            }
+        }
+        None => notified.await,
+    }
+}
