@@ -7,12 +7,11 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use redis_lock_client::{LockOptions, LossReason, QuorumClient, QuorumLock, QuorumOptions, WatchdogOptions};
 use redis_lock_harness::Server;
-use support::{eventually, get, ms, rt};
+use support::{calls, eventually, get, ms, rt};
 
 /// The TTL of every lock here: keepalives every 500 ms may be late by
 /// most of a second on a loaded machine and still keep them.
@@ -34,16 +33,6 @@ fn client(s: &[Server], opts: QuorumOptions) -> QuorumClient {
 
 fn watchdog() -> LockOptions {
     LockOptions::new().watchdog(WatchdogOptions::new())
-}
-
-/// `calls=` of `command` in `s`'s `INFO commandstats`.
-fn calls(s: &Server, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(&mut s.conn()).expect("INFO");
-    let field: HashMap<&str, &str> = info.lines().filter_map(|l| l.split_once(':')).collect();
-    field
-        .get(format!("cmdstat_{command}").as_str())
-        .and_then(|v| v.split(',').find_map(|kv| kv.strip_prefix("calls=")))
-        .map_or(0, |n| n.parse().unwrap())
 }
 
 fn sessions(s: &Server) -> Vec<String> {
@@ -135,8 +124,8 @@ fn a_thousand_quorum_locks_cost_each_server_keepalives_and_no_renewal() {
     let lost: Vec<_> = locks.iter().filter(|l| !l.is_held()).collect();
     assert!(lost.is_empty(), "{} locks lost, e.g. {:?}", lost.len(), lost.first());
     for srv in &s {
-        let (keepalives, renews) = (calls(srv, "session.keepalive"), calls(srv, "lock.renew"));
-        let acquires = calls(srv, "lock.acquire");
+        let (keepalives, renews) = (calls(&mut srv.conn(), "session.keepalive"), calls(&mut srv.conn(), "lock.renew"));
+        let acquires = calls(&mut srv.conn(), "lock.acquire");
         eprintln!("{}: {keepalives} keepalives, {renews} renewals, {acquires} acquires for {N} locks", srv.url());
         assert_eq!((renews, acquires), (0, 0), "no lock renewed or taken again on its own");
         // One every TTL/3 (12 in the window), a few more after failures.
@@ -229,7 +218,7 @@ fn sessions_off_renew_quorum_locks_lock_by_lock() {
     std::thread::sleep(ms(2 * TTL));
     assert!(all_held(&locks), "renewed lock by lock");
     for srv in &s {
-        assert!(calls(srv, "lock.renew") > 10, "renewed on every server");
+        assert!(calls(&mut srv.conn(), "lock.renew") > 10, "renewed on every server");
     }
 }
 
@@ -246,9 +235,13 @@ fn a_server_without_the_module_renews_its_votes_lock_by_lock() {
     }
     std::thread::sleep(ms(2 * TTL));
     assert!(all_held(&locks));
-    assert_eq!(calls(&s[0], "lock.renew") + calls(&s[1], "lock.renew"), 0, "the module servers' sessions keep them");
+    assert_eq!(
+        calls(&mut s[0].conn(), "lock.renew") + calls(&mut s[1].conn(), "lock.renew"),
+        0,
+        "the module servers' sessions keep them"
+    );
     // The scripts' renewals there (EVALSHA or EVAL), lock by lock.
-    let scripted = calls(&s[2], "evalsha") + calls(&s[2], "eval");
+    let scripted = calls(&mut s[2].conn(), "evalsha") + calls(&mut s[2].conn(), "eval");
     assert!(scripted >= 10, "{scripted} script renewals on the server without the module");
     let token = locks[0].token().to_string();
     assert_eq!(get(&s[2], locks[0].key()).as_deref(), Some(token.as_str()), "its own lease there");

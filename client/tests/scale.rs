@@ -3,12 +3,11 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use redis_lock_client::{ClientOptions, Lock, LockClient, LockOptions, WatchdogOptions};
 use redis_lock_harness::Server;
-use support::ms;
+use support::{calls, ms};
 
 /// Threads of this process, from the kernel.
 fn threads() -> usize {
@@ -25,15 +24,6 @@ fn held_on_server(s: &Server, locks: &[&Lock]) -> usize {
         held += chunk.iter().zip(values).filter(|(l, v)| v.as_deref() == Some(l.token())).count();
     }
     held
-}
-
-fn info_calls(s: &Server, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(&mut s.conn()).expect("INFO");
-    let field: HashMap<&str, &str> = info.lines().filter_map(|l| l.split_once(':')).collect();
-    field
-        .get(format!("cmdstat_{command}").as_str())
-        .and_then(|v| v.split(',').find_map(|kv| kv.strip_prefix("calls=")))
-        .map_or(0, |n| n.parse().unwrap())
 }
 
 #[test]
@@ -69,7 +59,7 @@ fn ten_thousand_watchdog_locks_stay_held_without_a_thread_per_lock() {
         locks
     });
     let all: Vec<&Lock> = sync.iter().chain(&aio).collect();
-    let renewals_before = info_calls(&s, "lock.renew");
+    let renewals_before = calls(&mut s.conn(), "lock.renew");
 
     // Three TTLs; the thread count sampled all along.
     let start = Instant::now();
@@ -78,7 +68,7 @@ fn ten_thousand_watchdog_locks_stay_held_without_a_thread_per_lock() {
         std::thread::sleep(ms(100));
         most = most.max(threads());
     }
-    let renewals = info_calls(&s, "lock.renew") - renewals_before;
+    let renewals = calls(&mut s.conn(), "lock.renew") - renewals_before;
     let lost: Vec<&str> = all.iter().filter(|l| !l.is_held()).map(|l| l.key()).take(5).collect();
     assert!(lost.is_empty(), "{} locks lost, e.g. {lost:?}", all.iter().filter(|l| !l.is_held()).count());
     assert_eq!(held_on_server(&s, &all), N, "the server holds every lock for its token");

@@ -7,22 +7,11 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use redis_lock_client::{Backend, ClientOptions, Error, Lock, LockClient, LockOptions, LossReason, WatchdogOptions};
 use redis_lock_harness::{Cluster, Server};
-use support::{eventually, ms, rt};
-
-/// `calls=` of `command` in a server's `INFO commandstats`.
-fn calls(con: &mut redis::Connection, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(con).expect("INFO");
-    let field: HashMap<&str, &str> = info.lines().filter_map(|l| l.split_once(':')).collect();
-    field
-        .get(format!("cmdstat_{command}").as_str())
-        .and_then(|v| v.split(',').find_map(|kv| kv.strip_prefix("calls=")))
-        .map_or(0, |n| n.parse().unwrap())
-}
+use support::{calls, eventually, ms, rt};
 
 /// The calls that keep locks alive: keepalives and renewals.
 fn keeping(con: &mut redis::Connection) -> (u64, u64) {

@@ -64,3 +64,13 @@ pub mod cluster {
         redis::cmd("PTTL").arg(key).query(&mut c.node(i).conn()).expect("PTTL on the owner")
     }
 }
+
+/// `calls=` of `command` in a server's `INFO commandstats` (0 before its first call).
+pub fn calls(con: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(con).expect("INFO");
+    let field: std::collections::HashMap<&str, &str> = info.lines().filter_map(|l| l.split_once(':')).collect();
+    field
+        .get(format!("cmdstat_{command}").as_str())
+        .and_then(|v| v.split(',').find_map(|kv| kv.strip_prefix("calls=")))
+        .map_or(0, |n| n.parse().unwrap())
+}
