@@ -7,12 +7,7 @@ use redis::{Connection, RedisResult, Value};
 
 /// `INFO lock`'s fields, without their `lock_` prefix.
 pub fn info(c: &mut Connection) -> HashMap<String, String> {
-    let text: String = redis::cmd("INFO").arg("lock").query(c).unwrap();
-    text.lines()
-        .filter_map(|l| l.strip_prefix("lock_"))
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-        .collect()
+    super::lock_info(c)
 }
 
 /// Field `field` of [`info`] as a number.

@@ -63,6 +63,11 @@ pub fn info_field(c: &mut redis::Connection, name: &str) -> u64 {
 /// `INFO lock` as field → text, without the `lock_` prefix.
 pub fn lock_info(c: &mut redis::Connection) -> std::collections::HashMap<String, String> {
     let text: String = redis::cmd("INFO").arg("lock").query(c).expect("info");
+    parse_lock_info(&text)
+}
+
+/// The text of `INFO lock` (read inside an `EXEC`, say) as [`lock_info`].
+pub fn parse_lock_info(text: &str) -> std::collections::HashMap<String, String> {
     text.lines()
         .filter_map(|l| l.strip_prefix("lock_"))
         .filter_map(|l| l.split_once(':'))
