@@ -372,6 +372,10 @@ struct Run<'a> {
     report: Report,
     /// The stored set must have been pruned (a write ran since the last event).
     lateness: Vec<i64>,
+    /// The waiter this step killed: the server may have granted it just
+    /// before it saw the kill (then the step is late and `resync` finds
+    /// it stored, a holder whose reply nobody read).
+    killed: Option<Waiter>,
 }
 
 impl Run<'_> {
@@ -515,8 +519,12 @@ impl Run<'_> {
     }
 
     /// Compares the stored set with the model; learns lease ends.
-    fn check_store(&mut self, what: &str) {
-        let checked_from = now_ms();
+    /// `since`: when the step began. The model has applied every event
+    /// due before then (`settle`), none after: an event may fall due while
+    /// the step waits for its outcomes' replies or reads the server (a
+    /// loaded machine can take hundreds of ms), and what it changed is
+    /// judged at the next step, once the model has applied it.
+    fn check_store(&mut self, what: &str, since: i64) {
         let (tag, stored) = stored(&mut self.c, &self.key);
         // A stored token the model still has in its queue: the server
         // granted that waiter before the model served it (on a loaded
@@ -533,6 +541,9 @@ impl Run<'_> {
             return;
         }
         let exp = pexpiretime(&mut self.c, &self.key);
+        if self.model.events_between(since, now_ms() + 3) {
+            return;
+        }
         let m = &mut self.model;
         for (token, d) in &stored {
             match m.holders.iter_mut().find(|h| &h.token == token) {
@@ -589,11 +600,7 @@ impl Run<'_> {
             }
         }
         let waiting = lock_info(&mut self.c, "waiting") as usize;
-        // An event may have fallen due while this check read the server (a
-        // short lease's end, a timeout: a loaded machine can take that
-        // long); the queue is then judged at the next step, once the model
-        // has applied it.
-        if self.model.events_between(checked_from, now_ms() + 3) {
+        if self.model.events_between(since, now_ms() + 3) {
             return;
         }
         assert_eq!(waiting, self.model.queue.len(), "{what}: waiters in the server");
@@ -624,6 +631,22 @@ impl Run<'_> {
         let (_, stored) = stored(&mut self.c, &self.key);
         let now = now_ms();
         let mut fences = Vec::new();
+        // A waiter killed as the server granted it holds the place.
+        if let Some(w) = self.killed.take() {
+            if let Some(&(_, d)) = stored.iter().find(|(t, d)| t == &w.token && *d >= now) {
+                let owner = (w.actor < CHILD).then_some(w.actor);
+                self.model.holders.push(Holder {
+                    token: w.token,
+                    mode: w.mode,
+                    ttl: w.ttl,
+                    deadline: d,
+                    known: true,
+                    bounds: (d, d),
+                    owner,
+                    freed_at: None,
+                });
+            }
+        }
         for m in std::mem::take(&mut self.early) {
             let i = self
                 .model
@@ -794,6 +817,7 @@ impl Run<'_> {
 
     /// One random operation; returns a description ("none": nothing done).
     fn step(&mut self) -> String {
+        self.killed = None;
         let t0 = now_ms();
         let roll = self.rng.gen_range(0..100);
         let desc;
@@ -893,19 +917,28 @@ impl Run<'_> {
             let i = self.rng.gen_range(0..self.model.queue.len());
             let w = self.model.queue[i].clone();
             desc = format!("kill waiter {} (actor {})", w.token, w.actor);
-            if w.actor >= CHILD {
+            let m = if w.actor >= CHILD {
                 let mut child = self.children.remove(&w.actor).expect("child");
                 let _ = child.kill();
                 let _ = child.wait();
-                let m = self.recv_from(w.actor);
-                assert!(matches!(m.reply, R::Err(_)), "{desc}: a killed waiter was answered {:?}", m.reply);
+                self.recv_from(w.actor)
             } else {
                 let id = self.actors[w.actor].client_id;
                 let _: Value =
                     redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id).query(&mut self.c).expect("client kill");
-                let m = self.recv_waiter(w.actor);
-                assert!(matches!(m.reply, R::Err(_)), "{desc}: {:?}", m.reply);
+                self.recv_waiter(w.actor)
+            };
+            // Granted before the server saw the kill: only by an event
+            // after this step began (`settle` ran every earlier one), so
+            // the step is late and `resync` takes the grant from the server.
+            if !matches!(m.reply, R::Err(_)) {
+                assert!(self.late(t0, now_ms()), "{desc}: a killed waiter was answered {:?}", m.reply);
+                if let (true, R::Int(f)) = (w.fence, &m.reply) {
+                    assert!(*f > self.last_fence, "{desc}: fence {f} not above {}", self.last_fence);
+                    self.last_fence = *f;
+                }
             }
+            self.killed = Some(w.clone());
             // The server notices a closed socket on its own, and may free a
             // killed client later (Valkey 8.1 does): wait until it has.
             let deadline = Instant::now() + Duration::from_secs(20);
@@ -965,7 +998,7 @@ impl Run<'_> {
             return desc;
         }
         self.expect_outcomes(out);
-        self.check_store(&desc);
+        self.check_store(&desc, t0);
         desc
     }
 
@@ -1045,6 +1078,7 @@ pub fn random_run(server: &Server, family: Family, ops: usize, seed: u64) -> Rep
         last_fence: 0,
         report: Report { ops: 0, resyncs: 0, timer_grants: 0, max_lateness_ms: 0, fences: 0 },
         lateness: Vec::new(),
+        killed: None,
     };
     let mut done = 0;
     let mut history: VecDeque<String> = VecDeque::new();
