@@ -11,7 +11,8 @@
 //! knows is stepped over at once (one lookup for all its places), each
 //! place of one it does not know is given its end and its member moved
 //! below the range, so the walk never meets it again. Every part here is
-//! O(1) per call; the lists are bounded ([`MAX_PENDING`], [`MAX_WALKED`]).
+//! O(1) per call (amortized); the lists are bounded ([`MAX_PENDING`],
+//! [`MAX_WALKED`], [`MAX_BYTES`] of key names each).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -25,6 +26,9 @@ pub const MAX_PENDING: usize = 65_536;
 /// Keys remembered as walked, at most (the oldest is forgotten first: it
 /// may then be walked again sooner).
 pub const MAX_WALKED: usize = 65_536;
+
+/// Key-name bytes each list keeps, at most (long names: fewer keys).
+pub const MAX_BYTES: usize = 4 << 20;
 
 /// The shortest time between two walks of one key (ms).
 pub const MIN_INTERVAL_MS: i64 = 1_000;
@@ -46,6 +50,9 @@ pub struct Walks {
     /// When each key's last walk ended, oldest first in `order`.
     walked: HashMap<Key, i64>,
     order: VecDeque<(Key, i64)>,
+    /// Key-name bytes in `pending` and in `order`.
+    pending_bytes: usize,
+    walked_bytes: usize,
     /// The current key's cursor (`None`: it has not started).
     cursor: Option<Cursor>,
 }
@@ -60,12 +67,14 @@ impl Walks {
     /// less than `every` ms ago; whether it was queued now.
     pub fn want(&mut self, key: &[u8], db: i32, now: i64, every: i64) -> bool {
         let k = (db, key.to_vec());
-        if self.queued.contains(&k) || self.pending.len() >= MAX_PENDING {
+        let full = self.pending.len() >= MAX_PENDING || self.pending_bytes + key.len() > MAX_BYTES;
+        if full || self.queued.contains(&k) {
             return false;
         }
         if self.walked.get(&k).is_some_and(|&at| now.saturating_sub(at) < every) {
             return false;
         }
+        self.pending_bytes += key.len();
         self.queued.insert(k.clone());
         self.pending.push_back(k);
         true
@@ -86,9 +95,11 @@ impl Walks {
     pub fn done(&mut self, now: i64) {
         let Some(k) = self.next() else { return };
         self.walked.insert(k.clone(), now);
+        self.walked_bytes += k.1.len();
         self.order.push_back((k, now));
-        while self.order.len() > MAX_WALKED {
+        while self.order.len() > MAX_WALKED || self.walked_bytes > MAX_BYTES {
             let Some((old, at)) = self.order.pop_front() else { break };
+            self.walked_bytes -= old.1.len();
             // Forgotten unless walked again since (a later entry then stands).
             if self.walked.get(&old) == Some(&at) {
                 self.walked.remove(&old);
@@ -105,6 +116,7 @@ impl Walks {
     fn next(&mut self) -> Option<Key> {
         self.cursor = None;
         let k = self.pending.pop_front()?;
+        self.pending_bytes -= k.1.len();
         self.queued.remove(&k);
         Some(k)
     }
@@ -168,5 +180,25 @@ mod tests {
         assert!(w.want(&0usize.to_le_bytes(), 0, NOW, 60_000), "forgotten: walked again");
         w.clear();
         assert!(!w.busy() && w.walked.is_empty());
+    }
+
+    #[test]
+    fn long_names_are_bounded_by_their_bytes() {
+        let mut w = Walks::default();
+        let long = |i: u8| vec![i; MAX_BYTES / 4];
+        for i in 0..4 {
+            assert!(w.want(&long(i), 0, NOW, 1));
+        }
+        assert!(!w.want(b"x", 0, NOW, 1), "pending: full of bytes");
+        w.done(NOW);
+        assert!(w.want(b"x", 0, NOW, 1));
+        for _ in 0..4 {
+            w.done(NOW);
+        }
+        assert!(w.want(&long(9), 0, NOW, 1));
+        w.done(NOW);
+        assert!(w.walked_bytes <= MAX_BYTES, "{}", w.walked_bytes);
+        assert!(w.want(&long(0), 0, NOW, 60_000), "the oldest long name forgotten");
+        assert!(!w.want(&long(9), 0, NOW, 60_000));
     }
 }
