@@ -277,6 +277,24 @@ fn orphaned_holders_get_the_grace_from_the_walk_a_refusal_asks_for() {
     assert_eq!(info_field(&mut c, "orphans_adopted"), 1);
 }
 
+/// A key walked while its sessions were known is walked again at once
+/// when a flush took them (not only once the interval, the grace, passed).
+#[test]
+fn a_flush_forgets_the_walks() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let id = grant(&mut c);
+    assert_eq!(int(&mut c, &["SEM.ACQUIRE", "sem", "tok", "1", "60000", "SESSION", &id]), 1);
+    assert_eq!(int(&mut c, &["SEM.ACQUIRE", "sem", "other", "1", "1000"]), 0, "walked: its session is known");
+    thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(place(&mut c, "sem", "tok"), SESSION_PLACE);
+    orphan(&mut c, &["sem"]);
+    let before = server_now(&mut c);
+    assert_eq!(int(&mut c, &["SEM.ACQUIRE", "sem", "other", "1", "1000"]), 0);
+    let end = until_leased(&mut c, "sem", "tok");
+    assert!(end >= before + 60_000, "the default grace: {end}");
+}
+
 /// `0`: orphans are held as they are, as before the config existed.
 #[test]
 fn a_zero_grace_holds_orphans_as_they_are() {

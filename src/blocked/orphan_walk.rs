@@ -28,6 +28,7 @@ use redis_module::raw::RedisModuleString;
 use crate::blocked::queue;
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::server::counters as stats;
+use crate::server::events::{self, DbEvent};
 use crate::server::{cluster, config};
 use crate::store::holders_key::{Edit, Hold, HoldersKey, Mark};
 use crate::store::session;
@@ -54,7 +55,21 @@ pub fn wanted(ctx: Ctx, key: *mut RedisModuleString) -> bool {
         return false;
     }
     let now = ctx.now_ms();
-    with(|w| w.want(bytes(key), ctx.db(), now, interval(grace)))
+    let queued = with(|w| w.want(bytes(key), ctx.db(), now, interval(grace)));
+    if queued {
+        // A flush or a role change forgets what was walked (below).
+        events::need_db(ctx);
+    }
+    queued
+}
+
+/// A flush or a swap (the keys walked are gone, or others stand in their
+/// place: a key restored right after is walked again at once) or a role
+/// change (a replica walks nothing) forgets every walk.
+pub fn on_db_event(ev: &DbEvent) {
+    if matches!(ev, DbEvent::Changed(_) | DbEvent::Demoted | DbEvent::Promoted) {
+        with(Walks::clear);
+    }
 }
 
 /// One slice of the walk: at most [`MAX_STEPS`] lookups and (after the

@@ -108,10 +108,11 @@ pub fn walk_orphans(ctx: Ctx, key: *mut RedisModuleString) {
     }
 }
 
-/// The database-event listener: a fork of an AOF rewrite without the
-/// RDB preamble starts a walk restating the node's state
+/// The database-event listener: a flush, a swap or a role change forgets
+/// the orphan walks; a fork of an AOF rewrite without the RDB preamble starts a walk restating the node's state
 /// (`crate::store::aof_walk`), in this timer's slices from now on.
 pub fn on_db_event(ctx: Ctx, ev: &DbEvent) {
+    orphan_walk::on_db_event(ev);
     if aof_walk::on_db_event(ctx, ev) {
         arm(ctx, ctx.now_ms());
     }
