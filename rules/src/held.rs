@@ -141,6 +141,11 @@ pub fn session_member(token: &[u8]) -> Vec<u8> {
     m
 }
 
+/// The token a session member names (`None`: no session member).
+pub fn session_token(member: &[u8]) -> Option<&[u8]> {
+    member.strip_prefix(&[0, 0][..]).filter(|t| !t.is_empty())
+}
+
 const SESSION_BASE: f64 = crate::holders::MAX_EXACT as f64;
 
 /// The score naming the session whose short id is `short` (below 2^51):
@@ -150,11 +155,51 @@ pub fn session_score(short: u64) -> f64 {
     -(SESSION_BASE + 2.0 * (short as f64 + 1.0))
 }
 
-/// The short id a session member's score names.
+/// The short id a session member's score names ([`ORPHAN`] included).
 pub fn session_from_score(score: f64) -> Option<u64> {
     let n = (-score - SESSION_BASE) / 2.0 - 1.0;
-    let max = (1u64 << SHORT_BITS) as f64;
-    (n >= 0.0 && n < max && n.fract() == 0.0).then_some(n as u64)
+    let max = ORPHAN as f64;
+    (n >= 0.0 && n <= max && n.fract() == 0.0).then_some(n as u64)
+}
+
+/// The "short id" of an orphan this node found and gave its end
+/// (docs/sessions.md, "A key moved to another node"): `2^51`, no session's
+/// (those are below it), so no session of this node is ever it. Its
+/// session member, scored [`session_score`]`(ORPHAN)` = `-(2^53 + 2^52 +
+/// 2)`, lies just below every session's, outside the range an orphan walk
+/// reads ([`SESSIONS_LOW`] to [`SESSIONS_HIGH`]): once found, a place is
+/// never looked at again, and a command reads it as a session's place whose
+/// session this node does not know (held by its token, adoptable).
+pub const ORPHAN: u64 = 1 << SHORT_BITS;
+
+/// The lowest score a session of this node (or any) names: the highest short id's.
+pub const SESSIONS_LOW: f64 = -(SESSION_BASE + 2.0 * ((1u64 << SHORT_BITS) as f64));
+
+/// The highest: short id 0's.
+pub const SESSIONS_HIGH: f64 = -(SESSION_BASE + 2.0);
+
+/// The place an orphaned holder's place (`place`, its score) gets at `now`
+/// when a walk finds it (its session unknown here), on a key whose delay
+/// is `delay`, with the orphans' `grace` (ms): a lease ending `grace` from
+/// now, followed by the key's delay, as any expired lease's place. `None`:
+/// it keeps what it has (a hold limit or a revocation's deadline already
+/// ends it, or `grace` is 0: orphans are held as they are).
+pub fn orphan_place(place: i64, now: i64, grace: i64, delay: i64) -> Option<i64> {
+    if place != SESSION_PLACE || grace <= 0 {
+        return None;
+    }
+    Some(now.saturating_add(grace).saturating_add(delay).min(SESSION_PLACE - 1))
+}
+
+/// The place an adopted holder keeps: its hold limit's (`place` as it is,
+/// when it has one: `hold`), else none but its session's ([`SESSION_PLACE`]),
+/// whatever end a walk gave the orphan.
+pub fn adopted_place(place: i64, hold: Option<i64>) -> i64 {
+    if hold.is_some() {
+        place
+    } else {
+        SESSION_PLACE
+    }
 }
 
 /// A session-held holder's place at `now` on a key whose delay is
@@ -278,6 +323,31 @@ mod tests {
         assert_eq!(session_from_score(-3.0), None);
         assert_eq!(session_from_score(-(crate::holders::MAX_EXACT as f64)), None);
         assert_eq!(session_member(b"t"), b"\0\0t".to_vec());
+        assert_eq!(session_token(b"\0\0t"), Some(&b"t"[..]));
+        assert_eq!(session_token(b"\0t"), None, "a hold limit's member");
+        assert_eq!(session_token(b"\0\0"), None);
+    }
+
+    #[test]
+    fn an_orphans_member_lies_below_every_session_and_reads_as_unknown() {
+        let orphan = session_score(ORPHAN);
+        assert_eq!(orphan, -(2f64.powi(53) + 2f64.powi(52) + 2.0));
+        assert_eq!(session_from_score(orphan), Some(ORPHAN));
+        assert_eq!(session_from_score(format!("{orphan}").parse().unwrap()), Some(ORPHAN));
+        assert!(orphan < SESSIONS_LOW && SESSIONS_LOW < SESSIONS_HIGH);
+        assert_eq!(SESSIONS_LOW, session_score(ORPHAN - 1));
+        assert_eq!(SESSIONS_HIGH, session_score(0));
+        assert_eq!(session_from_score(orphan - 2.0), None, "below the orphans' score: nothing");
+    }
+
+    #[test]
+    fn an_orphaned_place_ends_a_grace_and_the_keys_delay_from_when_it_is_found() {
+        assert_eq!(orphan_place(SESSION_PLACE, NOW, 300, 50), Some(NOW + 350));
+        assert_eq!(orphan_place(NOW + 10, NOW, 300, 50), None, "a hold limit keeps its end");
+        assert_eq!(orphan_place(SESSION_PLACE, NOW, 0, 50), None, "0: held as it is");
+        assert_eq!(orphan_place(SESSION_PLACE, i64::MAX - 5, 300, 0), Some(SESSION_PLACE - 1));
+        assert_eq!(adopted_place(NOW + 350, None), SESSION_PLACE, "adopted: its session keeps it again");
+        assert_eq!(adopted_place(NOW + 60, Some(NOW + 10)), NOW + 60);
     }
 
     #[test]

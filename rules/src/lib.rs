@@ -60,6 +60,7 @@ pub mod migration;
 pub mod multi;
 pub mod number;
 pub mod observers;
+pub mod orphan_walk;
 pub mod queue;
 pub mod revoke;
 pub mod scripts;

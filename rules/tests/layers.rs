@@ -42,6 +42,7 @@ const RULES: Layers = &[
             "session_gone",
             "session_revoked",
             "eviction_window",
+            "orphan_walk",
         ],
     ),
     ("root", &["crate"]),

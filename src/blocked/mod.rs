@@ -13,6 +13,7 @@
 pub mod claim;
 pub mod machine;
 pub mod observers;
+pub mod orphan_walk;
 pub mod queue;
 pub mod session_end;
 pub mod session_waits;

@@ -10,7 +10,8 @@
 //! away, so that sessions loaded from an RDB or AOF, or kept on a replica
 //! just promoted, are looked at without a command).
 //!
-//! It also runs the slices of an AOF rewrite's walk (`crate::store::aof_walk`).
+//! It also runs the slices of an AOF rewrite's walk (`crate::store::aof_walk`)
+//! and of the orphan walk (`crate::blocked::orphan_walk`).
 //!
 //! Only a master ends sessions: on a replica the tick does nothing but
 //! re-arm; the master's effects arrive as `SESSION.APPLY` entries.
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant};
 use redis_lock_rules::held;
 use redis_module::raw::{RedisModuleCtx, RedisModuleString, RedisModuleTimerID};
 
-use crate::blocked::queue;
+use crate::blocked::{orphan_walk, queue};
 use crate::boundary::api::rm;
 use crate::boundary::cpu;
 use crate::boundary::ctx::Ctx;
@@ -98,10 +99,20 @@ unsafe extern "C" fn on_tick(ctx: *mut RedisModuleCtx, data: *mut c_void) {
     }));
 }
 
-/// The database-event listener: a fork of an AOF rewrite without the
-/// RDB preamble starts a walk restating the node's state
+/// Someone was refused a place among `key`'s holders, which has session
+/// members: an orphan walk of it, if one is due
+/// (`crate::blocked::orphan_walk`), starts at this timer's next tick.
+pub fn walk_orphans(ctx: Ctx, key: *mut RedisModuleString) {
+    if orphan_walk::wanted(ctx, key) {
+        arm(ctx, ctx.now_ms());
+    }
+}
+
+/// The database-event listener: a flush, a swap or a role change forgets
+/// the orphan walks; a fork of an AOF rewrite without the RDB preamble starts a walk restating the node's state
 /// (`crate::store::aof_walk`), in this timer's slices from now on.
 pub fn on_db_event(ctx: Ctx, ev: &DbEvent) {
+    orphan_walk::on_db_event(ev);
     if aof_walk::on_db_event(ctx, ev) {
         arm(ctx, ctx.now_ms());
     }
@@ -199,8 +210,10 @@ fn tick(ctx: Ctx) -> Option<i64> {
     // what is left of this one's time (at least one entry).
     let walk = Budget { entries: MAX_HOLDS, bytes: MAX_KEY_BYTES, time: MAX_SLICE.saturating_sub(started.elapsed()) };
     let walking = aof_walk::step(ctx, walk);
+    // The orphan walk: its own slice, in what is left (at least one lookup).
+    let orphans = orphan_walk::step(ctx, MAX_SLICE.saturating_sub(started.elapsed()));
     let t = table();
-    if t.ending() || ended.len() == MAX_ENDS || revoked == MAX_REVOKED || walking {
+    if t.ending() || ended.len() == MAX_ENDS || revoked == MAX_REVOKED || walking || orphans {
         Some(now + 1)
     } else {
         // Past the deadline: the key's `PXAT` (a lock-delay of 0) has expired.

@@ -23,6 +23,7 @@ use redis_lock_rules::revoke;
 use redis_module::raw::RedisModuleString;
 
 use crate::blocked::queue::{self, Claim};
+use crate::blocked::session_end;
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::boundary::reply::{Argv, Failure, Item, Outcome, Reply, Value};
 use crate::server::counters::{holder_counters, holder_grants, FamilyCounters};
@@ -145,6 +146,10 @@ fn acquire(
         }
         Admit::AlreadyHolds => {}
         verdict @ (Admit::Grant | Admit::Wait) => {
+            // A place it cannot have may be an orphan's (docs/sessions.md).
+            if k.may_hold_sessions() {
+                session_end::walk_orphans(ctx, key);
+            }
             if let Some(deadline) = wait_until.filter(|_| ctx.may_block()) {
                 if !queue::has_room() {
                     return Err(Failure::TooManyWaiters);
@@ -328,7 +333,9 @@ fn info(ctx: Ctx, family: Family, argv: Argv) -> Outcome {
     let revoked = k.revoked_of(&holders);
     // Session-held holders: their lease is their session's (its TTL left).
     let sessions: Vec<(Vec<u8>, i64)> = if k.any_hold() {
-        let left = |token: &Vec<u8>| Some((token.clone(), session::ttl_left_of_short(k.session_of(token)?, now)));
+        // An orphan given its end shows that end (its place's score).
+        let short = |token: &Vec<u8>| k.session_of(token).filter(|&s| s != held::ORPHAN);
+        let left = |token: &Vec<u8>| Some((token.clone(), session::ttl_left_of_short(short(token)?, now)));
         holders.iter().filter_map(|(token, _)| left(token)).collect()
     } else {
         Vec::new()

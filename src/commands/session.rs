@@ -142,10 +142,11 @@ fn holders_adopt(ctx: Ctx, key: *mut RedisModuleString, token: *mut RedisModuleS
     let Some(summary) = k.scan(now, Some(token)).map_err(|_| Failure::WrongType)? else {
         return Ok(Reply::Int(0));
     };
+    // Its place: its session's again, whatever end an orphan walk gave it
+    // (a hold limit's stays).
     let orphan = match (summary.own, summary.session) {
-        (Some(at), Some(short)) if !summary.revoked => {
-            (session::state_of_short(short, now).0 == SessionState::Unknown).then_some(at)
-        }
+        (Some(at), Some(short)) if !summary.revoked => (session::state_of_short(short, now).0 == SessionState::Unknown)
+            .then_some(held::adopted_place(at, summary.hold)),
         _ => None,
     };
     let Some(at) = orphan else { return Ok(Reply::Int(0)) };

@@ -15,6 +15,7 @@ pub mod fence;
 pub mod hold_key;
 pub mod holders_commit;
 pub mod holders_key;
+pub mod holders_orphans;
 pub mod leadership;
 pub mod lease;
 pub mod lock_key;
