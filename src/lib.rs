@@ -67,6 +67,13 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             gate: None,
             on_db: eviction::on_db_event,
         },
+        // After eviction's: the sessions' holds it found evicted.
+        Listener {
+            also: Also::EvictedOnly,
+            on_key: Some(store::session_evicted::on_key_event),
+            gate: Some(&server::eviction_sessions::PENDING),
+            on_db: store::session_evicted::on_db_event,
+        },
         Listener { also: Also::Nothing, on_key: None, gate: None, on_db: store::fence::on_db_event },
         Listener {
             also: Also::Nothing,

@@ -124,6 +124,11 @@ impl<K: Ord + Clone, V: Dated> RevokedHolds<K, V> {
         self.due.first().map(|&(at, _, _)| at)
     }
 
+    /// What is kept of session `id`'s hold `key`. O(1) + O(log n).
+    pub fn get(&self, id: Id, key: &K) -> Option<&V> {
+        self.by_session.get(&id)?.get(key)
+    }
+
     /// How many holds of session `id` are revoked. O(1).
     pub fn count(&self, id: Id) -> usize {
         self.by_session.get(&id).map_or(0, BTreeMap::len)

@@ -20,6 +20,7 @@ pub mod lease;
 pub mod lock_key;
 pub mod lock_set;
 pub mod session;
+pub mod session_evicted;
 pub mod session_gone;
 pub mod session_rdb;
 pub mod session_revoked;
