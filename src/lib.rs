@@ -30,6 +30,7 @@ use redis_module::{redis_module, Context, RedisString, Status};
 use blocked::{machine, observers::Observers, queue, waiters::Waiters};
 use boundary::api::{self, rm};
 use server::events::{self, Also, Listener};
+use server::eviction_rdb::WINDOW_TYPE;
 use server::{cluster_fence, config, counters, eviction, info, migration, revoked, timings};
 use store::fence::FENCE_TYPE;
 use store::session_rdb::SESSION_TYPE;
@@ -129,7 +130,7 @@ redis_module! {
     name: "lock",
     version: 1,
     allocator: (Allocator, Allocator {}),
-    data_types: [FENCE_TYPE, SESSION_TYPE, REVOKED_TYPE],
+    data_types: [FENCE_TYPE, SESSION_TYPE, REVOKED_TYPE, WINDOW_TYPE],
     init: init,
     commands: [],
 }

@@ -306,6 +306,12 @@ impl Tracker {
         }
     }
 
+    /// The latest end below `limit` of a hold tracked (`limit`: where
+    /// session-held holds, which have no end of their own, begin). O(log N).
+    pub fn last_end_below(&self, limit: i64) -> Option<i64> {
+        self.by_end.range(..(limit, 0, 0)).next_back().map(|&(until, _, _)| until)
+    }
+
     /// Forgets every hold (a flush: the table cannot tell databases apart).
     pub fn clear_holds(&mut self) {
         self.holds.clear();
@@ -403,6 +409,10 @@ mod tests {
         assert_eq!(t.sessions.len(), 1, "a new owner of an exclusive key");
         t.drop_key(1);
         assert!(t.sessions.is_empty() && t.is_empty());
+        assert!(t.hold(3, 1, 700, Family::Lock, true, 0) && t.hold(4, 1, 900, Family::Lock, true, 0));
+        assert!(t.hold_in(5, 1, (i64::MAX, Family::Lock), true, s(7, b"a"), 0));
+        assert_eq!(t.last_end_below(1 << 53), Some(900), "a session's hold has no end of its own");
+        assert_eq!(t.last_end_below(800), Some(700));
     }
 
     #[test]

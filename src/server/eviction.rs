@@ -456,6 +456,15 @@ unsafe extern "C" fn log_suppressed(ctx: *mut RedisModuleCtx, data: *mut c_void)
     });
 }
 
+/// The latest lease end of a hold this process gave (tracked or not),
+/// session-held holds aside: what a process that loads this one's data
+/// must count as its window (`crate::server::eviction_rdb`).
+pub fn latest_end() -> i64 {
+    let tracked =
+        if TRACKED.load(Ordering::Relaxed) == 0 { None } else { state().tracker.last_end_below(SESSION_HELD) };
+    tracked.unwrap_or(0).max(window::until())
+}
+
 /// Whether `token`'s hold of `key` (in the context's database) was lost
 /// to an eviction: among the last [`MAX_RECENT`] such, and not granted to
 /// it again since. O(1); reads no key.
