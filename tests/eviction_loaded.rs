@@ -92,3 +92,62 @@ fn holds_loaded_from_an_rdb_are_counted_when_evicted() {
         assert!(num(&info(&mut c), "evicted_unverified") >= lost, "{evicting_from_start}");
     }
 }
+
+fn wait_for_link(replica: &mut Connection) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let info: String = redis::cmd("INFO").arg("replication").query(replica).unwrap();
+        if info.lines().any(|l| l.trim() == "master_link_status:up") {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "replica did not sync");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A replica that synced the holds (its master's RDB), then promoted:
+/// the window covers them, also a lock its master's session took after
+/// the sync (its replicated `ATTACH`), and their evictions are counted.
+#[test]
+fn a_promoted_replica_counts_the_evictions_of_the_holds_it_synced() {
+    let master = Server::builder().arg("lock.eviction", "allow").arg("repl-diskless-sync", "no").start();
+    let mut m = master.conn();
+    let (locks, id) = grant(&mut m);
+    let replica = Server::builder()
+        .arg("lock.eviction", "allow")
+        .arg("replicaof", &format!("127.0.0.1 {}", master.port()))
+        .start();
+    let mut r = replica.conn();
+    wait_for_link(&mut r);
+    assert_eq!(run(&mut m, &["LOCK.ACQUIRE", "sess:late", "late", "600000", "SESSION", &id]).unwrap(), Value::Int(1));
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    let now = now_ms(&mut r);
+    let until = num(&info(&mut r), "eviction_window_until");
+    assert!(until + 1_000 >= now + 590_000, "window until {until}, now {now}");
+    let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut r).unwrap();
+    let ttl: Vec<i64> = redis::cmd("SESSION.KEEPALIVE").arg(&id).query(&mut r).unwrap();
+    assert_eq!(ttl, [900_000]);
+    let until = num(&info(&mut r), "eviction_window_until");
+    assert!(until >= now + 890_000, "the session's deadline: {until}, now {now}");
+    let limit = used_memory(&mut r) + 1_500_000;
+    set(&mut r, "maxmemory", &limit.to_string());
+    set(&mut r, "maxmemory-policy", "allkeys-lru");
+    let v = "x".repeat(1000);
+    for i in 0..8000 {
+        let _: RedisResult<Value> = redis::cmd("SET").arg(format!("fill:{i}")).arg(&v).query(&mut r);
+    }
+    set(&mut r, "maxmemory", "0");
+    let mut lost = 0;
+    let all = locks.iter().map(|(k, t)| (k.as_str(), t.as_str())).chain([("sess:lk", "stok"), ("sess:late", "late")]);
+    for (k, t) in all {
+        let value: Option<String> = redis::cmd("GET").arg(k).query(&mut r).unwrap();
+        let held = value.is_some_and(|v| v.contains(t));
+        let told = run(&mut r, &["LOCK.EVICTED", k, t]).unwrap() == Value::Int(1);
+        assert!(held != told, "{k}: held {held}, told evicted {told}");
+        lost += u64::from(told);
+    }
+    eprintln!("promoted: {lost} of 22 synced holds evicted");
+    assert!(lost > 0, "8 MB over a 1.5 MB margin evicted no lock");
+    assert!(num(&info(&mut r), "evicted_unverified") >= lost);
+}

@@ -179,3 +179,25 @@ fn an_evicted_session_hold_is_told_by_the_keepalive_and_leaves_its_session() {
         assert_eq!(keepalive(&mut c, &fresh), 600_000, "{policy}");
     }
 }
+
+/// The notes outlive a restart from an RDB: the session's keepalive still
+/// replies `-ttl` and `SESSION.INFO` lists the same holds.
+#[test]
+fn the_notes_are_saved_in_the_rdb() {
+    let mut server = Server::builder().arg("lock.eviction", "allow").start();
+    let mut c = server.conn();
+    let id: String = redis::cmd("SESSION.GRANT").arg(600_000).query(&mut c).unwrap();
+    let limit = used_memory(&mut c) + 1_500_000;
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(limit).query(&mut c).unwrap();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("allkeys-lru").query(&mut c).unwrap();
+    grant(&mut c, &id);
+    fill(&mut c, 8000);
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0).query(&mut c).unwrap();
+    let before = evicted(&session_info(&mut c, &id), now_ms(&mut c));
+    assert!(!before.is_empty());
+    let _: () = redis::cmd("SAVE").query(&mut c).unwrap();
+    server.restart();
+    let mut c = server.conn();
+    assert_eq!(evicted(&session_info(&mut c, &id), now_ms(&mut c)), before);
+    assert_eq!(keepalive(&mut c, &id), -600_000);
+}

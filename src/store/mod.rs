@@ -11,6 +11,7 @@
 //! the boundary.
 
 pub mod aof_walk;
+pub mod eviction_rdb;
 pub mod fence;
 pub mod hold_key;
 pub mod holders_commit;

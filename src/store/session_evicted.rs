@@ -14,9 +14,9 @@
 //! may be that grant).
 //!
 //! The notes are kept for the session's TTL after the eviction, at least
-//! a minute; a session forgotten forgets them. Not in the RDB: after a
-//! restart from an RDB the holder hears the loss at its release
-//! (`LOCK.EVICTED`), as before.
+//! a minute; a session forgotten forgets them. Their RDB home is the aux
+//! data of `crate::store::eviction_rdb`; an AOF rewrite without the RDB
+//! preamble does not restate them.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -167,6 +167,37 @@ pub fn list(id: Id, n: usize) -> Vec<(HoldKey, Eviction)> {
         return Vec::new();
     }
     table().list(id, n).into_iter().map(|(k, e)| (k.clone(), e.clone())).collect()
+}
+
+/// One note: its session, hold (with its token) and eviction.
+pub type Note = (Id, HoldKey, Eviction);
+
+/// Whether any note is kept.
+pub fn kept() -> bool {
+    COUNT.load(Ordering::Relaxed) != 0
+}
+
+/// Every note (for the RDB).
+pub fn all() -> Vec<Note> {
+    if !kept() {
+        return Vec::new();
+    }
+    table().iter().map(|(id, k, e)| (id, k.clone(), e.clone())).collect()
+}
+
+/// An eviction at `at` kept until `until`, as the RDB had it.
+pub fn eviction(at: i64, until: i64) -> Eviction {
+    Eviction { at, until }
+}
+
+/// The notes an RDB had, instead of any kept now.
+pub fn restore(notes: Vec<Note>) {
+    let mut t = table();
+    t.clear();
+    for (id, key, e) in notes {
+        t.put(id, key, e);
+    }
+    counted(&t);
 }
 
 /// Session `id` is forgotten: so are its notes.
