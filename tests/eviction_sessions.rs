@@ -201,3 +201,49 @@ fn the_notes_are_saved_in_the_rdb() {
     assert_eq!(evicted(&session_info(&mut c, &id), now_ms(&mut c)), before);
     assert_eq!(keepalive(&mut c, &id), -600_000);
 }
+
+/// The notes and the detached holds outlive an AOF rewrite without the
+/// RDB preamble (its walk restates them as `SESSION.APPLY EVICTHOLD`)
+/// and a `kill -9`.
+#[test]
+fn the_notes_survive_an_aof_rewrite_without_the_preamble() {
+    let dir = std::env::temp_dir().join(format!("redis-lock-evsess-aof-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut server = Server::builder()
+        .dir(&dir)
+        .arg("appendonly", "yes")
+        .arg("appendfsync", "always")
+        .arg("aof-use-rdb-preamble", "no")
+        .arg("lock.eviction", "allow")
+        .start();
+    let mut c = server.conn();
+    let id: String = redis::cmd("SESSION.GRANT").arg(600_000).query(&mut c).unwrap();
+    let limit = used_memory(&mut c) + 1_500_000;
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(limit).query(&mut c).unwrap();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("allkeys-lru").query(&mut c).unwrap();
+    grant(&mut c, &id);
+    fill(&mut c, 8000);
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0).query(&mut c).unwrap();
+    let i = session_info(&mut c, &id);
+    let before = (evicted(&i, now_ms(&mut c)), int(&i["holds"]));
+    assert!(!before.0.is_empty());
+    let _: Value = redis::cmd("BGREWRITEAOF").query(&mut c).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let p: String = redis::cmd("INFO").arg("persistence").query(&mut c).unwrap();
+        let walking = num(&info(&mut c), "aof_walking");
+        if p.contains("aof_rewrite_in_progress:0") && p.contains("aof_rewrite_scheduled:0") && walking == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the rewrite or its walk did not end: {p}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.restart();
+    let mut c = server.conn();
+    let i = session_info(&mut c, &id);
+    assert_eq!((evicted(&i, now_ms(&mut c)), int(&i["holds"])), before);
+    assert_eq!(keepalive(&mut c, &id), -600_000);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -16,7 +16,7 @@
 //! The notes are kept for the session's TTL after the eviction, at least
 //! a minute; a session forgotten forgets them. Their RDB home is the aux
 //! data of `crate::store::eviction_rdb`; an AOF rewrite without the RDB
-//! preamble does not restate them.
+//! preamble restates them (`crate::store::aof_walk`).
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -98,7 +98,7 @@ unsafe extern "C" fn replicate(ctx: *mut RedisModuleCtx, data: *mut c_void) {
             let name = ctx.string(&l.key);
             let noted = table().get(id, &note_key(&l)).is_some_and(|e| e.at == l.at);
             if noted {
-                replicate_note(ctx, id, &l);
+                replicate_entry(ctx, id, &l.key, l.at, &l.hold.token);
             }
             if !session::table().holds(id, &session_hold(&l)) {
                 match l.family {
@@ -115,11 +115,13 @@ unsafe extern "C" fn replicate(ctx: *mut RedisModuleCtx, data: *mut c_void) {
     }));
 }
 
-/// `SESSION.APPLY EVICTHOLD id key at token` (in the hold's database).
-fn replicate_note(ctx: Ctx, id: Id, l: &Lost) {
+/// `SESSION.APPLY EVICTHOLD id key at token` (in the hold's database,
+/// selected): a note, or an AOF rewrite's walk restating it
+/// (`crate::store::aof_walk`).
+pub fn replicate_entry(ctx: Ctx, id: Id, key: &[u8], at: i64, token: &[u8]) {
     let id = session_id_text(id);
     let mut digits = [0u8; 20];
-    let at = decimal(l.at, &mut digits);
+    let at = decimal(at, &mut digits);
     unsafe {
         rm!(RedisModule_Replicate)(
             ctx.0,
@@ -128,12 +130,12 @@ fn replicate_note(ctx: Ctx, id: Id, l: &Lost) {
             c"EVICTHOLD".as_ptr(),
             id.as_ptr(),
             id.len(),
-            l.key.as_ptr(),
-            l.key.len(),
+            key.as_ptr(),
+            key.len(),
             at.as_ptr(),
             at.len(),
-            l.hold.token.as_ptr(),
-            l.hold.token.len(),
+            token.as_ptr(),
+            token.len(),
         );
     }
 }
@@ -167,6 +169,16 @@ pub fn list(id: Id, n: usize) -> Vec<(HoldKey, Eviction)> {
         return Vec::new();
     }
     table().list(id, n).into_iter().map(|(k, e)| (k.clone(), e.clone())).collect()
+}
+
+/// Up to `max` notes after `after` (when dropped, session, hold; from the
+/// first: `None`), in that order, with when each was evicted: an AOF
+/// rewrite's walk. O(log n + max).
+pub fn after(after: Option<&(i64, Id, HoldKey)>, max: usize) -> Vec<(i64, Id, HoldKey, i64)> {
+    if !kept() {
+        return Vec::new();
+    }
+    table().after(after, max).into_iter().map(|(until, id, k, e)| (until, id, k.clone(), e.at)).collect()
 }
 
 /// One note: its session, hold (with its token) and eviction.
