@@ -31,6 +31,7 @@ use blocked::{machine, observers::Observers, queue, waiters::Waiters};
 use boundary::api::{self, rm};
 use server::events::{self, Also, Listener};
 use server::{cluster_fence, config, counters, eviction, info, migration, revoked, timings};
+use store::eviction_rdb::WINDOW_TYPE;
 use store::fence::FENCE_TYPE;
 use store::session_rdb::SESSION_TYPE;
 use store::session_revoked::REVOKED_TYPE;
@@ -66,6 +67,13 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             on_key: Some(eviction::on_key_event),
             gate: None,
             on_db: eviction::on_db_event,
+        },
+        // After eviction's: the sessions' holds it found evicted.
+        Listener {
+            also: Also::EvictedOnly,
+            on_key: Some(store::session_evicted::on_key_event),
+            gate: Some(&server::eviction_sessions::PENDING),
+            on_db: store::session_evicted::on_db_event,
         },
         Listener { also: Also::Nothing, on_key: None, gate: None, on_db: store::fence::on_db_event },
         Listener {
@@ -122,7 +130,7 @@ redis_module! {
     name: "lock",
     version: 1,
     allocator: (Allocator, Allocator {}),
-    data_types: [FENCE_TYPE, SESSION_TYPE, REVOKED_TYPE],
+    data_types: [FENCE_TYPE, SESSION_TYPE, REVOKED_TYPE, WINDOW_TYPE],
     init: init,
     commands: [],
 }

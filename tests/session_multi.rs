@@ -260,7 +260,7 @@ fn an_ended_session_tells_how_it_ended() {
     let f = session_info(&mut c, &revoked).expect("remembered");
     let names: Vec<&str> = f.iter().map(|(n, _)| n.as_str()).collect();
     let all = ["id", "state", "ttl-ms", "ttl-left-ms", "deadline", "lock-delay-ms", "holds", "first", "revoked-holds"];
-    assert_eq!(names, [&all[..], &["revoked", "end-reason"]].concat(), "the same fields");
+    assert_eq!(names, [&all[..], &["revoked", "end-reason", "evicted-holds", "evicted"]].concat(), "the same fields");
     assert_eq!(field(&f, "end-reason"), Value::BulkString(b"rotate keys".to_vec()));
     assert_eq!(field(&f, "state"), Value::BulkString(b"revoked".to_vec()));
     assert_eq!((field(&f, "ttl-ms"), field(&f, "lock-delay-ms")), (Value::Int(60_000), Value::Int(20)));

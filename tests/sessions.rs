@@ -62,7 +62,7 @@ fn grant_keepalive_info_list_and_revoke() {
     let f = fields_of(&mut c, &["SESSION.INFO", &b]).expect("b exists");
     let names: Vec<&str> = f.iter().map(|(n, _)| n.as_str()).collect();
     let all = ["id", "state", "ttl-ms", "ttl-left-ms", "deadline", "lock-delay-ms", "holds", "first", "revoked-holds"];
-    assert_eq!(names, [&all[..], &["revoked", "end-reason"]].concat());
+    assert_eq!(names, [&all[..], &["revoked", "end-reason", "evicted-holds", "evicted"]].concat());
     assert_eq!(field(&f, "end-reason"), Value::Nil);
     assert_eq!(field(&f, "state"), Value::BulkString(b"alive".to_vec()));
     assert_eq!(field(&f, "ttl-ms"), Value::Int(30_000));

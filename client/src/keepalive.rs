@@ -9,6 +9,10 @@
 //! and O(revoked) per such keepalive (the session's locks are kept by
 //! key), none for a session without revoked locks.
 //!
+//! The same listing names the session's holds lost to an eviction
+//! (`evicted`: key and token): each such lock, permit, guard or
+//! leadership is lost at once as [`LossReason::Evicted`].
+//!
 //! A session's locks are all this client's, in its connection's database,
 //! so a listed key names them. Where the session holds several holds of
 //! one key (two permits of a semaphore), the listing cannot tell which is
@@ -21,7 +25,7 @@ use std::time::{Duration, Instant};
 use crate::attach::SessionLease;
 use crate::cmd::{info_cmd, keepalive_cmd, keepalive_reply, revoke_cmd};
 use crate::loss::session_end;
-use crate::revocation::{session_revocations, text_field, Revocation, SessionRevoked};
+use crate::revocation::{session_evictions, session_revocations, text_field, Revocation, SessionRevoked};
 use crate::runtime;
 use crate::session::{follow, EndedSession, SessionCalls, Sessions};
 use crate::state::{LossReason, Shared, Status};
@@ -41,6 +45,17 @@ const ASK_HOW: Duration = Duration::from_secs(1);
 type Heard = (Vec<(Arc<Shared>, Revocation)>, Vec<Arc<Shared>>);
 
 impl Sessions {
+    /// The held locks of `lease` whose key and token `evicted` names.
+    fn evicted_holds(&self, lease: &Arc<SessionLease>, evicted: &[(String, String)]) -> Vec<Arc<Shared>> {
+        let t = self.lock();
+        let Some(e) = t.sessions.get(&lease.id).filter(|e| Arc::ptr_eq(&e.lease, lease)) else { return Vec::new() };
+        let held = |(key, token): &(String, String)| {
+            let locks = e.attached.get(key).map_or(&[][..], Vec::as_slice);
+            locks.iter().filter(|l| l.token == *token && l.status() == Status::Held).cloned().collect::<Vec<_>>()
+        };
+        evicted.iter().flat_map(held).collect()
+    }
+
     /// The held locks of `lease` that `listed` names.
     fn revoked_holds(&self, lease: &Arc<SessionLease>, listed: Vec<SessionRevoked>) -> Heard {
         let t = self.lock();
@@ -150,13 +165,17 @@ async fn hear(sessions: &Sessions, calls: &Arc<dyn SessionCalls>, revoked: Vec<(
         async move {
             let sent = Instant::now();
             let info = calls.session_call(node, info_cmd(&lease.id, LISTED)).await;
-            (lease, info.map(|v| session_revocations(v, sent)))
+            (lease, info.map(|v| (session_evictions(&v), session_revocations(v, sent))))
         }
     });
     let mut several = Vec::new();
     for (lease, listed) in futures_util::future::join_all(reads).await {
         // Unanswered: the next keepalive says `-ttl` again, and asks again.
-        let Ok(listed) = listed else { continue };
+        let Ok((evicted, listed)) = listed else { continue };
+        // Lost to an eviction: its key is gone, so at once.
+        for lock in sessions.evicted_holds(&lease, &evicted) {
+            lock.mark_lost(LossReason::Evicted);
+        }
         let (alone, shared) = sessions.revoked_holds(&lease, listed);
         for (lock, r) in alone {
             if lock.mark_revoked(r.deadline) {

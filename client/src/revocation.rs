@@ -175,9 +175,32 @@ pub(crate) fn session_revocations(info: redis::Value, sent: Instant) -> Vec<Sess
         .collect()
 }
 
+/// The holds a `SESSION.INFO` reply (flat or a map) lists as lost to an
+/// eviction (`evicted`: `key, db, token, at, …`): (key, token) each. A
+/// module without the field lists none.
+pub(crate) fn session_evictions(info: &redis::Value) -> Vec<(String, String)> {
+    let Some(pairs) = pairs(info.clone()) else { return Vec::new() };
+    let text = |v: &redis::Value| redis::from_redis_value::<String>(v.clone()).ok();
+    let Some((_, redis::Value::Array(items))) = pairs.into_iter().find(|(k, _)| text(k).as_deref() == Some("evicted"))
+    else {
+        return Vec::new();
+    };
+    items.chunks_exact(4).filter_map(|c| Some((text(&c[0])?, text(&c[2])?))).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn evicted_holds_are_read_by_key_and_token() {
+        use redis::Value::{Array, BulkString, Int};
+        let b = |s: &str| BulkString(s.as_bytes().to_vec());
+        let evicted = Array(vec![b("a"), Int(0), b("ta"), Int(1), b("s"), Int(0), b("p1"), Int(2)]);
+        let info = Array(vec![b("holds"), Int(3), b("evicted-holds"), Int(2), b("evicted"), evicted]);
+        assert_eq!(session_evictions(&info), vec![("a".into(), "ta".into()), ("s".into(), "p1".into())]);
+        assert!(session_evictions(&Array(vec![b("holds"), Int(3)])).is_empty(), "an older module");
+    }
 
     #[test]
     fn the_deadline_counts_from_the_send() {

@@ -2,7 +2,9 @@
 //! evicts is lost with `LossReason::Evicted` (through the watchdog, a
 //! manual renewal, a semaphore permit), and `redis-lock run` exits 78.
 //! The server runs `volatile-lru` and is filled with keys without a TTL,
-//! so the lock keys (they carry a TTL) are the only keys it can evict.
+//! so the lock keys (they carry a TTL) are the only keys it can evict;
+//! under `allkeys-lru`, session-held keys (no TTL) are evicted too, and
+//! their loss is heard through the session's keepalive.
 
 mod cli_support;
 mod support;
@@ -13,7 +15,7 @@ use std::time::{Duration, Instant};
 use redis::{Connection, RedisResult, Value};
 use redis_lock_client::{LockOptions, LossReason, WatchdogOptions};
 use redis_lock_harness::Server;
-use support::{client, ms};
+use support::{calls, client, ms};
 
 const PATIENCE: Duration = Duration::from_secs(20);
 
@@ -87,6 +89,68 @@ fn a_session_held_lock_is_not_evicted_by_a_volatile_policy() {
     std::thread::sleep(ms(1800));
     assert!(lock.is_held(), "{:?}", lock.loss_reason());
     assert_eq!(evicted_count(&mut conn), 0);
+}
+
+/// A server that may evict any key (`allkeys-lru`), session-held ones
+/// too, its limit 1.5 MB above what it uses now.
+fn evicting_any_key() -> Server {
+    let s = evicting_server();
+    let mut c = s.conn();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("allkeys-lru").query(&mut c).unwrap();
+    s
+}
+
+/// 8 MB of keys without a TTL: under `allkeys-lru` and a 1.5 MB margin,
+/// the older keys (the locks) are evicted.
+fn fill(c: &mut Connection) {
+    let v = "x".repeat(1000);
+    for i in 0..8000 {
+        let _: RedisResult<Value> = redis::cmd("SET").arg(format!("fill:{i}")).arg(&v).query(c);
+    }
+}
+
+/// A watched lock and a permit held by the client's session, evicted:
+/// the session's keepalive (`-ttl`, then `SESSION.INFO`'s `evicted`)
+/// loses both as `Evicted`, with no renewal or release of theirs.
+#[test]
+fn session_held_holds_whose_keys_are_evicted_are_lost_as_evicted_through_the_keepalive() {
+    let s = evicting_any_key();
+    let c = redis_lock_client::LockClient::open(&s.url()).unwrap();
+    let watched = LockOptions::new().watchdog(WatchdogOptions::new());
+    let lock = c.try_acquire_with("evict:session", ms(3_000), &watched).expect("acquire");
+    let permit = c.semaphore("evict:ssem", 2).try_acquire_with(ms(3_000), &watched).expect("permit");
+    let mut conn = s.conn();
+    assert_eq!(redis::cmd("PTTL").arg("evict:session").query::<i64>(&mut conn).unwrap(), -1, "held by a session");
+    fill(&mut conn);
+    assert_eq!(redis::cmd("EXISTS").arg("evict:session").query::<i64>(&mut conn).unwrap(), 0, "evicted");
+    assert_eq!(lock.lost_signal().wait_timeout(PATIENCE), Some(LossReason::Evicted));
+    assert_eq!(permit.lost_signal().wait_timeout(PATIENCE), Some(LossReason::Evicted));
+    assert!(calls(&mut conn, "session.info") >= 1, "heard through the session's listing");
+    let text: String = redis::cmd("INFO").arg("lock").query(&mut conn).unwrap();
+    assert!(text.contains("lock_session_holds_evicted:2"), "{text}");
+}
+
+/// `redis-lock run` whose lock is held by its session: evicted, it
+/// exits 78 as with its own lease.
+#[test]
+fn run_with_a_session_exits_78_when_the_server_evicts_its_lock() {
+    let s = evicting_any_key();
+    let child = Command::new(cli_support::BIN)
+        .args(["run", "--url", &s.url(), "--ttl", "3000", "--grace", "2000", "evict:srun", "--", "sleep", "60"])
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run redis-lock");
+    let mut conn = s.conn();
+    wait_taken(&mut conn, "evict:srun");
+    assert_eq!(redis::cmd("PTTL").arg("evict:srun").query::<i64>(&mut conn).unwrap(), -1, "held by a session");
+    fill(&mut conn);
+    let out = child.wait_with_output().expect("wait for redis-lock");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert!(err.contains("evicted by the server"), "{err}");
 }
 
 #[test]

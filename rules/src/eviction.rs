@@ -8,7 +8,7 @@
 //! never evicts a lock key are `maxmemory 0` or `maxmemory-policy
 //! noeviction`.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 /// The policies Redis 7.0 to 8.2 and Valkey 8.1 to 9.1 accept, in the
 /// order of [`REFUSALS`].
@@ -106,6 +106,15 @@ impl Evicted {
     }
 }
 
+/// A hold of a session, as the table keeps it beside the hold: the
+/// session's short id and the hold's token, so that an eviction can be
+/// told to the session (`crate::session_evicted`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionHold {
+    pub short: u64,
+    pub token: Box<[u8]>,
+}
+
 /// The holds of keys a server may evict: key (database and name) hash and
 /// token hash → until when the key keeps others out (Unix ms: the key's
 /// expiry for an exclusive lock, the place's end for a holder; lock-delay
@@ -123,6 +132,8 @@ impl Evicted {
 pub struct Tracker {
     holds: BTreeMap<(u64, u64), (i64, Family)>,
     by_end: BTreeSet<(i64, u64, u64)>,
+    /// The session of each hold a session holds (only those).
+    sessions: HashMap<(u64, u64), SessionHold>,
     recent: HashSet<(u64, u64)>,
     recent_order: VecDeque<(u64, u64)>,
     cap: usize,
@@ -140,6 +151,7 @@ impl Tracker {
         Tracker {
             holds: BTreeMap::new(),
             by_end: BTreeSet::new(),
+            sessions: HashMap::new(),
             recent: HashSet::new(),
             recent_order: VecDeque::new(),
             cap,
@@ -164,6 +176,20 @@ impl Tracker {
     /// holder, so any other hold of it ends (a new owner, a takeover).
     /// Returns whether it is tracked (false: the table is full).
     pub fn hold(&mut self, key: u64, token: u64, until: i64, family: Family, exclusive: bool, now: i64) -> bool {
+        self.hold_in(key, token, (until, family), exclusive, None, now)
+    }
+
+    /// [`Tracker::hold`] by a session's hold (`session`; `None`: no
+    /// session holds it).
+    pub fn hold_in(
+        &mut self,
+        key: u64,
+        token: u64,
+        (until, family): (i64, Family),
+        exclusive: bool,
+        session: Option<SessionHold>,
+        now: i64,
+    ) -> bool {
         self.prune(now);
         if exclusive {
             self.drop_key_except(key, token);
@@ -177,29 +203,41 @@ impl Tracker {
             self.holds.insert((key, token), (until, family));
         }
         self.by_end.insert((until, key, token));
+        match session {
+            Some(s) => self.sessions.insert((key, token), s),
+            None if self.sessions.is_empty() => None,
+            None => self.sessions.remove(&(key, token)),
+        };
         true
+    }
+
+    /// Removes one hold from both indexes (and its session's entry).
+    fn remove(&mut self, key: u64, token: u64, until: i64) {
+        self.holds.remove(&(key, token));
+        self.by_end.remove(&(until, key, token));
+        if !self.sessions.is_empty() {
+            self.sessions.remove(&(key, token));
+        }
     }
 
     /// `token` no longer holds `key` (released, its place ended).
     pub fn drop_hold(&mut self, key: u64, token: u64) {
-        if let Some((until, _)) = self.holds.remove(&(key, token)) {
-            self.by_end.remove(&(until, key, token));
+        if let Some(&(until, _)) = self.holds.get(&(key, token)) {
+            self.remove(key, token, until);
         }
     }
 
     /// Nobody holds `key` (deleted, or settled to its tombstone).
     pub fn drop_key(&mut self, key: u64) {
         for (token, until) in self.holds_of(key) {
-            self.holds.remove(&(key, token));
-            self.by_end.remove(&(until, key, token));
+            self.remove(key, token, until);
         }
     }
 
     fn drop_key_except(&mut self, key: u64, keep: u64) {
         for (token, until) in self.holds_of(key) {
             if token != keep {
-                self.holds.remove(&(key, token));
-                self.by_end.remove(&(until, key, token));
+                self.remove(key, token, until);
             }
         }
     }
@@ -212,10 +250,7 @@ impl Tracker {
     fn prune(&mut self, now: i64) {
         for _ in 0..PRUNE_PER_HOLD {
             match self.by_end.first() {
-                Some(&(until, key, token)) if until <= now => {
-                    self.by_end.remove(&(until, key, token));
-                    self.holds.remove(&(key, token));
-                }
+                Some(&(until, key, token)) if until <= now => self.remove(key, token, until),
                 _ => return,
             }
         }
@@ -225,16 +260,23 @@ impl Tracker {
     /// were lost (returned, by family, and remembered for their holders);
     /// all of its holds go.
     pub fn evicted(&mut self, key: u64, now: i64) -> Evicted {
+        self.evicted_from(key, now, &mut Vec::new())
+    }
+
+    /// [`Tracker::evicted`], and the live holds among them that sessions
+    /// held, with their families, added to `sessions`.
+    pub fn evicted_from(&mut self, key: u64, now: i64, sessions: &mut Vec<(Family, SessionHold)>) -> Evicted {
         let mut out = Evicted::default();
         let holds: Vec<_> =
             self.holds.range((key, 0)..=(key, u64::MAX)).map(|(&(_, t), &(until, f))| (t, until, f)).collect();
         for (token, until, family) in holds {
             out.exclusive |= matches!(family, Family::Lock | Family::Leader);
-            self.holds.remove(&(key, token));
-            self.by_end.remove(&(until, key, token));
+            let session = if self.sessions.is_empty() { None } else { self.sessions.remove(&(key, token)) };
+            self.remove(key, token, until);
             if until > now {
                 out.holds[family as usize] += 1;
                 self.remember(key, token);
+                sessions.extend(session.map(|s| (family, s)));
             }
         }
         out
@@ -264,10 +306,17 @@ impl Tracker {
         }
     }
 
+    /// The latest end below `limit` of a hold tracked (`limit`: where
+    /// session-held holds, which have no end of their own, begin). O(log N).
+    pub fn last_end_below(&self, limit: i64) -> Option<i64> {
+        self.by_end.range(..(limit, 0, 0)).next_back().map(|&(until, _, _)| until)
+    }
+
     /// Forgets every hold (a flush: the table cannot tell databases apart).
     pub fn clear_holds(&mut self) {
         self.holds.clear();
         self.by_end.clear();
+        self.sessions.clear();
     }
 }
 
@@ -334,6 +383,36 @@ mod tests {
         assert!(t.hold(2, 1, 300, Family::Lock, true, 50));
         assert_eq!(t.len(), 1);
         assert_eq!(t.evicted(2, 200).total(), 1);
+    }
+
+    #[test]
+    fn an_eviction_names_the_sessions_of_its_live_holds_and_their_ends_forget_them() {
+        let mut t = Tracker::new(100, 10);
+        let s = |short: u64, token: &[u8]| Some(SessionHold { short, token: token.into() });
+        assert!(t.hold_in(1, 10, (i64::MAX, Family::Lock), true, s(7, b"a"), 0));
+        assert!(t.hold_in(2, 20, (i64::MAX, Family::Semaphore), false, s(7, b"p"), 0));
+        assert!(t.hold_in(2, 21, (i64::MAX, Family::Semaphore), false, s(8, b"q"), 0));
+        assert!(t.hold(2, 22, 1_000, Family::Semaphore, false, 0));
+        assert!(t.hold_in(2, 23, (500, Family::Semaphore), false, s(9, b"r"), 0));
+        let mut lost = Vec::new();
+        assert_eq!(t.evicted_from(2, 600, &mut lost).holds, [0, 0, 3, 0]);
+        lost.sort_by_key(|(_, s)| s.short);
+        assert_eq!(lost, vec![(Family::Semaphore, s(7, b"p").unwrap()), (Family::Semaphore, s(8, b"q").unwrap())]);
+        // A release, a hold granted again without its session, a new owner: no session left behind.
+        t.drop_hold(1, 10);
+        assert!(t.sessions.is_empty());
+        assert!(t.hold_in(1, 10, (i64::MAX, Family::Lock), true, s(7, b"a"), 0));
+        assert!(t.hold(1, 10, 2_000, Family::Lock, true, 0));
+        assert!(t.sessions.is_empty(), "the same token without its session");
+        assert!(t.hold_in(1, 10, (i64::MAX, Family::Lock), true, s(7, b"a"), 0));
+        assert!(t.hold_in(1, 11, (i64::MAX, Family::Leader), true, s(8, b"b"), 0));
+        assert_eq!(t.sessions.len(), 1, "a new owner of an exclusive key");
+        t.drop_key(1);
+        assert!(t.sessions.is_empty() && t.is_empty());
+        assert!(t.hold(3, 1, 700, Family::Lock, true, 0) && t.hold(4, 1, 900, Family::Lock, true, 0));
+        assert!(t.hold_in(5, 1, (i64::MAX, Family::Lock), true, s(7, b"a"), 0));
+        assert_eq!(t.last_end_below(1 << 53), Some(900), "a session's hold has no end of its own");
+        assert_eq!(t.last_end_below(800), Some(700));
     }
 
     #[test]

@@ -138,6 +138,19 @@ impl HoldSet {
         true
     }
 
+    /// Whether `key` is there.
+    pub fn contains(&self, key: &HoldKey) -> bool {
+        let body = key.body();
+        match &self.0 {
+            Repr::One(leaf) => find(leaf, body).is_ok(),
+            Repr::Tree(t) => t
+                .leaves
+                .range::<[u8], _>((Unbounded, Included(body)))
+                .next_back()
+                .is_some_and(|(_, leaf)| find(leaf, body).is_ok()),
+        }
+    }
+
     /// Removes `key`: false when it was not there.
     pub fn remove(&mut self, key: &HoldKey) -> bool {
         let body = key.body();
@@ -362,7 +375,8 @@ mod tests {
                 let k = key(rng.gen_range(0..span));
                 match rng.gen_range(0..10) {
                     0..=5 => assert_eq!(s.insert(&k), model.insert(k.clone())),
-                    6..=8 => assert_eq!(s.remove(&k), model.remove(&k)),
+                    6..=7 => assert_eq!(s.remove(&k), model.remove(&k)),
+                    8 => assert_eq!(s.contains(&k), model.contains(&k)),
                     _ => assert_eq!(s.pop_first(), model.pop_first()),
                 }
                 if step % 97 == 0 {

@@ -25,6 +25,7 @@
 //! - [`session`]: a node's sessions: deadlines, holds, ending in bounded slices.
 //! - [`session_gone`]: the sessions a node ended lately (why each ended, for its holder).
 //! - [`session_revoked`]: the revoked holds of a node's sessions, in deadline order.
+//! - [`session_evicted`]: the holds of a node's sessions lost to an eviction, kept for their holders.
 //! - [`lease`]: LOCKDELAY and MAXHOLD: a grant's lease fields, renewals,
 //!   settling an ended lease to its tombstone, what LOCK.INFO shows.
 //! - [`blocked`]: the bookkeeping every kind of blocked client shares (per key, per client, check timers).
@@ -65,6 +66,7 @@ pub mod queue;
 pub mod revoke;
 pub mod scripts;
 pub mod session;
+pub mod session_evicted;
 pub mod session_gone;
 pub mod session_revoked;
 pub mod top;

@@ -487,6 +487,11 @@ impl Sessions {
         self.holds_of(self.slot(i)).after(after).take(max).collect()
     }
 
+    /// Whether `id` holds `key`. O(log n) in its holds.
+    pub fn holds(&self, id: Id, key: &HoldKey) -> bool {
+        self.get(id).is_some_and(|i| self.holds_of(self.slot(i)).contains(key))
+    }
+
     /// Notes that `id` no longer holds `key`. O(log n) in its holds.
     pub fn detach(&mut self, id: Id, key: &HoldKey) {
         if let Some(h) = self.get(id).map(|i| self.slot(i).holds).filter(|&h| h > 0) {

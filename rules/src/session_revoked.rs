@@ -23,20 +23,42 @@ pub struct Revocation {
     pub reason: String,
 }
 
-/// The revoked holds of every session of a node.
+/// What the table keeps of one hold: it is taken out at its [`Dated::due`].
+pub trait Dated {
+    fn due(&self) -> i64;
+}
+
+impl Dated for Revocation {
+    fn due(&self) -> i64 {
+        self.deadline
+    }
+}
+
+/// The revoked holds of every session of a node (`V`: what is kept of
+/// each; the holds lost to an eviction are kept the same way,
+/// `crate::session_evicted`).
 #[derive(Debug)]
-pub struct RevokedHolds<K: Ord + Clone> {
-    by_session: HashMap<Id, BTreeMap<K, Revocation>>,
+pub struct RevokedHolds<K: Ord + Clone, V = Revocation> {
+    by_session: HashMap<Id, BTreeMap<K, V>>,
     due: BTreeSet<(i64, Id, K)>,
 }
 
-impl<K: Ord + Clone> Default for RevokedHolds<K> {
+impl<K: Ord + Clone, V> Default for RevokedHolds<K, V> {
     fn default() -> Self {
         RevokedHolds { by_session: HashMap::new(), due: BTreeSet::new() }
     }
 }
 
 impl<K: Ord + Clone> RevokedHolds<K> {
+    /// Notes that session `id`'s hold `key` is revoked until `deadline`
+    /// (a second revoke replaces the first: the caller never extends it).
+    /// O(log n).
+    pub fn revoke(&mut self, id: Id, key: K, deadline: i64, reason: String) {
+        self.put(id, key, Revocation { deadline, reason });
+    }
+}
+
+impl<K: Ord + Clone, V: Dated> RevokedHolds<K, V> {
     /// Whether no hold of any session is revoked.
     pub fn is_empty(&self) -> bool {
         self.due.is_empty()
@@ -47,24 +69,23 @@ impl<K: Ord + Clone> RevokedHolds<K> {
         self.due.len()
     }
 
-    /// Notes that session `id`'s hold `key` is revoked until `deadline`
-    /// (a second revoke replaces the first: the caller never extends it).
-    /// O(log n).
-    pub fn revoke(&mut self, id: Id, key: K, deadline: i64, reason: String) {
+    /// Notes `v` for session `id`'s hold `key` (replacing an earlier
+    /// note of it). O(log n).
+    pub fn put(&mut self, id: Id, key: K, v: V) {
         self.forget(id, &key);
-        self.due.insert((deadline, id, key.clone()));
-        self.by_session.entry(id).or_default().insert(key, Revocation { deadline, reason });
+        self.due.insert((v.due(), id, key.clone()));
+        self.by_session.entry(id).or_default().insert(key, v);
     }
 
     /// Forgets session `id`'s revoked hold `key` (released, or ended).
     /// O(log n).
-    pub fn forget(&mut self, id: Id, key: &K) -> Option<Revocation> {
+    pub fn forget(&mut self, id: Id, key: &K) -> Option<V> {
         let holds = self.by_session.get_mut(&id)?;
         let r = holds.remove(key)?;
         if holds.is_empty() {
             self.by_session.remove(&id);
         }
-        self.due.remove(&(r.deadline, id, key.clone()));
+        self.due.remove(&(r.due(), id, key.clone()));
         Some(r)
     }
 
@@ -72,7 +93,7 @@ impl<K: Ord + Clone> RevokedHolds<K> {
     /// O(r log n) for its r revoked holds.
     pub fn forget_session(&mut self, id: Id) {
         for (key, r) in self.by_session.remove(&id).unwrap_or_default() {
-            self.due.remove(&(r.deadline, id, key));
+            self.due.remove(&(r.due(), id, key));
         }
     }
 
@@ -103,20 +124,25 @@ impl<K: Ord + Clone> RevokedHolds<K> {
         self.due.first().map(|&(at, _, _)| at)
     }
 
+    /// What is kept of session `id`'s hold `key`. O(1) + O(log n).
+    pub fn get(&self, id: Id, key: &K) -> Option<&V> {
+        self.by_session.get(&id)?.get(key)
+    }
+
     /// How many holds of session `id` are revoked. O(1).
     pub fn count(&self, id: Id) -> usize {
         self.by_session.get(&id).map_or(0, BTreeMap::len)
     }
 
     /// Session `id`'s first `count` revoked holds (in key order).
-    pub fn list(&self, id: Id, count: usize) -> Vec<(&K, &Revocation)> {
+    pub fn list(&self, id: Id, count: usize) -> Vec<(&K, &V)> {
         self.by_session.get(&id).map_or_else(Vec::new, |h| h.iter().take(count).collect())
     }
 
     /// Up to `max` revoked holds after `after` (a deadline, session and
     /// key; from the first: `None`), in deadline order: a walk's next
     /// slice. O(log n + max).
-    pub fn after(&self, after: Option<&(i64, Id, K)>, max: usize) -> Vec<(i64, Id, &K, &Revocation)> {
+    pub fn after(&self, after: Option<&(i64, Id, K)>, max: usize) -> Vec<(i64, Id, &K, &V)> {
         use std::ops::Bound::{Excluded, Unbounded};
         let from = after.map_or(Unbounded, Excluded);
         let found = self.due.range((from, Unbounded)).filter_map(|(at, id, key)| {
@@ -127,7 +153,7 @@ impl<K: Ord + Clone> RevokedHolds<K> {
     }
 
     /// Every revoked hold: session, key, revocation (for the RDB).
-    pub fn iter(&self) -> impl Iterator<Item = (Id, &K, &Revocation)> {
+    pub fn iter(&self) -> impl Iterator<Item = (Id, &K, &V)> {
         self.by_session.iter().flat_map(|(&id, h)| h.iter().map(move |(k, r)| (id, k, r)))
     }
 }

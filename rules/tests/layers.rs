@@ -41,6 +41,7 @@ const RULES: Layers = &[
             "session",
             "session_gone",
             "session_revoked",
+            "session_evicted",
             "eviction_window",
             "orphan_walk",
         ],

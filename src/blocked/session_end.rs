@@ -35,7 +35,7 @@ use crate::store::holders_key::{Edit, Hold, HoldersKey, Mark};
 use crate::store::lease;
 use crate::store::session::{self, table};
 use crate::store::session_gone;
-use crate::store::session_revoked;
+use crate::store::{session_evicted, session_revoked};
 
 /// Sessions ended per tick, at most.
 pub const MAX_ENDS: usize = 128;
@@ -195,6 +195,7 @@ fn tick(ctx: Ctx) -> Option<i64> {
     if !done.is_empty() {
         for &id in &done {
             session_revoked::forget_session(id);
+            session_evicted::forget_session(id);
         }
         let mut t = table();
         for &id in &done {

@@ -23,7 +23,7 @@ use crate::server::revoked;
 use crate::store::holders_key::{Edit, Hold, HoldersKey, Mark};
 use crate::store::lock_key::{LockKey, NewValue};
 use crate::store::session::{self, table, Apply};
-use crate::store::{session_gone, session_revoked};
+use crate::store::{session_evicted, session_gone, session_revoked};
 
 /// How many holds SESSION.INFO lists without COUNT, and at most.
 const INFO_COUNT: usize = 10;
@@ -59,8 +59,8 @@ fn parse_lock_delay(arg: &[u8]) -> Result<i64, ArgError> {
 ///
 /// Replies, per id in order, its TTL (ms) when it was kept alive, or 0
 /// when it is unknown or ended; `-ttl` when it was kept alive and some of
-/// its holds are revoked (LOCK.REVOKE: SESSION.INFO lists them). O(1) per
-/// id, whatever it holds.
+/// its holds are revoked (LOCK.REVOKE) or were lost to an eviction lately
+/// (SESSION.INFO lists them). O(1) per id, whatever it holds.
 pub fn keepalive(ctx: Ctx, argv: Argv) -> Outcome {
     let [_, ids @ ..] = argv else { return Err(Failure::Arity) };
     if ids.is_empty() {
@@ -71,7 +71,7 @@ pub fn keepalive(ctx: Ctx, argv: Argv) -> Outcome {
         .map(|&id| {
             let Ok(id) = parse_session_id(bytes(id)) else { return 0 };
             match session::keepalive(ctx, id) {
-                Some(ttl) if session_revoked::count(id) > 0 => -ttl,
+                Some(ttl) if session_revoked::count(id) > 0 || session_evicted::count(id, ctx.now_ms()) > 0 => -ttl,
                 Some(ttl) => ttl,
                 None => 0,
             }
@@ -207,8 +207,18 @@ pub fn info(ctx: Ctx, argv: Argv) -> Outcome {
     // An ended one's revoke reason, if told (the table keeps none).
     let why = by_revoke.then(|| session_gone::get(id, now)).flatten().and_then(|g| g.why);
     let ttl_left = (deadline - now).max(0);
+    // Its holds lost to an eviction lately: key, database, token, when each.
+    let evicted_holds = session_evicted::count(id, now);
+    let evicted = session_evicted::list(id, count)
+        .into_iter()
+        .flat_map(|(hold, e)| {
+            let (db, key, token) = hold.split();
+            let token = token.unwrap_or_default().into();
+            [Item::Bytes(key.into()), Item::Int(i64::from(db)), Item::Bytes(token), Item::Int(e.at)]
+        })
+        .collect();
     let described = Described { state, ttl, ttl_left, deadline, lock_delay, holds: held, why };
-    Ok(described.reply(id, holds, revoked_holds, revoked))
+    Ok(described.reply(id, holds, (revoked_holds, revoked), (evicted_holds, evicted)))
 }
 
 /// SESSION.INFO's scalar fields of one session.
@@ -225,7 +235,13 @@ struct Described<'a> {
 
 impl Described<'_> {
     /// The reply, with its first holds and its revoked ones.
-    fn reply(self, id: u128, first: Vec<(Vec<u8>, i64)>, revoked_holds: usize, revoked: Vec<Item>) -> Reply {
+    fn reply(
+        self,
+        id: u128,
+        first: Vec<(Vec<u8>, i64)>,
+        revoked: (usize, Vec<Item>),
+        evicted: (usize, Vec<Item>),
+    ) -> Reply {
         Reply::Fields(vec![
             (c"id", Value::Bytes(session_id_text(id).into_bytes())),
             (c"state", Value::Bytes(self.state.to_vec())),
@@ -235,9 +251,11 @@ impl Described<'_> {
             (c"lock-delay-ms", Value::Int(self.lock_delay)),
             (c"holds", Value::Int(self.holds as i64)),
             (c"first", Value::Holders(first)),
-            (c"revoked-holds", Value::Int(revoked_holds as i64)),
-            (c"revoked", Value::Items(revoked)),
+            (c"revoked-holds", Value::Int(revoked.0 as i64)),
+            (c"revoked", Value::Items(revoked.1)),
             (c"end-reason", self.why.map_or(Value::Nil, |w| Value::Bytes(w.into_string().into_bytes()))),
+            (c"evicted-holds", Value::Int(evicted.0 as i64)),
+            (c"evicted", Value::Items(evicted.1)),
         ])
     }
 }
@@ -255,7 +273,12 @@ fn ended_state(reason: Reason) -> &'static [u8] {
 fn gone_info(id: u128, g: Gone) -> Reply {
     let state = ended_state(g.ended.reason);
     let (ttl, deadline, lock_delay, why) = (g.ttl, g.ended.at, g.lock_delay, g.why);
-    Described { state, ttl, ttl_left: 0, deadline, lock_delay, holds: 0, why }.reply(id, Vec::new(), 0, Vec::new())
+    Described { state, ttl, ttl_left: 0, deadline, lock_delay, holds: 0, why }.reply(
+        id,
+        Vec::new(),
+        (0, Vec::new()),
+        (0, Vec::new()),
+    )
 }
 
 /// SESSION.LIST [COUNT n]
@@ -276,7 +299,7 @@ pub fn list(_ctx: Ctx, argv: Argv) -> Outcome {
     Ok(Reply::Strings(ids.into_iter().take(count).map(|id| session_id_text(id).into_bytes()).collect()))
 }
 
-/// SESSION.APPLY GRANT id ttl-ms lock-delay-ms deadline | END id at EXPIRED|REVOKED [reason] | FORGET id | ATTACH id key [token] | DETACH id key [token] | REVOKEHOLD id key deadline reason [token] | NOTE key deadline [token reason]
+/// SESSION.APPLY GRANT id ttl-ms lock-delay-ms deadline | END id at EXPIRED|REVOKED [reason] | FORGET id | ATTACH id key [token] | DETACH id key [token] | REVOKEHOLD id key deadline reason [token] | EVICTHOLD id key at token | NOTE key deadline [token reason]
 ///
 /// Internal: what a master's session changed, as replicas and the AOF
 /// apply it (absolute times); also a revoked hold's note (`NOTE`: the
@@ -317,6 +340,7 @@ pub fn apply(ctx: Ctx, argv: Argv) -> Outcome {
         }
         [] if op.eq_ignore_ascii_case(b"FORGET") => {
             session_revoked::forget_session(id);
+            session_evicted::forget_session(id);
             Apply::Forget { id }
         }
         [key, token @ ..] if token.len() <= 1 && op.eq_ignore_ascii_case(b"ATTACH") => {
@@ -329,6 +353,10 @@ pub fn apply(ctx: Ctx, argv: Argv) -> Outcome {
         [key, deadline, reason, token @ ..] if token.len() <= 1 && op.eq_ignore_ascii_case(b"REVOKEHOLD") => {
             let token = token.first().map(|&t| bytes(t));
             session_revoked::apply_revoke(ctx, id, bytes(*key), token, int(*deadline)?, bytes(*reason));
+            return Ok(Reply::Ok);
+        }
+        [key, at, token] if op.eq_ignore_ascii_case(b"EVICTHOLD") => {
+            session_evicted::apply(ctx, id, bytes(*key), int(*at)?, bytes(*token));
             return Ok(Reply::Ok);
         }
         _ => return Err(ArgError::Syntax.into()),

@@ -113,6 +113,9 @@ pub static SESSION_KEEPALIVES: Counter = Counter::new();
 pub static SESSIONS_EXPIRED: Counter = Counter::new();
 pub static SESSIONS_REVOKED: Counter = Counter::new();
 pub static SESSION_HOLDS_ENDED: Counter = Counter::new();
+/// Session-held holds lost to an eviction and noted for their sessions'
+/// keepalives (`crate::store::session_evicted`).
+pub static SESSION_HOLDS_EVICTED: Counter = Counter::new();
 /// Orphans (docs/sessions.md, "A key moved to another node"): holds of a
 /// session this node does not know given the `lock.orphan-grace` end by
 /// a command that found them; and adopted by a live session

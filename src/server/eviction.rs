@@ -37,8 +37,6 @@ use redis_lock_rules::eviction::{Evicted, Family, Memory, Tracker, POLICIES, REF
 use redis_lock_rules::eviction_window::{lost_line, suppressed_line, SESSION_HELD};
 use redis_lock_rules::hold_table::{key_hash, token_hash};
 use redis_lock_rules::holders::{last_after, Change, Family as HolderFamily, Last};
-use redis_lock_rules::lock::{owner_of, Owner};
-use redis_lock_rules::value;
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleInfoCtx, RedisModuleString};
 
 use crate::boundary::api::rm;
@@ -48,6 +46,7 @@ use crate::boundary::timer;
 use crate::server::config;
 use crate::server::counters::Counter;
 use crate::server::events::{self, Also, DbEvent, KeyEvent};
+use crate::server::eviction_sessions as sessions;
 use crate::server::eviction_window as window;
 use crate::server::timings::{Commit, HolderEdit};
 
@@ -301,21 +300,7 @@ pub fn session_lease(ctx: Ctx, id: u128, deadline: i64, holds: bool) {
 pub fn lock_written(ctx: Ctx, name: *mut RedisModuleString, value: Option<&[u8]>, at: i64) {
     let evictable = EVICTABLE.load(Ordering::Relaxed);
     let key = key_hash(ctx.db(), bytes(name));
-    let owner = match value {
-        Some(v) => match value::parse(v) {
-            Some(stored) => {
-                let family = if stored.election.is_some() { Family::Leader } else { Family::Lock };
-                Some((token_hash(stored.owner.as_bytes()), family))
-            }
-            None if value::parse_tombstone(v).is_some() => None,
-            None => match owner_of(v) {
-                Owner::Raw(raw) => Some((token_hash(raw), Family::Lock)),
-                Owner::Str(s) => Some((token_hash(&s.to_vec()), Family::Lock)),
-                Owner::Unmatchable => None,
-            },
-        },
-        None => None,
-    };
+    let (owner, session) = sessions::owner(value);
     let now = ctx.now_ms();
     if let Some((token, _)) = owner {
         if window::pending() {
@@ -328,7 +313,7 @@ pub fn lock_written(ctx: Ctx, name: *mut RedisModuleString, value: Option<&[u8]>
         // module's delete ends it, and no keepalive would put it back.
         Some((token, family)) if evictable || at >= SESSION_HELD => {
             s.tracker.forget_evicted(key, token);
-            if !s.tracker.hold(key, token, at, family, true, now) {
+            if !s.tracker.hold_in(key, token, (at, family), true, session, now) {
                 UNTRACKED.add();
                 window::untracked(at);
             }
@@ -356,7 +341,7 @@ pub fn lock_deleted(ctx: Ctx, name: *mut RedisModuleString) {
 /// granted or renewed is held until its end; a released or ended place,
 /// or every place of a key the commit deletes, holds nothing.
 pub fn holders_commit(c: &Commit) {
-    let Commit { ctx, name, summary, edit, ended, now } = *c;
+    let Commit { ctx, name, summary, edit, ended, now, .. } = *c;
     if !watching() {
         if let HolderEdit::Put { at, .. } = edit {
             window::untracked(at);
@@ -391,9 +376,10 @@ pub fn holders_commit(c: &Commit) {
                     Some(HolderFamily::ReadWrite) => Family::ReadWrite,
                     _ => Family::Semaphore,
                 };
+                let session = sessions::of_holder(c.session, token);
                 let token = token_hash(token);
                 s.tracker.forget_evicted(key, token);
-                if !s.tracker.hold(key, token, at, family, false, now) {
+                if !s.tracker.hold_in(key, token, (at, family), false, session, now) {
                     UNTRACKED.add();
                     window::untracked(at);
                 }
@@ -418,9 +404,16 @@ pub fn on_key_event(c: Ctx, ev: &KeyEvent) {
     let now = c.now_ms();
     let key = key_hash(db, name);
     let mut s = state();
-    let lost = if TRACKED.load(Ordering::Relaxed) == 0 { Evicted::default() } else { s.tracker.evicted(key, now) };
+    let mut held = Vec::new();
+    let lost = if TRACKED.load(Ordering::Relaxed) == 0 {
+        Evicted::default()
+    } else {
+        s.tracker.evicted_from(key, now, &mut held)
+    };
     let unverified = !lost.exclusive && window::evicted(key, now);
     publish(&s);
+    // Sessions' holds: told to their sessions by the next listener.
+    sessions::lost(db, name, now, held);
     if lost.total() == 0 && !unverified {
         return;
     }
@@ -461,6 +454,15 @@ unsafe extern "C" fn log_suppressed(ctx: *mut RedisModuleCtx, data: *mut c_void)
             log(ctx, c"warning", &suppressed_line(held, keys, memory().policy_name()));
         }
     });
+}
+
+/// The latest lease end of a hold this process gave (tracked or not),
+/// session-held holds aside: what a process that loads this one's data
+/// must count as its window (`crate::server::eviction_rdb`).
+pub fn latest_end() -> i64 {
+    let tracked =
+        if TRACKED.load(Ordering::Relaxed) == 0 { None } else { state().tracker.last_end_below(SESSION_HELD) };
+    tracked.unwrap_or(0).max(window::until())
 }
 
 /// Whether `token`'s hold of `key` (in the context's database) was lost

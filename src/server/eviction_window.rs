@@ -102,3 +102,17 @@ pub fn session_lease(id: u128, deadline: i64, holds: bool, evictable: bool, now:
         UNTIL.store(deadline, Ordering::Relaxed);
     }
 }
+
+/// Holds loaded (from an RDB, an AOF's preamble, a master's full sync)
+/// whose leases end by `until`: no table of this process has them, so
+/// the window covers them as holds given untracked.
+pub fn loaded(until: i64) {
+    untracked(until);
+}
+
+/// A session loaded holding something until `deadline`: its holds are in
+/// no table here, so its keepalives extend the window as those of a
+/// session that held something while nothing could be evicted.
+pub fn loaded_session(id: u128, deadline: i64, now: i64) {
+    session_lease(id, deadline, true, false, now);
+}

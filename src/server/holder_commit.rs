@@ -19,6 +19,8 @@ pub struct Commit<'a> {
     pub edit: HolderEdit<'a>,
     pub ended: &'a [*mut RedisModuleString],
     pub now: i64,
+    /// The short id of the session that holds the place the edit puts.
+    pub session: Option<u64>,
 }
 
 /// What a semaphore's or read-write lock's commit does besides pruning, as

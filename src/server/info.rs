@@ -11,7 +11,7 @@ use crate::server::{counters, eviction, timings};
 
 /// The `INFO lock` section (fields appear as `lock_<name>`).
 pub unsafe extern "C" fn render(ctx: *mut RedisModuleInfoCtx, _for_crash_report: c_int) {
-    let fields: [(&CStr, u64); 52] = [
+    let fields: [(&CStr, u64); 53] = [
         (c"grants", counters::GRANTS.get()),
         (c"refusals", counters::REFUSALS.get()),
         (c"renewals", counters::RENEWALS.get()),
@@ -59,6 +59,7 @@ pub unsafe extern "C" fn render(ctx: *mut RedisModuleInfoCtx, _for_crash_report:
         (c"sessions_expired", counters::SESSIONS_EXPIRED.get()),
         (c"sessions_revoked", counters::SESSIONS_REVOKED.get()),
         (c"session_holds_ended", counters::SESSION_HOLDS_ENDED.get()),
+        (c"session_holds_evicted", counters::SESSION_HOLDS_EVICTED.get()),
         (c"orphans_leased", counters::ORPHANS_LEASED.get()),
         (c"orphans_adopted", counters::ORPHANS_ADOPTED.get()),
         (c"session_tick_max_us", counters::SESSION_TICK_MAX_US.load(std::sync::atomic::Ordering::Relaxed)),

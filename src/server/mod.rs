@@ -13,6 +13,7 @@ pub mod config;
 pub mod counters;
 pub mod events;
 pub mod eviction;
+pub mod eviction_sessions;
 pub mod eviction_window;
 pub mod holder_commit;
 pub mod info;

@@ -257,7 +257,7 @@ pub fn holders_commit(c: &Commit) {
     if !config::hold_timing() {
         return;
     }
-    let Commit { ctx, name, summary, edit, ended, now } = *c;
+    let Commit { ctx, name, summary, edit, ended, now, .. } = *c;
     let h = held_key(ctx.db(), bytes(name));
     let mut s = state();
     for &m in ended {

@@ -4,8 +4,8 @@
 //! keys (RDB aux data), and a rewrite with `aof-use-rdb-preamble no`
 //! writes keys only. So after such a rewrite forks, the master restates
 //! that state as the entries that replicate its changes anyway
-//! (`SESSION.APPLY GRANT`, `END`, `ATTACH`, `REVOKEHOLD`, `NOTE`, and
-//! `LOCK.FENCEFLOOR`): Redis opened the new incremental file before the
+//! (`SESSION.APPLY GRANT`, `END`, `ATTACH`, `REVOKEHOLD`, `NOTE`,
+//! `EVICTHOLD`, and `LOCK.FENCEFLOOR`): Redis opened the new incremental file before the
 //! fork, so they land after the new base, and whatever changes later is
 //! replicated after them as usual. (`rewriteAppendOnlyFileBackground`
 //! calls `openNewIncrAofForAppend` before `redisFork`, which sets the
@@ -17,7 +17,8 @@
 //! The walk runs in bounded slices from the sessions' timer
 //! (`crate::blocked::session_end`), resuming from a cursor: the session
 //! whose holds it is at and the last hold restated (the next slice reads
-//! the holds after it), the last revoked hold, the last reason. Each entry
+//! the holds after it), the last revoked hold, the last reason, the last
+//! evicted hold's note. Each entry
 //! says the state when it is sent; a hold attached after the fork may be
 //! restated again (an `ATTACH` of a hold already noted changes nothing).
 //! The first slice copies the session ids (16 bytes each), and the notes
@@ -42,7 +43,7 @@ use crate::server::events::DbEvent;
 use crate::server::revoked::{self, Holder};
 use crate::store::hold_key::HoldKey;
 use crate::store::session::{self, table};
-use crate::store::{fence, session_gone, session_revoked};
+use crate::store::{fence, session_evicted, session_gone, session_revoked};
 use redis_lock_rules::session::Id;
 
 /// Where a walk is.
@@ -65,6 +66,9 @@ enum Phase {
     },
     Reasons {
         after: Option<Holder>,
+    },
+    Evicted {
+        after: Option<(i64, Id, HoldKey)>,
     },
 }
 
@@ -180,7 +184,11 @@ impl Slice {
                     Ok(done) => done,
                     Err(paused) => return Some(paused),
                 },
-                Phase::Reasons { after } => return self.reasons(after),
+                Phase::Reasons { after } => match self.reasons(after) {
+                    Ok(next) => next,
+                    Err(left) => return Some(left),
+                },
+                Phase::Evicted { after } => return self.evicted(after),
             };
             if self.spent() {
                 return Some(phase);
@@ -288,15 +296,15 @@ impl Slice {
     }
 
     /// The revoked holders' reasons (each with its key's note: a reason
-    /// whose key has none is not restated). The last phase.
-    fn reasons(&mut self, mut after: Option<Holder>) -> Option<Phase> {
+    /// whose key has none is not restated).
+    fn reasons(&mut self, mut after: Option<Holder>) -> Result<Phase, Phase> {
         loop {
             if self.spent() {
-                return Some(Phase::Reasons { after });
+                return Err(Phase::Reasons { after });
             }
             let found = revoked::reasons_after(after.as_ref(), CHUNK);
             if found.is_empty() {
-                return None;
+                return Ok(Phase::Evicted { after: None });
             }
             for ((db, key, token), why) in found {
                 if let Some(deadline) = revoked::note_of(db, &key) {
@@ -307,6 +315,27 @@ impl Slice {
                 }
                 self.sent(key.len() + token.len());
                 after = Some((db, key, token));
+            }
+        }
+    }
+
+    /// The sessions' holds lost to an eviction (`SESSION.APPLY
+    /// EVICTHOLD`). The last phase.
+    fn evicted(&mut self, mut after: Option<(i64, Id, HoldKey)>) -> Option<Phase> {
+        loop {
+            if self.spent() {
+                return Some(Phase::Evicted { after });
+            }
+            let found = session_evicted::after(after.as_ref(), CHUNK);
+            if found.is_empty() {
+                return None;
+            }
+            for (until, id, hold, at) in found {
+                let (db, name, token) = hold.split();
+                self.ctx.select(db);
+                session_evicted::replicate_entry(self.ctx, id, name, at, token.unwrap_or_default());
+                self.sent(hold.weight());
+                after = Some((until, id, hold));
             }
         }
     }

@@ -29,7 +29,13 @@ impl HoldersKey {
         }
         let ctx = self.ctx;
         // Hold timing's hook: before anything is written or notified.
-        let commit = Commit { ctx, name: self.name, summary, edit: edit.timed(), ended: &self.ended, now: self.now };
+        let session = match self.session {
+            Mark::Set(short) => Some(short),
+            Mark::Clear => None,
+            Mark::Keep => summary.and_then(|s| s.session),
+        };
+        let (name, ended, now) = (self.name, &self.ended, self.now);
+        let commit = Commit { ctx, name, summary, edit: edit.timed(), ended, now, session };
         timings::holders_commit(&commit);
         eviction::holders_commit(&commit);
         let last = match last_after(summary, edit.change()) {

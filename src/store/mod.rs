@@ -11,6 +11,7 @@
 //! the boundary.
 
 pub mod aof_walk;
+pub mod eviction_rdb;
 pub mod fence;
 pub mod hold_key;
 pub mod holders_commit;
@@ -21,6 +22,7 @@ pub mod lease;
 pub mod lock_key;
 pub mod lock_set;
 pub mod session;
+pub mod session_evicted;
 pub mod session_gone;
 pub mod session_rdb;
 pub mod session_revoked;

@@ -19,7 +19,7 @@ use crate::boundary::api::rm;
 use crate::boundary::ctx::{bytes, Ctx};
 use crate::server::counters as stats;
 use crate::server::events::{self, Changed, DbEvent};
-use crate::server::eviction;
+use crate::server::{eviction, eviction_window};
 use crate::store::session_gone;
 
 pub use crate::store::hold_key::HoldKey;
@@ -392,6 +392,10 @@ pub fn apply(ctx: Ctx, entry: Apply) {
         // ended session, so no other ATTACH follows one).
         Apply::Attach { id, key, token } => {
             t.restate(id, HoldKey::new(ctx.db(), key, token));
+            // Written by no code of this process: the window's, once promoted.
+            if let Some(deadline) = t.info(id, 0).map(|i| i.deadline) {
+                eviction_window::loaded_session(id, deadline, ctx.now_ms());
+            }
         }
         Apply::Detach { id, key, token } => t.detach(id, &HoldKey::new(ctx.db(), key, token)),
     }

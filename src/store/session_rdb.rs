@@ -19,7 +19,7 @@ use redis_module::raw::{self, RedisModuleIO};
 
 use crate::boundary::aux::aux_only;
 use crate::boundary::ctx::Ctx;
-use crate::server::events;
+use crate::server::{events, eviction_window};
 use crate::store::session::{counted, table, HoldKey, HOLDER};
 
 unsafe extern "C" fn aux_save(rdb: *mut RedisModuleIO, _when: c_int) {
@@ -82,6 +82,7 @@ unsafe extern "C" fn aux_load(rdb: *mut RedisModuleIO, _encver: c_int, _when: c_
 }
 
 fn load(rdb: *mut RedisModuleIO) -> Result<(), redis_module::error::Error> {
+    let now = Ctx(std::ptr::null_mut()).now_ms();
     let mut t = table();
     // The RDB holds every session of the node it was saved on.
     t.clear();
@@ -101,6 +102,10 @@ fn load(rdb: *mut RedisModuleIO) -> Result<(), redis_module::error::Error> {
             let db = raw::load_signed(rdb)? as c_int;
             let key = raw::load_string_buffer(rdb)?;
             holds.insert(&loaded_hold(db, key.as_ref()));
+        }
+        if ended.is_none() && !holds.is_empty() {
+            // Its holds are in no table of this process: the window's.
+            eviction_window::loaded_session(id, deadline, now);
         }
         t.restore(id, Session { id, ttl, lock_delay, deadline, ended, holds });
     }
