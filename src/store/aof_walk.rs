@@ -15,14 +15,23 @@
 //! AOF until the rewrite is done.
 //!
 //! The walk runs in bounded slices from the sessions' timer
-//! (`crate::blocked::session_end`), resuming from a cursor: the session
-//! whose holds it is at and the last hold restated (the next slice reads
-//! the holds after it), the last revoked hold, the last reason. Each entry
-//! says the state when it is sent; a hold attached after the fork may be
-//! restated again (an `ATTACH` of a hold already noted changes nothing).
-//! The first slice copies the session ids (16 bytes each), and the notes
-//! phase the noted keys: maps with no order to resume from. A new rewrite
-//! restarts the walk; a master that becomes a replica drops it.
+//! (`crate::blocked::session_end`), resuming from a cursor: the next
+//! session slot (a session keeps its slot in the table's chunks while it
+//! is there: `Sessions::walk_from`), the session whose holds it is at and
+//! the last hold restated (the next slice reads the holds after it), the
+//! last revoked hold, the last noted key, the last reason. No step copies
+//! a table: each reads at most 1024 slots or 8 entries. Each entry says
+//! the state when it is sent, and what changes between slices is
+//! replicated after it as usual: a session granted after the fork is in
+//! the new AOF through its own `GRANT` (restated again if it took a free
+//! slot ahead of the cursor: the same state); one that ends before the
+//! walk reaches it is restated as `GRANT` then `END` (never alive after
+//! its end), or not at all once forgotten (its `END` and `FORGET`, earlier
+//! in the file, found no session then); one that ends after is ended by
+//! its own `END`, after the walk's `GRANT`. A hold attached after the fork
+//! may be restated again (an `ATTACH` of a hold already noted changes
+//! nothing). A new rewrite restarts the walk; a master that becomes a
+//! replica drops it.
 //!
 //! On replicas the entries change nothing: the same state, applied again
 //! (no counter counts an applied entry). Not done: a replica's own AOF
@@ -43,25 +52,22 @@ use crate::server::revoked::{self, Holder};
 use crate::store::hold_key::HoldKey;
 use crate::store::session::{self, table};
 use crate::store::{fence, session_gone, session_revoked};
-use redis_lock_rules::session::Id;
+use redis_lock_rules::session::{Id, SlotWalk};
 
 /// Where a walk is.
 enum Phase {
     Fence,
-    /// The sessions to restate (`None`: not copied yet), the next one's
-    /// index, and the session whose holds are being restated with the
-    /// last hold restated.
+    /// The next session slot to look at, and the session whose holds
+    /// are being restated with the last hold restated.
     Sessions {
-        ids: Option<Vec<Id>>,
-        next: usize,
+        slot: usize,
         at: Option<(Id, Option<HoldKey>)>,
     },
     Revoked {
         after: Option<(i64, Id, HoldKey)>,
     },
     Notes {
-        keys: Option<Vec<(c_int, Vec<u8>)>>,
-        next: usize,
+        after: Option<(c_int, Vec<u8>)>,
     },
     Reasons {
         after: Option<Holder>,
@@ -130,8 +136,10 @@ pub fn step(ctx: Ctx, budget: Budget) -> bool {
     more
 }
 
-/// Holds read from the table at a time.
+/// Holds (revoked holds, notes, reasons) read at a time.
 const CHUNK: usize = 8;
+/// Session slots looked at in one step (free ones are skipped): 40 KiB.
+const SLOTS: usize = 1024;
 
 struct Slice {
     ctx: Ctx,
@@ -166,9 +174,9 @@ impl Slice {
                         fence::replicate_floor(self.ctx, mark);
                         self.sent(0);
                     }
-                    Phase::Sessions { ids: None, next: 0, at: None }
+                    Phase::Sessions { slot: 0, at: None }
                 }
-                Phase::Sessions { ids, next, at } => match self.sessions(ids, next, at) {
+                Phase::Sessions { slot, at } => match self.sessions(slot, at) {
                     Ok(done) => done,
                     Err(paused) => return Some(paused),
                 },
@@ -176,7 +184,7 @@ impl Slice {
                     Ok(done) => done,
                     Err(paused) => return Some(paused),
                 },
-                Phase::Notes { keys, next } => match self.notes(keys, next) {
+                Phase::Notes { after } => match self.notes(after) {
                     Ok(done) => done,
                     Err(paused) => return Some(paused),
                 },
@@ -188,26 +196,30 @@ impl Slice {
         }
     }
 
-    /// The sessions: each one's grant (and end), then its holds. `Ok`: the
-    /// next phase; `Err`: where to resume.
-    fn sessions(
-        &mut self,
-        ids: Option<Vec<Id>>,
-        mut next: usize,
-        mut at: Option<(Id, Option<HoldKey>)>,
-    ) -> Result<Phase, Phase> {
-        let ids = ids.unwrap_or_else(|| table().iter().map(|(id, _)| id).collect());
+    /// The sessions, slot by slot: each one's grant (and end), then its
+    /// holds. `Ok`: the next phase; `Err`: where to resume.
+    fn sessions(&mut self, mut slot: usize, mut at: Option<(Id, Option<HoldKey>)>) -> Result<Phase, Phase> {
         loop {
             if self.spent() {
-                return Err(Phase::Sessions { ids: Some(ids), next, at });
+                return Err(Phase::Sessions { slot, at });
             }
             let Some((id, after)) = at.take() else {
-                let Some(&id) = ids.get(next) else { return Ok(Phase::Revoked { after: None }) };
-                next += 1;
-                match self.restate_session(id) {
-                    true => at = Some((id, None)),
-                    // Gone since (its end was replicated): a step all the same.
-                    false => self.sent(0),
+                // (The table's lock is not held past the step.)
+                let step = table().walk_from(slot, SLOTS);
+                match step {
+                    SlotWalk::At { slot: found, id } => {
+                        slot = found + 1;
+                        match self.restate_session(id) {
+                            true => at = Some((id, None)),
+                            false => self.sent(0),
+                        }
+                    }
+                    // Free slots (sessions gone): a step all the same.
+                    SlotWalk::Skipped { next } => {
+                        slot = next;
+                        self.sent(0);
+                    }
+                    SlotWalk::End => return Ok(Phase::Revoked { after: None }),
                 }
                 continue;
             };
@@ -250,7 +262,7 @@ impl Slice {
             }
             let found = session_revoked::after(after.as_ref(), CHUNK);
             if found.is_empty() {
-                return Ok(Phase::Notes { keys: None, next: 0 });
+                return Ok(Phase::Notes { after: None });
             }
             for (deadline, id, hold, reason) in found {
                 let (db, name, token) = hold.split();
@@ -266,24 +278,23 @@ impl Slice {
         }
     }
 
-    fn notes(&mut self, keys: Option<Vec<(c_int, Vec<u8>)>>, mut next: usize) -> Result<Phase, Phase> {
-        let keys = keys.unwrap_or_else(revoked::noted_keys);
+    fn notes(&mut self, mut after: Option<(c_int, Vec<u8>)>) -> Result<Phase, Phase> {
         loop {
             if self.spent() {
-                return Err(Phase::Notes { keys: Some(keys), next });
+                return Err(Phase::Notes { after });
             }
-            let Some((db, key)) = keys.get(next) else { return Ok(Phase::Reasons { after: None }) };
-            next += 1;
-            // Gone since (its end was replicated): a step all the same.
-            let Some(deadline) = revoked::note_of(*db, key) else {
-                self.sent(0);
-                continue;
-            };
-            self.ctx.select(*db);
-            let name = self.ctx.string(key);
-            revoked::replicate_note(self.ctx, name, deadline, None);
-            self.ctx.free(name);
-            self.sent(key.len());
+            let found = revoked::notes_after(after.as_ref(), CHUNK);
+            if found.is_empty() {
+                return Ok(Phase::Reasons { after: None });
+            }
+            for ((db, key), deadline) in found {
+                self.ctx.select(db);
+                let name = self.ctx.string(&key);
+                revoked::replicate_note(self.ctx, name, deadline, None);
+                self.ctx.free(name);
+                self.sent(key.len());
+                after = Some((db, key));
+            }
         }
     }
 
