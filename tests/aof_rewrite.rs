@@ -13,7 +13,7 @@ use redis_lock_harness::Server;
 
 mod support;
 use support::lease::{field, fields_of, int, zrange};
-use support::{info_field, replica_of};
+use support::{info_field, replica_of, wait_for_link};
 
 /// A master without the RDB preamble, its AOF fsynced at every write, in
 /// a fresh folder (deleted with the returned guard).
@@ -376,4 +376,56 @@ fn sessions_granted_and_ended_between_the_walks_slices_come_back_as_they_were() 
     }
     let answers: Vec<Vec<i64>> = p.query(&mut c).unwrap();
     assert!(answers.iter().all(|a| a == &[60_000]), "the sessions granted meanwhile: {answers:?}");
+}
+
+/// A replica's own rewrite without the preamble: it restates the state its
+/// master's stream gave it (the full resync's RDB, then entries) into its
+/// own AOF, and a `kill -9` and a restart from that AOF (as a master of its
+/// own) give the master's sessions, deadlines, holds, revoked holds and
+/// fence mark.
+#[test]
+fn a_replica_restates_its_state_into_its_own_rewritten_aof() {
+    let master = Server::start();
+    let mut m = master.conn();
+    let id = grant(&mut m, &["60000", "LOCKDELAY", "100"]);
+    assert_eq!(int(&mut m, &["LOCK.ACQUIRE", "lock", "t", "1000", "SESSION", &id]), 1);
+    assert_eq!(int(&mut m, &["SEM.ACQUIRE", "sem", "t", "2", "1000", "SESSION", &id]), 1);
+    assert_eq!(int(&mut m, &["LOCK.ACQUIRE", "revoked", "t", "1000", "SESSION", &id]), 1);
+    let revoke: Value =
+        redis::cmd("LOCK.REVOKE").arg(&["revoked", "GRACE", "600000", "REASON", "drain"]).query(&mut m).unwrap();
+    assert!(matches!(revoke, Value::Array(_)), "{revoke:?}");
+    let floor = {
+        let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut m).unwrap();
+        (s * 1000 + us / 1000) * 1000 + 86_000_000_000
+    };
+    let _: () = redis::cmd("LOCK.FENCEFLOOR").arg(floor).query(&mut m).unwrap();
+    let fenced = fence(&mut m, "f", "a");
+    assert!(fenced > floor as i64);
+
+    let (mut replica, _dir) = no_preamble("replica");
+    let mut r = replica.conn();
+    let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(master.port()).query(&mut r).unwrap();
+    wait_for_link(&mut r);
+    // After the resync: entries of the master's stream.
+    let other = grant(&mut m, &["30000"]);
+    assert_eq!(int(&mut m, &["LOCK.ACQUIRE", "late", "t", "1000", "SESSION", &other]), 1);
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut m).unwrap();
+    until_rewritten(&mut r);
+    let walks = info_field(&mut r, "aof_walks");
+    bgrewriteaof(&mut r);
+    until_rewritten(&mut r);
+    assert!(info_field(&mut r, "aof_walks") > walks, "the replica walked after its rewrite");
+    let ids = list(&mut m);
+    assert_eq!(ids.len(), 2);
+    let before: Vec<_> = ids.iter().map(|s| described(&mut m, s)).collect();
+    assert_eq!(ids.iter().map(|s| described(&mut r, s)).collect::<Vec<_>>(), before, "the replica's state");
+    assert_eq!(info_field(&mut r, "sessions_granted"), 0, "the replica counted nothing");
+
+    replica.restart();
+    let mut r = replica.conn();
+    assert_eq!(list(&mut r), ids, "the sessions came back from the replica's AOF");
+    assert_eq!(ids.iter().map(|s| described(&mut r, s)).collect::<Vec<_>>(), before);
+    assert!(int(&mut r, &["LOCK.RENEW", "revoked", "t", "1000"]) < 0, "still revoked");
+    let again = fence(&mut r, "f2", "b");
+    assert!(again > fenced, "{again} > {fenced}");
 }

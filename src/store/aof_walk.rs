@@ -2,7 +2,7 @@
 //! (docs/sessions.md, "Persistence"): the sessions, their holds and
 //! revoked holds, the revoked keys' notes and the fence mark live outside
 //! keys (RDB aux data), and a rewrite with `aof-use-rdb-preamble no`
-//! writes keys only. So after such a rewrite forks, the master restates
+//! writes keys only. So after such a rewrite forks, the node restates
 //! that state as the entries that replicate its changes anyway
 //! (`SESSION.APPLY GRANT`, `END`, `ATTACH`, `REVOKEHOLD`, `NOTE`, and
 //! `LOCK.FENCEFLOOR`): Redis opened the new incremental file before the
@@ -26,18 +26,21 @@
 //! the new AOF through its own `GRANT` (restated again if it took a free
 //! slot ahead of the cursor: the same state); one that ends before the
 //! walk reaches it is restated as `GRANT` then `END` (never alive after
-//! its end), or not at all once forgotten (its `END` and `FORGET`, earlier
-//! in the file, found no session then); one that ends after is ended by
+//! its end), or not at all once forgotten (its own `END` and `FORGET` are
+//! earlier in the file); one that ends after is ended by
 //! its own `END`, after the walk's `GRANT`. A hold attached after the fork
 //! may be restated again (an `ATTACH` of a hold already noted changes
-//! nothing). A new rewrite restarts the walk; a master that becomes a
-//! replica drops it.
+//! nothing). A new rewrite restarts the walk.
 //!
-//! On replicas the entries change nothing: the same state, applied again
-//! (no counter counts an applied entry). Not done: a replica's own AOF
-//! (it restates nothing), and a restart from the rewritten AOF before the
-//! walk ended (`INFO lock`'s `lock_aof_walking`) misses what was not
-//! restated yet.
+//! A replica walks after its own rewrite too (a full resync's included:
+//! Redis restarts the AOF with a rewrite after it), into its own AOF only
+//! (`crate::server::aof`): its state is its master's at that point of the
+//! stream, and the master's entries follow in its AOF as they apply. The
+//! master's walk reaches the replica as well, where its entries change
+//! nothing: the same state, applied again (no counter counts an applied
+//! entry). Not done: a restart from the rewritten AOF before the walk
+//! ended (`INFO lock`'s `lock_aof_walking`) misses what was not restated
+//! yet.
 
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
@@ -88,8 +91,10 @@ pub struct Budget {
 }
 
 /// The listener's part: a child was forked. True when it is an AOF
-/// rewrite without the preamble, on a master with the AOF on, and a walk
-/// (re)starts: the caller arms the sessions' timer.
+/// rewrite without the preamble, with the AOF on, and a walk (re)starts:
+/// the caller arms the sessions' timer. A master that becomes a replica
+/// walks on (its state is still what its AOF lacks; a full resync stops
+/// the AOF and restarts it with a new rewrite, which restarts the walk).
 pub fn on_db_event(ctx: Ctx, ev: &DbEvent) -> bool {
     match ev {
         DbEvent::Forked if aof::rewrite_without_preamble(ctx) => {
@@ -98,17 +103,8 @@ pub fn on_db_event(ctx: Ctx, ev: &DbEvent) -> bool {
             AOF_WALKING.store(1, Ordering::Relaxed);
             true
         }
-        DbEvent::Demoted => {
-            stop();
-            false
-        }
         _ => false,
     }
-}
-
-fn stop() {
-    *walk() = None;
-    AOF_WALKING.store(0, Ordering::Relaxed);
 }
 
 /// Whether a walk is under way.
@@ -117,7 +113,7 @@ pub fn walking() -> bool {
 }
 
 /// One slice of the walk, within `budget` (at least one entry); whether
-/// work remains. Master only, writes not paused (the caller's checks).
+/// work remains. Writes not paused (the caller's check).
 pub fn step(ctx: Ctx, budget: Budget) -> bool {
     if !walking() {
         return false;
