@@ -415,6 +415,7 @@ fn a_replica_restates_its_state_into_its_own_rewritten_aof() {
     let _: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut m).unwrap();
     until_rewritten(&mut r);
     let walks = info_field(&mut r, "aof_walks");
+    assert!(walks >= 1, "Redis rewrites a replica's AOF after a full resync, and the replica walked");
     bgrewriteaof(&mut r);
     until_rewritten(&mut r);
     assert!(info_field(&mut r, "aof_walks") > walks, "the replica walked after its rewrite");
