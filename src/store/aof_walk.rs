@@ -27,10 +27,10 @@
 //! slot ahead of the cursor: the same state); one that ends before the
 //! walk reaches it is restated as `GRANT` then `END` (never alive after
 //! its end), or not at all once forgotten (its own `END` and `FORGET` are
-//! earlier in the file); one that ends after is ended by
-//! its own `END`, after the walk's `GRANT`. A hold attached after the fork
-//! may be restated again (an `ATTACH` of a hold already noted changes
-//! nothing). A new rewrite restarts the walk.
+//! earlier in the file); one that ends after is ended by its own `END`,
+//! after the walk's `GRANT`. A hold attached after the fork may be
+//! restated again (an `ATTACH` of a hold already noted changes nothing).
+//! A new rewrite restarts the walk.
 //!
 //! A replica walks after its own rewrite too (a full resync's included:
 //! Redis restarts the AOF with a rewrite after it), into its own AOF only
