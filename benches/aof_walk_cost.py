@@ -4,13 +4,15 @@ preamble costs the server (src/store/aof_walk.rs, docs/sessions.md
 "Persistence"): S sessions holding nothing plus one session holding N
 locks, `aof-use-rdb-preamble no`, then BGREWRITEAOF. Reported: the longest
 run of the sessions' timer during the walk (`lock_session_tick_max_us`,
-the server thread's CPU time; its first slice copies the S session ids),
+the server thread's CPU time: every slice is bounded, the sessions walked
+from a slot cursor),
 the longest PING round trip a probe sees meanwhile (and the same PINGs
 idle), and how long the walk took.
 
 Usage:
     python3 benches/aof_walk_cost.py                       # S=100000, N=1000000
     python3 benches/aof_walk_cost.py --sessions 1000 --locks 10000
+    python3 benches/aof_walk_cost.py --sessions 1000000 --locks 10000
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ use redis_lock_harness::Server;
 
 mod support;
 use support::lease::{field, fields_of, int, zrange};
-use support::{info_field, replica_of};
+use support::{info_field, replica_of, wait_for_link};
 
 /// A master without the RDB preamble, its AOF fsynced at every write, in
 /// a fresh folder (deleted with the returned guard).
@@ -285,4 +285,151 @@ fn no_walk_after_a_bgsave_or_a_rewrite_with_the_preamble() {
     server.restart();
     let mut c = server.conn();
     assert_eq!(described(&mut c, &id), before, "the preamble carried the session");
+}
+
+/// The sessions the walk restates slot by slot while others come and go.
+const MANY: usize = 20_000;
+/// The most rounds of writes during that walk.
+const ROUNDS: usize = 90;
+
+/// 20,000 sessions take the walk many slices (a `GRANT` each, at most 256
+/// a slice), and between them sessions are granted (into the slots of
+/// sessions just gone, ahead of the walk or behind it), revoked before the
+/// walk reaches them or after, and kept alive. After the walk, a `kill -9`
+/// and a restart from the rewritten AOF give the same sessions with the
+/// same deadlines and holds: none revoked comes back alive, none granted
+/// meanwhile is missing.
+#[test]
+fn sessions_granted_and_ended_between_the_walks_slices_come_back_as_they_were() {
+    let (mut server, _dir) = no_preamble("between");
+    let mut c = server.conn();
+    let mut p = redis::pipe();
+    for _ in 0..MANY {
+        p.cmd("SESSION.GRANT").arg(60_000);
+    }
+    let ids: Vec<String> = p.query(&mut c).unwrap();
+    // Every 100th session holds a lock.
+    let mut p = redis::pipe();
+    for (i, id) in ids.iter().enumerate().step_by(100) {
+        p.cmd("LOCK.ACQUIRE").arg(format!("h{i}")).arg("t").arg(60_000).arg("SESSION").arg(id).ignore();
+    }
+    let () = p.query(&mut c).unwrap();
+    let walks = info_field(&mut c, "aof_walks");
+    bgrewriteaof(&mut c);
+    let (mut n, mut gone, mut late, mut kept) = (0, Vec::new(), Vec::new(), Vec::new());
+    // Rounds of writes while the walk runs (at least 3, at most `ROUNDS`:
+    // the indexes below stay apart).
+    while n < 3 || (n < ROUNDS && info_field(&mut c, "aof_walking") == 1) {
+        // From the end of the table, where the walk is not yet: one with a
+        // lock (its slot is freed once the lock is released), one without.
+        for i in [MANY - 100 * (n + 1), MANY - 1 - n] {
+            assert_eq!(int(&mut c, &["SESSION.REVOKE", &ids[i]]), 1);
+            gone.push(ids[i].clone());
+        }
+        // From the start, where the walk has been.
+        assert_eq!(int(&mut c, &["SESSION.REVOKE", &ids[n * 100 + 1]]), 1);
+        gone.push(ids[n * 100 + 1].clone());
+        let k: Vec<i64> = redis::cmd("SESSION.KEEPALIVE").arg(&ids[MANY / 2 + n]).query(&mut c).unwrap();
+        assert_eq!(k, vec![60_000]);
+        kept.push(ids[MANY / 2 + n].clone());
+        // New ones take the slots freed last.
+        let s = grant(&mut c, &["60000"]);
+        assert_eq!(int(&mut c, &["LOCK.ACQUIRE", &format!("late{n}"), "t", "60000", "SESSION", &s]), 1);
+        match n % 3 {
+            0 => {
+                assert_eq!(int(&mut c, &["SESSION.REVOKE", &s]), 1);
+                gone.push(s);
+            }
+            _ => late.push(s),
+        }
+        n += 1;
+    }
+    eprintln!("{n} rounds of writes while the walk ran");
+    until_rewritten(&mut c);
+    assert_eq!(info_field(&mut c, "aof_walks"), walks + 1);
+    let live = MANY - 3 * n + late.len();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // The revoked sessions are forgotten once their locks are released.
+    while list(&mut c).len() != live {
+        assert!(Instant::now() < deadline, "the revoked sessions' locks were not released");
+        thread::sleep(Duration::from_millis(10));
+    }
+    let listed = list(&mut c);
+    let watched: Vec<&String> =
+        late.iter().chain(&kept).chain(ids.iter().step_by(97)).filter(|id| listed.contains(id)).collect();
+    let before: Vec<_> = watched.iter().map(|id| described(&mut c, id)).collect();
+    assert!(before.iter().all(Option::is_some));
+    let keys: i64 = redis::cmd("DBSIZE").query(&mut c).unwrap();
+
+    server.restart();
+    let mut c = server.conn();
+    assert_eq!(list(&mut c), listed, "the same sessions after the restart");
+    let after: Vec<_> = watched.iter().map(|id| described(&mut c, id)).collect();
+    assert_eq!(after, before, "deadlines and holds");
+    assert_eq!(redis::cmd("DBSIZE").query::<i64>(&mut c).unwrap(), keys);
+    let mut p = redis::pipe();
+    for id in &gone {
+        p.cmd("SESSION.KEEPALIVE").arg(id);
+    }
+    let answers: Vec<Vec<i64>> = p.query(&mut c).unwrap();
+    assert!(answers.iter().all(|a| a == &[0]), "no revoked session is alive again: {answers:?}");
+    let mut p = redis::pipe();
+    for id in &late {
+        p.cmd("SESSION.KEEPALIVE").arg(id);
+    }
+    let answers: Vec<Vec<i64>> = p.query(&mut c).unwrap();
+    assert!(answers.iter().all(|a| a == &[60_000]), "the sessions granted meanwhile: {answers:?}");
+}
+
+/// A replica's own rewrite without the preamble: it restates the state its
+/// master's stream gave it (the full resync's RDB, then entries) into its
+/// own AOF, and a `kill -9` and a restart from that AOF (as a master of its
+/// own) give the master's sessions, deadlines, holds, revoked holds and
+/// fence mark.
+#[test]
+fn a_replica_restates_its_state_into_its_own_rewritten_aof() {
+    let master = Server::start();
+    let mut m = master.conn();
+    let id = grant(&mut m, &["60000", "LOCKDELAY", "100"]);
+    assert_eq!(int(&mut m, &["LOCK.ACQUIRE", "lock", "t", "1000", "SESSION", &id]), 1);
+    assert_eq!(int(&mut m, &["SEM.ACQUIRE", "sem", "t", "2", "1000", "SESSION", &id]), 1);
+    assert_eq!(int(&mut m, &["LOCK.ACQUIRE", "revoked", "t", "1000", "SESSION", &id]), 1);
+    let revoke: Value =
+        redis::cmd("LOCK.REVOKE").arg(&["revoked", "GRACE", "600000", "REASON", "drain"]).query(&mut m).unwrap();
+    assert!(matches!(revoke, Value::Array(_)), "{revoke:?}");
+    let floor = {
+        let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut m).unwrap();
+        (s * 1000 + us / 1000) * 1000 + 86_000_000_000
+    };
+    let _: () = redis::cmd("LOCK.FENCEFLOOR").arg(floor).query(&mut m).unwrap();
+    let fenced = fence(&mut m, "f", "a");
+    assert!(fenced > floor as i64);
+
+    let (mut replica, _dir) = no_preamble("replica");
+    let mut r = replica.conn();
+    let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(master.port()).query(&mut r).unwrap();
+    wait_for_link(&mut r);
+    // After the resync: entries of the master's stream.
+    let other = grant(&mut m, &["30000"]);
+    assert_eq!(int(&mut m, &["LOCK.ACQUIRE", "late", "t", "1000", "SESSION", &other]), 1);
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut m).unwrap();
+    until_rewritten(&mut r);
+    let walks = info_field(&mut r, "aof_walks");
+    assert!(walks >= 1, "Redis rewrites a replica's AOF after a full resync, and the replica walked");
+    bgrewriteaof(&mut r);
+    until_rewritten(&mut r);
+    assert!(info_field(&mut r, "aof_walks") > walks, "the replica walked after its rewrite");
+    let ids = list(&mut m);
+    assert_eq!(ids.len(), 2);
+    let before: Vec<_> = ids.iter().map(|s| described(&mut m, s)).collect();
+    assert_eq!(ids.iter().map(|s| described(&mut r, s)).collect::<Vec<_>>(), before, "the replica's state");
+    assert_eq!(info_field(&mut r, "sessions_granted"), 0, "the replica counted nothing");
+
+    replica.restart();
+    let mut r = replica.conn();
+    assert_eq!(list(&mut r), ids, "the sessions came back from the replica's AOF");
+    assert_eq!(ids.iter().map(|s| described(&mut r, s)).collect::<Vec<_>>(), before);
+    assert!(int(&mut r, &["LOCK.RENEW", "revoked", "t", "1000"]) < 0, "still revoked");
+    let again = fence(&mut r, "f2", "b");
+    assert!(again > fenced, "{again} > {fenced}");
 }

@@ -169,6 +169,17 @@ impl Default for Sessions {
     }
 }
 
+/// A step of [`Sessions::walk_from`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotWalk {
+    /// The session `id`, in `slot` (the next step starts after it).
+    At { slot: usize, id: Id },
+    /// Free slots only, up to `next` (where the next step starts).
+    Skipped { next: usize },
+    /// No slot after.
+    End,
+}
+
 /// What [`Sessions::info`] tells of one session.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Info<'a> {
@@ -601,6 +612,28 @@ impl Sessions {
         })
     }
 
+    /// The first session in slot `from` or after, looking at `max` slots
+    /// at most (at least one): a walk over every session in bounded steps
+    /// (an AOF rewrite's), whatever changes between them. A session keeps
+    /// its slot while it is here, so one here before and after the walk
+    /// passes its slot is found once; one dropped before is not found; one
+    /// added meanwhile may be found or not (it may take a free slot behind
+    /// the walk). O(`max`).
+    pub fn walk_from(&self, from: usize, max: usize) -> SlotWalk {
+        let end = self.slots.len().saturating_sub(1) * CHUNK + self.slots.last().map_or(0, Vec::len);
+        let until = from.saturating_add(max.max(1)).min(end);
+        for i in from..until {
+            let s = &self.slots[i / CHUNK][i % CHUNK];
+            if !s.free() {
+                return SlotWalk::At { slot: i, id: s.id() };
+            }
+        }
+        match until < end {
+            true => SlotWalk::Skipped { next: until },
+            false => SlotWalk::End,
+        }
+    }
+
     /// Puts back a session read from the RDB, as it was saved.
     pub fn restore(&mut self, id: Id, s: Session) {
         let Session { ttl, lock_delay, deadline, ended, holds, .. } = s;
@@ -813,6 +846,53 @@ mod tests {
         assert_eq!(listed, want);
         // Slots freed were taken again: never more than 5,000 sessions at once.
         assert_eq!(t.slots.len(), 5_000usize.div_ceil(CHUNK));
+    }
+
+    /// Every session by [`Sessions::walk_from`] steps of at most `max` slots.
+    fn walked(t: &Sessions, from: usize, max: usize) -> (Vec<Id>, usize) {
+        let (mut at, mut ids, mut steps) = (from, Vec::new(), 0);
+        loop {
+            steps += 1;
+            match t.walk_from(at, max) {
+                SlotWalk::At { slot, id } => {
+                    assert!(slot >= at && slot < at + max, "{slot} within {max} of {at}");
+                    ids.push(id);
+                    at = slot + 1;
+                }
+                SlotWalk::Skipped { next } => {
+                    assert_eq!(next, at + max, "a step looks at {max} slots");
+                    at = next;
+                }
+                SlotWalk::End => return (ids, steps),
+            }
+        }
+    }
+
+    #[test]
+    fn a_walk_over_the_slots_finds_each_session_once_in_bounded_steps() {
+        let mut t = Sessions::default();
+        assert_eq!(t.walk_from(0, 10), SlotWalk::End);
+        for id in 1..=3_000 {
+            t.grant(id, 1_000, 0, NOW);
+        }
+        // A long run of free slots across chunks.
+        for id in 100..=2_900 {
+            t.forget(id);
+        }
+        let (ids, steps) = walked(&t, 0, 64);
+        assert_eq!(ids, (1..100).chain(2_901..=3_000).collect::<Vec<Id>>());
+        assert!(steps <= 200 + 2_801 / 64 + 2, "{steps} steps");
+        // Changes between steps: the walk is past slot 50 (session 51).
+        t.forget(60);
+        t.end(70, NOW, Reason::Revoked);
+        t.grant(5_000, 1_000, 0, NOW);
+        t.grant(5_001, 1_000, 0, NOW);
+        let (rest, _) = walked(&t, 50, 1_000);
+        assert!(!rest.contains(&60) && rest.contains(&70), "gone is not found, ended is");
+        let expected: Vec<Id> = (51..100).filter(|&i| i != 60).chain(2_901..=3_000).collect();
+        assert!(expected.iter().all(|id| rest.contains(id)), "every session still here");
+        assert_eq!(rest.iter().filter(|&&i| i == 5_000 || i == 5_001).count(), 2, "new ones in free slots after");
+        assert_eq!(t.walk_from(usize::MAX - 1, 5), SlotWalk::End, "past the end");
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //! and of the orphan walk (`crate::blocked::orphan_walk`).
 //!
 //! Only a master ends sessions: on a replica the tick does nothing but
-//! re-arm; the master's effects arrive as `SESSION.APPLY` entries.
+//! re-arm (and walk, after the replica's own AOF rewrite); the master's
+//! effects arrive as `SESSION.APPLY` entries.
 
 use std::ffi::c_void;
 use std::sync::Mutex;
@@ -82,18 +83,23 @@ unsafe extern "C" fn on_tick(ctx: *mut RedisModuleCtx, data: *mut c_void) {
         // While writes are paused (CLIENT PAUSE, FAILOVER, a shutdown
         // waiting for a replica) nothing may be written or propagated.
         let paused = rm!(RedisModule_AvoidReplicaTraffic)() != 0;
-        let next = match (ctx.is_master(), paused) {
-            (true, false) => {
+        // A replica ends nothing; it only walks after its own AOF rewrite.
+        let work = match ctx.is_master() {
+            true => Some(tick as fn(Ctx) -> Option<i64>),
+            false => aof_walk::walking().then_some(walk_only as fn(Ctx) -> Option<i64>),
+        };
+        let next = match (work, paused) {
+            (Some(work), false) => {
                 // CPU time: what the server's thread spent here, without
                 // the time the OS gave other processes meanwhile.
                 let started = cpu::thread_us();
-                let next = tick(ctx);
+                let next = work(ctx);
                 let us = cpu::thread_us().saturating_sub(started);
                 stats::SESSION_TICK_MAX_US.fetch_max(us, std::sync::atomic::Ordering::Relaxed);
                 next
             }
-            (true, true) => Some(ctx.now_ms() + PAUSE_RETRY_MS),
-            (false, _) => None,
+            (Some(_), true) => Some(ctx.now_ms() + PAUSE_RETRY_MS),
+            (None, _) => None,
         };
         arm(ctx, next.unwrap_or(ctx.now_ms() + IDLE_MS));
     }));
@@ -221,6 +227,12 @@ fn tick(ctx: Ctx) -> Option<i64> {
         let next = [t.next_due(), session_revoked::next_due()].into_iter().flatten().min();
         next.map(|at| at.saturating_add(1))
     }
+}
+
+/// A replica's tick: a slice of its AOF rewrite's walk; when the next is due.
+fn walk_only(ctx: Ctx) -> Option<i64> {
+    let walk = Budget { entries: MAX_HOLDS, bytes: MAX_KEY_BYTES, time: MAX_SLICE };
+    aof_walk::step(ctx, walk).then(|| ctx.now_ms() + 1)
 }
 
 /// Ends the revoked session holds whose deadline has come (at most

@@ -11,13 +11,16 @@ use crate::boundary::api::rm;
 use crate::boundary::ctx::Ctx;
 
 /// Whether the child just forked needs the node state restated after it
-/// (`crate::store::aof_walk`): on a master with the AOF on, whose child
-/// is an AOF rewrite (`INFO persistence`), with `aof-use-rdb-preamble no`.
+/// (`crate::store::aof_walk`): with the AOF on, whose child is an AOF
+/// rewrite (`INFO persistence`), with `aof-use-rdb-preamble no`. A master
+/// or a replica: a replica's `RedisModule_Replicate` reaches its own AOF
+/// and no further (`shouldPropagate` lets the AOF through on any node;
+/// `replicationFeedSlaves` returns at once on a replica, which proxies its
+/// master's stream: redis 7.0.15's `server.c` and `replication.c`, the
+/// same in valkey).
 pub fn rewrite_without_preamble(ctx: Ctx) -> bool {
     let flags = unsafe { rm!(RedisModule_GetContextFlags)(ctx.0) } as u32;
-    let (master, aof) = (raw::REDISMODULE_CTX_FLAGS_MASTER, raw::REDISMODULE_CTX_FLAGS_AOF);
-    flags & master != 0
-        && flags & aof != 0
+    flags & raw::REDISMODULE_CTX_FLAGS_AOF != 0
         && rewriting()
         && config(ctx, c"aof-use-rdb-preamble") == Some(b"no".to_vec())
 }

@@ -13,7 +13,7 @@
 //! uncounted. Nothing is looked up while no revocation is pending: one
 //! relaxed load per key event.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
@@ -35,7 +35,8 @@ pub type Holder = (c_int, Vec<u8>, Vec<u8>);
 /// a new one is not kept, and its holder's `reason` is unknown).
 pub const MAX_REASONS: usize = 10_000;
 
-static PENDING: LazyLock<Mutex<HashMap<Key, i64>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+/// In key order: an AOF rewrite's walk resumes after the last it restated.
+static PENDING: LazyLock<Mutex<BTreeMap<Key, i64>>> = LazyLock::new(|| Mutex::new(BTreeMap::new()));
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Notes plus reasons kept: the key-event listener's gate (0: it has
 /// nothing to look for in a key event, and is not called).
@@ -55,11 +56,11 @@ fn publish_reasons(r: &BTreeMap<Holder, String>) {
     regate();
 }
 
-fn pending() -> MutexGuard<'static, HashMap<Key, i64>> {
+fn pending() -> MutexGuard<'static, BTreeMap<Key, i64>> {
     PENDING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn publish(p: &HashMap<Key, i64>) {
+fn publish(p: &BTreeMap<Key, i64>) {
     COUNT.store(p.len(), Ordering::Relaxed);
     regate();
 }
@@ -110,13 +111,17 @@ pub fn replicate_note(ctx: Ctx, name: *mut RedisModuleString, deadline: i64, hol
     }
 }
 
-/// Every noted key: database and name (an AOF rewrite's walk reads them
-/// one slice at a time with [`note_of`]).
-pub fn noted_keys() -> Vec<(c_int, Vec<u8>)> {
+/// Up to `max` notes after `after` (database and key; from the first:
+/// `None`), in order, with their deadlines: an AOF rewrite's walk
+/// (`crate::store::aof_walk`). O(log n + max).
+pub fn notes_after(after: Option<&(c_int, Vec<u8>)>, max: usize) -> Vec<((c_int, Vec<u8>), i64)> {
     if COUNT.load(Ordering::Relaxed) == 0 {
         return Vec::new();
     }
-    pending().keys().cloned().collect()
+    use std::ops::Bound::{Excluded, Unbounded};
+    let p = pending();
+    let found = p.range::<Key, _>((after.map_or(Unbounded, Excluded), Unbounded));
+    found.take(max).map(|(k, &at)| (k.clone(), at)).collect()
 }
 
 /// The deadline noted for `key` in `db`, if any.

@@ -2,7 +2,7 @@
 //! (docs/sessions.md, "Persistence"): the sessions, their holds and
 //! revoked holds, the revoked keys' notes and the fence mark live outside
 //! keys (RDB aux data), and a rewrite with `aof-use-rdb-preamble no`
-//! writes keys only. So after such a rewrite forks, the master restates
+//! writes keys only. So after such a rewrite forks, the node restates
 //! that state as the entries that replicate its changes anyway
 //! (`SESSION.APPLY GRANT`, `END`, `ATTACH`, `REVOKEHOLD`, `NOTE`,
 //! `EVICTHOLD`, and `LOCK.FENCEFLOOR`): Redis opened the new incremental file before the
@@ -15,21 +15,33 @@
 //! AOF until the rewrite is done.
 //!
 //! The walk runs in bounded slices from the sessions' timer
-//! (`crate::blocked::session_end`), resuming from a cursor: the session
-//! whose holds it is at and the last hold restated (the next slice reads
-//! the holds after it), the last revoked hold, the last reason, the last
-//! evicted hold's note. Each entry
-//! says the state when it is sent; a hold attached after the fork may be
+//! (`crate::blocked::session_end`), resuming from a cursor: the next
+//! session slot (a session keeps its slot in the table's chunks while it
+//! is there: `Sessions::walk_from`), the session whose holds it is at and
+//! the last hold restated (the next slice reads the holds after it), the
+//! last revoked hold, the last noted key, the last reason, the last
+//! evicted hold's note. No step copies
+//! a table: each reads at most 1024 slots or 8 entries. Each entry says
+//! the state when it is sent, and what changes between slices is
+//! replicated after it as usual: a session granted after the fork is in
+//! the new AOF through its own `GRANT` (restated again if it took a free
+//! slot ahead of the cursor: the same state); one that ends before the
+//! walk reaches it is restated as `GRANT` then `END` (never alive after
+//! its end), or not at all once forgotten (its own `END` and `FORGET` are
+//! earlier in the file); one that ends after is ended by its own `END`,
+//! after the walk's `GRANT`. A hold attached after the fork may be
 //! restated again (an `ATTACH` of a hold already noted changes nothing).
-//! The first slice copies the session ids (16 bytes each), and the notes
-//! phase the noted keys: maps with no order to resume from. A new rewrite
-//! restarts the walk; a master that becomes a replica drops it.
+//! A new rewrite restarts the walk.
 //!
-//! On replicas the entries change nothing: the same state, applied again
-//! (no counter counts an applied entry). Not done: a replica's own AOF
-//! (it restates nothing), and a restart from the rewritten AOF before the
-//! walk ended (`INFO lock`'s `lock_aof_walking`) misses what was not
-//! restated yet.
+//! A replica walks after its own rewrite too (a full resync's included:
+//! Redis restarts the AOF with a rewrite after it), into its own AOF only
+//! (`crate::server::aof`): its state is its master's at that point of the
+//! stream, and the master's entries follow in its AOF as they apply. The
+//! master's walk reaches the replica as well, where its entries change
+//! nothing: the same state, applied again (no counter counts an applied
+//! entry). Not done: a restart from the rewritten AOF before the walk
+//! ended (`INFO lock`'s `lock_aof_walking`) misses what was not restated
+//! yet.
 
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
@@ -44,25 +56,22 @@ use crate::server::revoked::{self, Holder};
 use crate::store::hold_key::HoldKey;
 use crate::store::session::{self, table};
 use crate::store::{fence, session_evicted, session_gone, session_revoked};
-use redis_lock_rules::session::Id;
+use redis_lock_rules::session::{Id, SlotWalk};
 
 /// Where a walk is.
 enum Phase {
     Fence,
-    /// The sessions to restate (`None`: not copied yet), the next one's
-    /// index, and the session whose holds are being restated with the
-    /// last hold restated.
+    /// The next session slot to look at, and the session whose holds
+    /// are being restated with the last hold restated.
     Sessions {
-        ids: Option<Vec<Id>>,
-        next: usize,
+        slot: usize,
         at: Option<(Id, Option<HoldKey>)>,
     },
     Revoked {
         after: Option<(i64, Id, HoldKey)>,
     },
     Notes {
-        keys: Option<Vec<(c_int, Vec<u8>)>>,
-        next: usize,
+        after: Option<(c_int, Vec<u8>)>,
     },
     Reasons {
         after: Option<Holder>,
@@ -86,8 +95,10 @@ pub struct Budget {
 }
 
 /// The listener's part: a child was forked. True when it is an AOF
-/// rewrite without the preamble, on a master with the AOF on, and a walk
-/// (re)starts: the caller arms the sessions' timer.
+/// rewrite without the preamble, with the AOF on, and a walk (re)starts:
+/// the caller arms the sessions' timer. A master that becomes a replica
+/// walks on (its state is still what its AOF lacks; a full resync stops
+/// the AOF and restarts it with a new rewrite, which restarts the walk).
 pub fn on_db_event(ctx: Ctx, ev: &DbEvent) -> bool {
     match ev {
         DbEvent::Forked if aof::rewrite_without_preamble(ctx) => {
@@ -96,17 +107,8 @@ pub fn on_db_event(ctx: Ctx, ev: &DbEvent) -> bool {
             AOF_WALKING.store(1, Ordering::Relaxed);
             true
         }
-        DbEvent::Demoted => {
-            stop();
-            false
-        }
         _ => false,
     }
-}
-
-fn stop() {
-    *walk() = None;
-    AOF_WALKING.store(0, Ordering::Relaxed);
 }
 
 /// Whether a walk is under way.
@@ -115,7 +117,7 @@ pub fn walking() -> bool {
 }
 
 /// One slice of the walk, within `budget` (at least one entry); whether
-/// work remains. Master only, writes not paused (the caller's checks).
+/// work remains. Writes not paused (the caller's check).
 pub fn step(ctx: Ctx, budget: Budget) -> bool {
     if !walking() {
         return false;
@@ -134,8 +136,10 @@ pub fn step(ctx: Ctx, budget: Budget) -> bool {
     more
 }
 
-/// Holds read from the table at a time.
+/// Holds (revoked holds, notes, reasons) read at a time.
 const CHUNK: usize = 8;
+/// Session slots looked at in one step (free ones are skipped): 40 KiB.
+const SLOTS: usize = 1024;
 
 struct Slice {
     ctx: Ctx,
@@ -170,9 +174,9 @@ impl Slice {
                         fence::replicate_floor(self.ctx, mark);
                         self.sent(0);
                     }
-                    Phase::Sessions { ids: None, next: 0, at: None }
+                    Phase::Sessions { slot: 0, at: None }
                 }
-                Phase::Sessions { ids, next, at } => match self.sessions(ids, next, at) {
+                Phase::Sessions { slot, at } => match self.sessions(slot, at) {
                     Ok(done) => done,
                     Err(paused) => return Some(paused),
                 },
@@ -180,7 +184,7 @@ impl Slice {
                     Ok(done) => done,
                     Err(paused) => return Some(paused),
                 },
-                Phase::Notes { keys, next } => match self.notes(keys, next) {
+                Phase::Notes { after } => match self.notes(after) {
                     Ok(done) => done,
                     Err(paused) => return Some(paused),
                 },
@@ -196,26 +200,30 @@ impl Slice {
         }
     }
 
-    /// The sessions: each one's grant (and end), then its holds. `Ok`: the
-    /// next phase; `Err`: where to resume.
-    fn sessions(
-        &mut self,
-        ids: Option<Vec<Id>>,
-        mut next: usize,
-        mut at: Option<(Id, Option<HoldKey>)>,
-    ) -> Result<Phase, Phase> {
-        let ids = ids.unwrap_or_else(|| table().iter().map(|(id, _)| id).collect());
+    /// The sessions, slot by slot: each one's grant (and end), then its
+    /// holds. `Ok`: the next phase; `Err`: where to resume.
+    fn sessions(&mut self, mut slot: usize, mut at: Option<(Id, Option<HoldKey>)>) -> Result<Phase, Phase> {
         loop {
             if self.spent() {
-                return Err(Phase::Sessions { ids: Some(ids), next, at });
+                return Err(Phase::Sessions { slot, at });
             }
             let Some((id, after)) = at.take() else {
-                let Some(&id) = ids.get(next) else { return Ok(Phase::Revoked { after: None }) };
-                next += 1;
-                match self.restate_session(id) {
-                    true => at = Some((id, None)),
-                    // Gone since (its end was replicated): a step all the same.
-                    false => self.sent(0),
+                // (The table's lock is not held past the step.)
+                let step = table().walk_from(slot, SLOTS);
+                match step {
+                    SlotWalk::At { slot: found, id } => {
+                        slot = found + 1;
+                        match self.restate_session(id) {
+                            true => at = Some((id, None)),
+                            false => self.sent(0),
+                        }
+                    }
+                    // Free slots (sessions gone): a step all the same.
+                    SlotWalk::Skipped { next } => {
+                        slot = next;
+                        self.sent(0);
+                    }
+                    SlotWalk::End => return Ok(Phase::Revoked { after: None }),
                 }
                 continue;
             };
@@ -258,7 +266,7 @@ impl Slice {
             }
             let found = session_revoked::after(after.as_ref(), CHUNK);
             if found.is_empty() {
-                return Ok(Phase::Notes { keys: None, next: 0 });
+                return Ok(Phase::Notes { after: None });
             }
             for (deadline, id, hold, reason) in found {
                 let (db, name, token) = hold.split();
@@ -274,24 +282,23 @@ impl Slice {
         }
     }
 
-    fn notes(&mut self, keys: Option<Vec<(c_int, Vec<u8>)>>, mut next: usize) -> Result<Phase, Phase> {
-        let keys = keys.unwrap_or_else(revoked::noted_keys);
+    fn notes(&mut self, mut after: Option<(c_int, Vec<u8>)>) -> Result<Phase, Phase> {
         loop {
             if self.spent() {
-                return Err(Phase::Notes { keys: Some(keys), next });
+                return Err(Phase::Notes { after });
             }
-            let Some((db, key)) = keys.get(next) else { return Ok(Phase::Reasons { after: None }) };
-            next += 1;
-            // Gone since (its end was replicated): a step all the same.
-            let Some(deadline) = revoked::note_of(*db, key) else {
-                self.sent(0);
-                continue;
-            };
-            self.ctx.select(*db);
-            let name = self.ctx.string(key);
-            revoked::replicate_note(self.ctx, name, deadline, None);
-            self.ctx.free(name);
-            self.sent(key.len());
+            let found = revoked::notes_after(after.as_ref(), CHUNK);
+            if found.is_empty() {
+                return Ok(Phase::Reasons { after: None });
+            }
+            for ((db, key), deadline) in found {
+                self.ctx.select(db);
+                let name = self.ctx.string(&key);
+                revoked::replicate_note(self.ctx, name, deadline, None);
+                self.ctx.free(name);
+                self.sent(key.len());
+                after = Some((db, key));
+            }
         }
     }
 
