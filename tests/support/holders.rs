@@ -145,6 +145,22 @@ struct Holder {
     freed_at: Option<i64>,
 }
 
+impl Holder {
+    /// When the server can end its lease: one ms after the lease end (a
+    /// window while the end is not read yet).
+    fn end_window(&self) -> (i64, i64) {
+        if self.known {
+            (self.deadline + 1, self.deadline + 1)
+        } else {
+            (self.bounds.0 + 1, self.bounds.1 + 1)
+        }
+    }
+
+    fn earliest_end(&self) -> i64 {
+        self.end_window().0
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Waiter {
     actor: usize,
@@ -233,13 +249,7 @@ impl Model {
     /// end (one ms after it; a window while the end is not read yet), a
     /// wait's timeout.
     fn event_windows(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
-        let leases = self.holders.iter().map(|h| {
-            if h.known {
-                (h.deadline + 1, h.deadline + 1)
-            } else {
-                (h.bounds.0 + 1, h.bounds.1 + 1)
-            }
-        });
+        let leases = self.holders.iter().map(Holder::end_window);
         leases.chain(self.queue.iter().filter_map(|w| w.timeout))
     }
 
@@ -253,8 +263,9 @@ impl Model {
     }
 
     /// Applies every event due by `t`, in due order. `Err` when two
-    /// events' windows are too close to order.
-    fn advance(&mut self, t: i64, out: &mut Vec<Outcome>) -> Result<(), ()> {
+    /// events' windows are too close to order. `pong`: when the barrier's
+    /// reply came back, the latest a timer due by `t` can have run.
+    fn advance(&mut self, t: i64, pong: i64, out: &mut Vec<Outcome>) -> Result<(), ()> {
         loop {
             let lease = self.holders.iter().filter(|h| h.deadline < t).map(|h| (h.deadline + 1, h.known)).min();
             let timeout = self
@@ -281,7 +292,16 @@ impl Model {
                     }
                 }
                 (lease, Some((lo, hi, i))) => {
-                    if lease.is_some_and(|(due, _)| due <= hi + 2) || hi > t {
+                    // A timer the server runs late (a loaded machine: as
+                    // late as our PING) settles every lease ended by then,
+                    // not only the one it was due for; a place freed so can
+                    // go to this waiter before its own timeout runs. (Seen
+                    // on valkey 8.1: a lease end due 352 run at 366 also
+                    // ended one due 363 and granted a waiter whose timeout
+                    // was due by 360.) So a timeout is certain only while no
+                    // lease can end by the time the PONG came back.
+                    let overtaken = self.holders.iter().any(|h| h.earliest_end() <= pong + 1);
+                    if lease.is_some_and(|(due, _)| due <= hi + 2) || hi > t || overtaken {
                         return Err(());
                     }
                     let w = self.queue.remove(i).expect("waiter");
@@ -432,10 +452,11 @@ impl Run<'_> {
 
     /// Every module timer due by the returned time has run (see the module doc;
     /// 3 ms for the timers' ms rounding and a check re-armed 1 ms later).
-    fn barrier(&mut self) -> i64 {
+    /// Also returns when the PONG came back.
+    fn barrier(&mut self) -> (i64, i64) {
         let t = now_ms();
         let _: String = redis::cmd("PING").query(&mut self.c).expect("ping");
-        t - 3
+        (t - 3, now_ms())
     }
 
     /// Sleeps past the events due soon, lets the server make them, and
@@ -447,9 +468,9 @@ impl Run<'_> {
                 Some((e, hi)) if e <= now + BUDGET_MS => {
                     let wait = (hi + 4 - now).max(0);
                     thread::sleep(Duration::from_millis(wait as u64));
-                    let t = self.barrier();
+                    let (t, pong) = self.barrier();
                     let mut out = Vec::new();
-                    let ordered = self.model.advance(t, &mut out);
+                    let ordered = self.model.advance(t, pong, &mut out);
                     // The events before one that could not be ordered did
                     // happen; their grants were made before the PONG came back.
                     self.expect_outcomes(out);
@@ -533,6 +554,16 @@ impl Run<'_> {
             return;
         }
         let exp = pexpiretime(&mut self.c, &self.key);
+        // An event that fell due before these reads may have changed the
+        // set already: the replies of a step's grants can come from a timer
+        // the server ran late, and waiting for them can outlast the next
+        // lease end (valkey 8.1 at load 15: a grant's reply 50 ms after
+        // the step, and the lease that ended meanwhile was pruned before
+        // the set was read). Judged from what the server shows instead.
+        if self.model.next_event().is_some_and(|(lo, _)| lo <= now_ms() + 3) {
+            self.resync();
+            return;
+        }
         let m = &mut self.model;
         for (token, d) in &stored {
             match m.holders.iter_mut().find(|h| &h.token == token) {
@@ -915,7 +946,7 @@ impl Run<'_> {
             }
             self.model.queue.remove(i);
             // Those it unblocks (readers behind a writer) are granted from a timer.
-            let t = self.barrier();
+            let (t, _) = self.barrier();
             t1 = now_ms();
             if i == 0 {
                 self.model.serve(t0, t + 3, false, &mut out);
