@@ -255,9 +255,13 @@ async fn an_abandoned_async_acquire_releases_what_it_was_granted() {
     // Two paused servers: the attempt holds one grant while it waits for them.
     s[1].set_paused(true);
     s[2].set_paused(true);
-    let c = QuorumClient::open_with(&urls(&s), QuorumOptions::new().node_timeout(ms(20_000))).expect("client");
+    // Neither the node timeout nor the connect timeout (a paused server
+    // accepts the connection and answers nothing) may run out within the
+    // second below, however long a loaded machine stalls this process.
+    let opts = QuorumOptions::new().node_timeout(ms(20_000)).connect_timeout(ms(20_000));
+    let c = QuorumClient::open_with(&urls(&s), opts).expect("client");
     let r = tokio::time::timeout(ms(1000), c.try_acquire_async("job", ms(60_000))).await;
-    assert!(r.is_err(), "still waiting for the paused servers");
+    assert!(r.is_err(), "still waiting for the paused servers: {:?}", r.map(|r| r.map(|l| l.token().to_string())));
     assert!(get(&s[0], "job").is_some(), "the first server had granted");
     // The dropped attempt released it, not its 60 s TTL.
     let t = Instant::now();
