@@ -74,6 +74,28 @@ pub fn now_ms() -> i64 {
 pub fn stored(c: &mut redis::Connection, key: &str) -> (Option<i64>, Vec<(String, i64)>) {
     let flat: Vec<(Vec<u8>, f64)> =
         redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query(c).expect("zrange");
+    parse_stored(flat)
+}
+
+/// [`stored`] and the key's `PEXPIRETIME`, read in one `EXEC` (no timer
+/// runs between them: a grant by the queue's timer cannot fall between
+/// the two reads).
+pub fn stored_and_expiry(c: &mut redis::Connection, key: &str) -> ((Option<i64>, Vec<(String, i64)>), i64) {
+    let (flat, exp): (Vec<(Vec<u8>, f64)>, i64) = redis::pipe()
+        .atomic()
+        .cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .cmd("PEXPIRETIME")
+        .arg(key)
+        .query(c)
+        .expect("zrange and pexpiretime");
+    (parse_stored(flat), exp)
+}
+
+fn parse_stored(flat: Vec<(Vec<u8>, f64)>) -> (Option<i64>, Vec<(String, i64)>) {
     let mut tag = None;
     let mut holders = Vec::new();
     for (member, score) in flat {
@@ -538,7 +560,7 @@ impl Run<'_> {
     /// Compares the stored set with the model; learns lease ends.
     fn check_store(&mut self, what: &str) {
         let checked_from = now_ms();
-        let (tag, stored) = stored(&mut self.c, &self.key);
+        let ((tag, stored), exp) = stored_and_expiry(&mut self.c, &self.key);
         // A stored token the model still has in its queue: the server
         // granted that waiter before the model served it (on a loaded
         // machine a lease's end, a release and a grant can follow too
@@ -553,7 +575,6 @@ impl Run<'_> {
             self.resync();
             return;
         }
-        let exp = pexpiretime(&mut self.c, &self.key);
         // An event that fell due before these reads may have changed the
         // set already: the replies of a step's grants can come from a timer
         // the server ran late, and waiting for them can outlast the next
@@ -709,7 +730,12 @@ impl Run<'_> {
                 h.deadline = d;
                 h.known = true;
                 h.bounds = (d, d);
-                (d >= now).then_some(h)
+                // A lease that ended while someone waits is still an event
+                // to come: the queue's timer prunes it and serves the line
+                // (its end fell after the barrier, or a loaded server runs
+                // the timer late). Only without waiters does it stay until
+                // the next write prunes it.
+                (d >= now || !self.model.queue.is_empty()).then_some(h)
             })
             .collect();
         self.model.maybe =
