@@ -95,6 +95,23 @@ pub fn stored_and_expiry(c: &mut redis::Connection, key: &str) -> ((Option<i64>,
     (parse_stored(flat), exp)
 }
 
+/// `INFO lock`'s `lock_waiting` and [`stored`], read in one `EXEC`.
+fn waiting_and_stored(c: &mut redis::Connection, key: &str) -> (usize, Vec<(String, i64)>) {
+    let (flat, info): (Vec<(Vec<u8>, f64)>, String) = redis::pipe()
+        .atomic()
+        .cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .cmd("INFO")
+        .arg("lock")
+        .query(c)
+        .expect("zrange and info");
+    let waiting = super::parse_lock_info(&info).get("waiting").and_then(|v| v.parse().ok()).expect("lock_waiting");
+    (waiting, parse_stored(flat).1)
+}
+
 fn parse_stored(flat: Vec<(Vec<u8>, f64)>) -> (Option<i64>, Vec<(String, i64)>) {
     let mut tag = None;
     let mut holders = Vec::new();
@@ -665,18 +682,27 @@ impl Run<'_> {
         // Let everything due soon happen, then read the outcome.
         thread::sleep(Duration::from_millis(BUDGET_MS as u64 + 20));
         self.barrier();
-        let waiting = loop {
-            let w = lock_info(&mut self.c, "waiting") as usize;
+        // The server's line and set, read at once, agree with the replies
+        // that arrived: as many waiting as the model's waiters not yet
+        // answered, and no stored holder among those (its grant's reply is
+        // still on its way). A count alone can agree by chance: Valkey 8.1
+        // frees a killed redis-cli waiter late, so it still counts one
+        // waiter while a grant's reply is on its way (then a granted token
+        // was taken for an ended lease and stayed queued in the model).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (waiting, stored) = loop {
+            let (w, stored) = waiting_and_stored(&mut self.c, &self.key);
             let arrived: Vec<usize> = self.early.iter().map(|m| m.actor).collect();
-            let pending = self.model.queue.iter().filter(|w| !arrived.contains(&w.actor)).count();
-            if pending == w {
-                break w;
+            let unanswered: Vec<&Waiter> = self.model.queue.iter().filter(|w| !arrived.contains(&w.actor)).collect();
+            let granted_unheard = stored.iter().any(|(t, _)| unanswered.iter().any(|w| &w.token == t));
+            if unanswered.len() == w && !granted_unheard {
+                break (w, stored);
             }
+            assert!(Instant::now() < deadline, "resync: {w} waiting, model {unanswered:?}, stored {stored:?}");
             if let Ok(m) = self.rx.recv_timeout(Duration::from_millis(5)) {
                 self.early.push(m);
             }
         };
-        let (_, stored) = stored(&mut self.c, &self.key);
         let now = now_ms();
         let mut fences = Vec::new();
         for m in std::mem::take(&mut self.early) {
