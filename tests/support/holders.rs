@@ -71,7 +71,10 @@ pub fn now_ms() -> i64 {
 
 /// The stored sorted set: the tag's score (if any) and the holders with
 /// their lease ends, in score order.
-pub fn stored(c: &mut redis::Connection, key: &str) -> (Option<i64>, Vec<(String, i64)>) {
+pub type Stored = (Option<i64>, Vec<(String, i64)>);
+
+/// The key's [`Stored`] set.
+pub fn stored(c: &mut redis::Connection, key: &str) -> Stored {
     let flat: Vec<(Vec<u8>, f64)> =
         redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query(c).expect("zrange");
     parse_stored(flat)
@@ -80,7 +83,7 @@ pub fn stored(c: &mut redis::Connection, key: &str) -> (Option<i64>, Vec<(String
 /// [`stored`] and the key's `PEXPIRETIME`, read in one `EXEC` (no timer
 /// runs between them: a grant by the queue's timer cannot fall between
 /// the two reads).
-pub fn stored_and_expiry(c: &mut redis::Connection, key: &str) -> ((Option<i64>, Vec<(String, i64)>), i64) {
+pub fn stored_and_expiry(c: &mut redis::Connection, key: &str) -> (Stored, i64) {
     let (flat, exp): (Vec<(Vec<u8>, f64)>, i64) = redis::pipe()
         .atomic()
         .cmd("ZRANGE")
@@ -112,7 +115,7 @@ fn waiting_and_stored(c: &mut redis::Connection, key: &str) -> (usize, Vec<(Stri
     (waiting, parse_stored(flat).1)
 }
 
-fn parse_stored(flat: Vec<(Vec<u8>, f64)>) -> (Option<i64>, Vec<(String, i64)>) {
+fn parse_stored(flat: Vec<(Vec<u8>, f64)>) -> Stored {
     let mut tag = None;
     let mut holders = Vec::new();
     for (member, score) in flat {
