@@ -84,7 +84,8 @@ fn permits_up_to_the_limit_each_with_its_own_lease_in_a_plain_sorted_set() {
 fn a_dead_holders_permit_frees_at_its_own_lease_end() {
     let server = Server::start();
     let mut c = server.conn();
-    assert_eq!(acq(&mut c, "s", "short", 2, 300, &[]), R::Int(1));
+    // Long enough to outlast the next three commands on a loaded machine.
+    assert_eq!(acq(&mut c, "s", "short", 2, 1000, &[]), R::Int(1));
     assert_eq!(acq(&mut c, "s", "long", 2, 60_000, &[]), R::Int(1));
     let short_end = stored(&mut c, "s").1[0].1;
     assert_eq!(acq(&mut c, "s", "x", 2, 60_000, &[]), R::Int(0));
@@ -388,12 +389,22 @@ fn waiters_survive_del_flushall_swapdb_and_a_foreign_zrem_and_leave_on_role_chan
         h.join().unwrap();
         let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
     }
-    // Paused writes: nothing is granted until the pause ends.
-    assert_eq!(acq(&mut c, "s", "h", 1, 100, &[]), R::Int(1));
+    // Paused writes: nothing is granted until the pause ends. The lease
+    // that ends inside the pause is set in the same read as the pause (a
+    // short lease taken before the waiter queued could end before the
+    // pause on a loaded machine, and the waiter be granted then).
+    assert_eq!(acq(&mut c, "s", "h", 1, 60_000, &[]), R::Int(1));
     let h = spawn_call(&server, "p", &["SEM.ACQUIRE", "s", "p", "1", "60000", "WAIT", "10000"], tx.clone());
     until_waiting(&mut c, 1);
-    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(500).arg("WRITE").query(&mut c).unwrap();
     let paused = Instant::now();
+    let (renewed, ()): (i64, ()) = redis::pipe()
+        .cmd("SEM.RENEW")
+        .arg(&["s", "h", "150"])
+        .cmd("CLIENT")
+        .arg(&["PAUSE", "500", "WRITE"])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(renewed, 1);
     let (_, reply, at) = rx.recv_timeout(Duration::from_secs(5)).expect("granted after the pause");
     assert_eq!(reply, R::Int(1));
     assert!(at - paused >= Duration::from_millis(450), "granted {:?} into a 500 ms pause", at - paused);
@@ -449,7 +460,9 @@ fn mixed_workload(server: &Server) {
     let mut c = server.conn();
     let (tx, rx) = mpsc::channel();
     assert_ne!(acq(&mut c, "m:sem", "a", 2, 60_000, &["FENCE"]), R::Nil);
-    assert_eq!(acq(&mut c, "m:sem", "b", 2, 200, &[]), R::Int(1));
+    // Its lease ends once both waiters below queued (a loaded machine may
+    // take a while to start them).
+    assert_eq!(acq(&mut c, "m:sem", "b", 2, 1500, &[]), R::Int(1));
     assert_eq!(acq(&mut c, "m:sem", "c", 2, 60_000, &[]), R::Int(0));
     let h1 =
         spawn_call(server, "w1", &["SEM.ACQUIRE", "m:sem", "w1", "2", "60000", "FENCE", "WAIT", "10000"], tx.clone());

@@ -102,7 +102,7 @@ fn locks_survive_slot_moves_and_failovers() {
     let key_d = c.key_on("ask-d:", m[2]);
     let slot_d = c.slot_of(&key_d);
     let asker = LockClient::open_cluster(&[c.node(m[2]).url()]).unwrap();
-    asker.try_acquire(&c.key_on("warm:", m[1]), ms(100)).unwrap().release().unwrap(); // learns: module
+    asker.try_acquire(&c.key_on("warm:", m[1]), ms(10_000)).unwrap().release().unwrap(); // learns: module
     c.open_slot_move(slot_d, m[2], m[0]);
     let d = asker.acquire(&key_d, ms(10_000), ms(2000)).unwrap();
     let on_target: Option<String> = {

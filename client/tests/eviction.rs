@@ -58,8 +58,10 @@ fn a_watched_lock_and_a_permit_whose_keys_are_evicted_are_lost_as_evicted() {
     let s = evicting_server();
     let c = client(&s);
     let watched = LockOptions::new().watchdog(WatchdogOptions::new());
-    let lock = c.try_acquire_with("evict:lock", ms(900), &watched).expect("acquire");
-    let permit = c.semaphore("evict:sem", 2).try_acquire_with(ms(900), &watched).expect("permit");
+    // Renewed every second: a loaded machine's late renewal does not let
+    // the lease end (a loss as expired) before the eviction is heard.
+    let lock = c.try_acquire_with("evict:lock", ms(3000), &watched).expect("acquire");
+    let permit = c.semaphore("evict:sem", 2).try_acquire_with(ms(3000), &watched).expect("permit");
     let manual = c.try_acquire("evict:manual", ms(60_000)).expect("acquire without watchdog");
     let mut conn = s.conn();
     fill_until_oom(&mut conn);
@@ -81,12 +83,13 @@ fn a_session_held_lock_is_not_evicted_by_a_volatile_policy() {
     let s = evicting_server();
     let c = redis_lock_client::LockClient::open(&s.url()).unwrap();
     let watched = LockOptions::new().watchdog(WatchdogOptions::new());
-    let lock = c.try_acquire_with("evict:session", ms(900), &watched).expect("acquire");
+    // Its session's keepalive every 2/3 s may be late on a loaded machine.
+    let lock = c.try_acquire_with("evict:session", ms(2000), &watched).expect("acquire");
     let mut conn = s.conn();
     assert_eq!(redis::cmd("PTTL").arg("evict:session").query::<i64>(&mut conn).unwrap(), -1, "held by a session");
     fill_until_oom(&mut conn);
     assert_eq!(redis::cmd("EXISTS").arg("evict:session").query::<i64>(&mut conn).unwrap(), 1);
-    std::thread::sleep(ms(1800));
+    std::thread::sleep(ms(4000));
     assert!(lock.is_held(), "{:?}", lock.loss_reason());
     assert_eq!(evicted_count(&mut conn), 0);
 }
@@ -159,7 +162,7 @@ fn run_exits_78_when_the_server_evicts_its_lock() {
     let url = s.url();
     // Its own lease: a session-held key has no TTL, which volatile-lru
     // never evicts (a_session_held_lock_is_not_evicted_by_a_volatile_policy).
-    let child = run_holding(&url, "900", "evict:run");
+    let child = run_holding(&url, "3000", "evict:run");
     let mut conn = s.conn();
     wait_taken(&mut conn, "evict:run");
     fill_until_oom(&mut conn);

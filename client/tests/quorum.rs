@@ -52,10 +52,10 @@ fn two_of_five_down_still_grants_with_a_fence_and_release_frees_every_live_serve
     s[1].set_paused(true);
     let c = client(&s);
     let t = Instant::now();
-    let lock = c.try_acquire("job", ms(5000)).expect("3 of 5 servers are enough");
-    // The paused server was not waited for beyond its node timeout (500 ms)
-    // by much, and not for the TTL.
-    assert!(t.elapsed() < ms(4000), "took {:?}", t.elapsed());
+    let lock = c.try_acquire("job", ms(30_000)).expect("3 of 5 servers are enough");
+    // The paused server was waited for its node timeout (500 ms), not for
+    // the TTL (a bound a loaded machine keeps: it answers in milliseconds).
+    assert!(t.elapsed() < ms(15_000), "took {:?}", t.elapsed());
     let live: Vec<&Server> = s[2..].iter().collect();
     assert_eq!(holders(&live, "job", lock.token()), 3);
     assert!(lock.fence().is_some(), "all live servers have FLOOR: the lock has a fence");
@@ -74,8 +74,8 @@ fn three_of_five_down_is_refused_with_a_clear_error_and_leaves_nothing_behind() 
     s[2].set_paused(true);
     let c = client(&s);
     let t = Instant::now();
-    let err = c.try_acquire("job", ms(5000)).expect_err("2 of 5 are not a majority");
-    assert!(t.elapsed() < ms(4000), "took {:?}", t.elapsed());
+    let err = c.try_acquire("job", ms(30_000)).expect_err("2 of 5 are not a majority");
+    assert!(t.elapsed() < ms(15_000), "took {:?}", t.elapsed());
     let Error::NoQuorum(f) = &err else { panic!("expected NoQuorum, got {err:?}") };
     assert_eq!((f.nodes, f.needed, f.succeeded, f.refused, f.failed.len()), (5, 3, 2, 0, 3), "{f:?}");
     let msg = err.to_string();
@@ -99,16 +99,16 @@ fn three_of_five_down_is_refused_with_a_clear_error_and_leaves_nothing_behind() 
 fn a_majority_held_elsewhere_fails_fast_as_not_acquired() {
     let s = servers(5);
     for srv in &s[..3] {
-        let _: () = srv.conn().pset_ex("job", "other", 10_000).expect("SET");
+        let _: () = srv.conn().pset_ex("job", "other", 120_000).expect("SET");
     }
     // The other two are paused: the three refusals alone decide.
     s[3].set_paused(true);
     s[4].set_paused(true);
-    let c = QuorumClient::open_with(&urls(&s), QuorumOptions::new().node_timeout(ms(10_000))).expect("client");
+    let c = QuorumClient::open_with(&urls(&s), QuorumOptions::new().node_timeout(ms(30_000))).expect("client");
     let t = Instant::now();
-    let err = c.try_acquire("job", ms(20_000)).expect_err("held on 3 of 5");
+    let err = c.try_acquire("job", ms(60_000)).expect_err("held on 3 of 5");
     assert!(err.is_not_acquired(), "{err:?}");
-    assert!(t.elapsed() < ms(8000), "did not fail fast (node timeout 10 s): {:?}", t.elapsed());
+    assert!(t.elapsed() < ms(20_000), "did not fail fast (node timeout 30 s): {:?}", t.elapsed());
     assert!(s[..3].iter().all(|srv| get(srv, "job").as_deref() == Some("other")), "another's keys are untouched");
 }
 
@@ -139,8 +139,9 @@ fn release_frees_every_server_and_renew_retakes_a_restarted_one() {
     let all: Vec<&Server> = s.iter().collect();
     assert!(eventually(PATIENCE, || holders(&all, "job", lock.token()) == 0));
     lock.release().expect("idempotent");
-    // Not re-taken when switched off.
-    let c = QuorumClient::open_with(&urls(&s), QuorumOptions::new().node_timeout(ms(100)).reacquire_on_renew(false))
+    // Not re-taken when switched off. (A node timeout a live server on a
+    // loaded machine answers well within: the renewal needs two of three.)
+    let c = QuorumClient::open_with(&urls(&s), QuorumOptions::new().node_timeout(ms(2000)).reacquire_on_renew(false))
         .expect("client");
     let lock = c.try_acquire("job2", ms(10_000)).expect("acquire");
     s[1].restart();
@@ -167,7 +168,7 @@ fn without_the_module_quorum_locks_work_but_have_no_fence() {
     // a fence, so there is none, but the lock is granted.
     let m = Server::start();
     let mixed = [&s[0], &s[1], &m].map(Server::url);
-    let c = QuorumClient::open_with(&mixed, QuorumOptions::new().node_timeout(ms(100))).expect("client");
+    let c = QuorumClient::open_with(&mixed, QuorumOptions::new().node_timeout(ms(2000))).expect("client");
     let lock = c.try_acquire("job", ms(5000)).expect("acquire, mixed");
     assert_eq!(lock.fence(), None);
 }
@@ -254,9 +255,13 @@ async fn an_abandoned_async_acquire_releases_what_it_was_granted() {
     // Two paused servers: the attempt holds one grant while it waits for them.
     s[1].set_paused(true);
     s[2].set_paused(true);
-    let c = QuorumClient::open_with(&urls(&s), QuorumOptions::new().node_timeout(ms(20_000))).expect("client");
+    // Neither the node timeout nor the connect timeout (a paused server
+    // accepts the connection and answers nothing) may run out within the
+    // second below, however long a loaded machine stalls this process.
+    let opts = QuorumOptions::new().node_timeout(ms(20_000)).connect_timeout(ms(20_000));
+    let c = QuorumClient::open_with(&urls(&s), opts).expect("client");
     let r = tokio::time::timeout(ms(1000), c.try_acquire_async("job", ms(60_000))).await;
-    assert!(r.is_err(), "still waiting for the paused servers");
+    assert!(r.is_err(), "still waiting for the paused servers: {:?}", r.map(|r| r.map(|l| l.token().to_string())));
     assert!(get(&s[0], "job").is_some(), "the first server had granted");
     // The dropped attempt released it, not its 60 s TTL.
     let t = Instant::now();

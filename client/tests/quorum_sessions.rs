@@ -54,6 +54,18 @@ fn only_session(s: &Server) -> String {
     ids[0].clone()
 }
 
+/// Each server of `on` granted its session before the locks under test
+/// are taken: a grant that failed on a loaded machine is asked again a
+/// second later, and the locks taken meanwhile are held on leases of their
+/// own there (renewed lock by lock, never attached). The lock that asks is
+/// released (on its own leases, if its grant came first): the sessions,
+/// idle for two keepalives at the earliest, hold the next locks.
+fn sessions_first(c: &QuorumClient, on: &[&Server]) {
+    let first = c.acquire_with("first", ms(TTL), ms(10_000), &watchdog()).expect("acquire");
+    assert!(eventually(PATIENCE, || on.iter().all(|srv| sessions(srv).len() == 1)), "a session on each server");
+    drop(first);
+}
+
 /// `n` watchdog locks `prefix:i`, taken by 16 tasks at once.
 fn take(c: &QuorumClient, prefix: &str, n: usize) -> Vec<QuorumLock> {
     const TASKS: usize = 16;
@@ -102,21 +114,15 @@ fn a_thousand_quorum_locks_cost_each_server_keepalives_and_no_renewal() {
     // No one-by-one checks here: the count of LOCK.RENEW is then exactly
     // the per-lock renewals, which must be none.
     let c = client(&s, QuorumOptions::new().session_checks(0));
-    // Each server's session granted first (a grant that failed on a loaded
-    // machine is asked again a second later, and its locks meanwhile held
-    // on leases of their own there).
-    let first = c.acquire_with("q:first", ms(TTL), ms(10_000), &watchdog()).expect("acquire");
-    assert!(eventually(PATIENCE, || s.iter().all(|srv| sessions(srv).len() == 1)), "a session on each server");
-    // Released (its own leases, if its grant came first): the sessions,
-    // idle for two keepalives at the earliest, hold the next locks.
-    drop(first);
+    let all: Vec<&Server> = s.iter().collect();
+    sessions_first(&c, &all);
     let locks = take(&c, "q", N);
     // A grant that came after its acquire was decided is confirmed by
     // one renewal there, at once (`Vote::Pending`); then nothing is sent.
     std::thread::sleep(ms(2 * TTL));
     for srv in &s {
         let id = only_session(srv);
-        assert_eq!(holds(srv, &id), N as i64, "every lock attached on every server");
+        assert!(eventually(PATIENCE, || holds(srv, &id) == N as i64), "every lock attached on every server");
         let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut srv.conn()).expect("RESETSTAT");
     }
     // Four TTLs.
@@ -142,11 +148,11 @@ fn a_thousand_quorum_locks_cost_each_server_keepalives_and_no_renewal() {
 fn a_session_revoked_on_one_server_drops_its_votes_for_good_and_on_a_second_every_lock() {
     let s = servers(3);
     let c = client(&s, QuorumOptions::new());
+    let all: Vec<&Server> = s.iter().collect();
+    sessions_first(&c, &all);
     let locks = take(&c, "r", 20);
     // Each server's vote known (a late grant is confirmed at once).
-    std::thread::sleep(ms(TTL));
-    let all: Vec<&Server> = s.iter().collect();
-    assert!(session_held(&all, &locks), "every lock held by each server's session");
+    assert!(eventually(PATIENCE, || session_held(&all, &locks)), "every lock held by each server's session");
     let old = only_session(&s[0]);
     let revoked: i64 = redis::cmd("SESSION.REVOKE").arg(&old).query(&mut s[0].conn()).expect("revoke");
     assert_eq!(revoked, 1);
@@ -169,6 +175,7 @@ fn a_session_revoked_on_one_server_drops_its_votes_for_good_and_on_a_second_ever
 fn sessions_revoked_on_a_majority_are_every_locks_loss() {
     let s = servers(3);
     let c = client(&s, QuorumOptions::new());
+    sessions_first(&c, &s.iter().collect::<Vec<_>>());
     let locks = take(&c, "m", 20);
     for srv in &s[1..] {
         let id = only_session(srv);
@@ -189,6 +196,7 @@ fn sessions_revoked_on_a_majority_are_every_locks_loss() {
 fn a_server_restarted_empty_loses_its_vote_and_the_other_two_hold_the_locks() {
     let mut s = servers(3);
     let c = client(&s, QuorumOptions::new());
+    sessions_first(&c, &s.iter().collect::<Vec<_>>());
     let locks = take(&c, "k", 20);
     std::thread::sleep(ms(TTL));
     let old = only_session(&s[2]);
@@ -226,10 +234,15 @@ fn sessions_off_renew_quorum_locks_lock_by_lock() {
 fn a_server_without_the_module_renews_its_votes_lock_by_lock() {
     let s = vec![Server::start(), Server::start(), Server::builder().without_module().start()];
     let c = client(&s, QuorumOptions::new().session_checks(0));
+    sessions_first(&c, &[&s[0], &s[1]]);
     let locks = take(&c, "w", 10);
     for srv in &s[..2] {
-        assert_eq!(holds(srv, &only_session(srv)), 10);
+        let id = only_session(srv);
+        assert!(eventually(PATIENCE, || holds(srv, &id) == 10), "every lock attached on {}", srv.url());
     }
+    // A grant that came after its acquire was decided is confirmed by one
+    // renewal, at once (`Vote::Pending`): before the count starts.
+    std::thread::sleep(ms(TTL));
     for srv in &s {
         let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut srv.conn()).expect("RESETSTAT");
     }

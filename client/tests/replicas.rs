@@ -73,8 +73,10 @@ fn async_locks_wait_for_replicas_too() {
         .block_on(client.try_acquire_with_async("a", ms(30_000), &LockOptions::new().wait_for_replicas(1, ms(1500))))
         .unwrap();
     assert_eq!(get(&replica, "a").as_deref(), Some(lock.token()));
+    // The one replica's ack must come within the wait (1.5 s, as above:
+    // 200 ms was short for a loaded machine, then acked 0).
     let err = rt
-        .block_on(client.try_acquire_with_async("b", ms(30_000), &LockOptions::new().wait_for_replicas(2, ms(200))))
+        .block_on(client.try_acquire_with_async("b", ms(30_000), &LockOptions::new().wait_for_replicas(2, ms(1500))))
         .unwrap_err();
     assert!(matches!(err, Error::NotReplicated { acked: 1, wanted: 2, .. }), "{err}");
 }
@@ -94,7 +96,8 @@ fn in_a_cluster_the_owners_replica_has_the_grant() {
         assert_eq!(on_replica.as_deref(), Some(lock.token()), "master {m}'s replica");
         lock.release().unwrap();
     }
+    // Waited long enough for the one replica to ack on a loaded machine.
     let err =
-        client.try_acquire_with("rep:x", ms(30_000), &LockOptions::new().wait_for_replicas(2, ms(200))).unwrap_err();
+        client.try_acquire_with("rep:x", ms(30_000), &LockOptions::new().wait_for_replicas(2, ms(1500))).unwrap_err();
     assert!(matches!(err, Error::NotReplicated { acked: 1, wanted: 2, .. }), "{err}");
 }

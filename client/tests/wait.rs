@@ -192,11 +192,13 @@ mod module {
         let (c, other) = (client(&s), client(&s));
         let _held = other.try_acquire("busy", ms(30_000)).expect("other holds busy");
         let mine = c
-            .try_acquire_with("mine", ms(1_500), &LockOptions::new().watchdog(WatchdogOptions::new()))
+            .try_acquire_with("mine", ms(3_000), &LockOptions::new().watchdog(WatchdogOptions::new()))
             .expect("c holds mine");
         let c2 = c.clone();
         let waiter = thread::spawn(move || c2.acquire("busy", ms(1000), ms(4_000)));
-        // The watchdog renews "mine" (every 500 ms) on the shared connection
+        // The watchdog renews "mine" (every second: a stalled watchdog
+        // would let its lease end before the 4 s wait does, while a loaded
+        // machine's late renewal does not) on the shared connection
         // while the wait blocks its own; so do plain calls of the client.
         thread::sleep(ms(1_000));
         c.info("busy").expect("info during the wait");
