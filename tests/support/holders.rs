@@ -214,6 +214,24 @@ struct Waiter {
     timeout: Option<(i64, i64)>,
 }
 
+impl Holder {
+    /// Waiter `w` granted, its lease end `d` read from the server (a
+    /// redis-cli waiter exits once granted: a dead holder).
+    fn seen(w: Waiter, d: i64) -> Holder {
+        let owner = (w.actor < CHILD).then_some(w.actor);
+        Holder {
+            token: w.token,
+            mode: w.mode,
+            ttl: w.ttl,
+            deadline: d,
+            known: true,
+            bounds: (d, d),
+            owner,
+            freed_at: None,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Model {
     family: Family,
@@ -716,17 +734,7 @@ impl Run<'_> {
         // below as any holder).
         if let Some(w) = self.killed.take() {
             if let Some(&(_, d)) = stored.iter().find(|(t, _)| t == &w.token) {
-                let owner = (w.actor < CHILD).then_some(w.actor);
-                self.model.holders.push(Holder {
-                    token: w.token,
-                    mode: w.mode,
-                    ttl: w.ttl,
-                    deadline: d,
-                    known: true,
-                    bounds: (d, d),
-                    owner,
-                    freed_at: None,
-                });
+                self.model.holders.push(Holder::seen(w, d));
             }
         }
         for m in std::mem::take(&mut self.early) {
@@ -750,18 +758,7 @@ impl Run<'_> {
                         fences.push(f);
                     }
                     let d = stored.iter().find(|(t, _)| t == &w.token).map(|(_, d)| *d);
-                    let d = d.unwrap_or(now - 1);
-                    let owner = (m.actor < CHILD).then_some(m.actor);
-                    self.model.holders.push(Holder {
-                        token: w.token,
-                        mode: w.mode,
-                        ttl: w.ttl,
-                        deadline: d,
-                        known: true,
-                        bounds: (d, d),
-                        owner,
-                        freed_at: None,
-                    });
+                    self.model.holders.push(Holder::seen(w, d.unwrap_or(now - 1)));
                 }
                 other => panic!("waiter {} answered {other:?}", w.token),
             }
