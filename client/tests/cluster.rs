@@ -96,12 +96,14 @@ fn locks_on_every_master_from_any_seed() {
     assert!(start.elapsed() >= ms(300));
     held.release().unwrap();
 
-    // A watchdog keeps a short lock alive across several TTLs (renewals may
-    // be late by most of a TTL on a loaded machine).
+    // A watchdog keeps a lock alive across several TTLs (a 3 s TTL:
+    // renewals every second, so one a second late on a loaded machine
+    // still finds it).
     let opts = LockOptions::new().watchdog(WatchdogOptions::new());
+    let ttl = ms(3000);
     let (owner, key) = &keys[2];
-    let lock = holder.try_acquire_with(key, ms(1500), &opts).unwrap();
-    std::thread::sleep(ms(3500));
+    let lock = holder.try_acquire_with(key, ttl, &opts).unwrap();
+    std::thread::sleep(ttl * 2 + ms(1000));
     assert!(lock.is_held());
     let value = get(&c, *owner, key).unwrap_or_default();
     assert!(value.contains(lock.token()), "held (by the master's session): {value}");
@@ -113,9 +115,9 @@ fn locks_on_every_master_from_any_seed() {
     rt.block_on(async {
         let client = LockClient::open_cluster(&[c.node(5).url()]).unwrap();
         for (owner, key) in &keys {
-            let lock = client.try_acquire_with_async(key, ms(1500), &opts).await.unwrap();
+            let lock = client.try_acquire_with_async(key, ttl, &opts).await.unwrap();
             assert!(lock.fence().is_some());
-            tokio::time::sleep(ms(2000)).await;
+            tokio::time::sleep(ttl + ms(1000)).await;
             assert!(lock.is_held(), "the async watchdog renews");
             let value = get(&c, *owner, key).unwrap_or_default();
             assert!(value.contains(lock.token()), "held (by the master's session): {value}");

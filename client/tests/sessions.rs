@@ -31,6 +31,11 @@ fn holds(con: &mut redis::Connection, id: &str) -> i64 {
     redis::from_redis_value(v[at + 1].clone()).expect("holds is a number")
 }
 
+/// The TTL of the tests where its length is not what is tested: a
+/// keepalive or renewal every second, so one a second late on a loaded
+/// machine still finds its lock.
+const TTL: Duration = Duration::from_millis(3000);
+
 fn watchdog() -> LockOptions {
     LockOptions::new().watchdog(WatchdogOptions::new())
 }
@@ -161,7 +166,7 @@ fn a_revoked_session_is_every_attached_locks_loss() {
 fn a_flushall_that_forgets_the_session_loses_its_locks_as_such() {
     let s = Server::start();
     let client = LockClient::open(&s.url()).unwrap();
-    let lock = client.try_acquire_with("flushed", ms(1500), &watchdog()).unwrap();
+    let lock = client.try_acquire_with("flushed", TTL, &watchdog()).unwrap();
     let _: () = redis::cmd("FLUSHALL").query(&mut s.conn()).unwrap();
     assert_eq!(lock.lost_signal().wait_timeout(ms(10_000)), Some(LossReason::SessionUnknown));
 }
@@ -170,7 +175,7 @@ fn a_flushall_that_forgets_the_session_loses_its_locks_as_such() {
 fn a_session_held_lock_deleted_behind_its_back_is_heard_by_its_check() {
     let s = Server::start();
     let client = LockClient::open(&s.url()).unwrap();
-    let ttl = ms(1500);
+    let ttl = TTL;
     let lock = client.try_acquire_with("deleted", ttl, &watchdog()).unwrap();
     let kept = client.try_acquire_with("kept", ttl, &watchdog()).unwrap();
     assert_eq!(sessions(&mut s.conn()).len(), 1);
@@ -207,15 +212,15 @@ fn locks_that_a_session_cannot_hold_renew_on_their_own() {
     // Sessions turned off; a maximum lifetime (the session would outlive
     // it); a TTL shorter than the client's fixed session TTL.
     let off = LockClient::open_with(&s.url(), ClientOptions::new().sessions(false)).unwrap();
-    let fixed = LockClient::open_with(&s.url(), ClientOptions::new().session_ttl(ms(3000))).unwrap();
-    let ttl = ms(1500);
+    let fixed = LockClient::open_with(&s.url(), ClientOptions::new().session_ttl(TTL * 2)).unwrap();
+    let ttl = TTL;
     let a = off.try_acquire_with("own:a", ttl, &watchdog()).unwrap();
     let long = LockOptions::new().watchdog(WatchdogOptions::new().max_lifetime(ms(60_000)));
     let b = fixed.try_acquire_with("own:b", ttl, &long).unwrap();
     let c = fixed.try_acquire_with("own:c", ttl, &watchdog()).unwrap();
     assert!(sessions(&mut con).is_empty(), "no session was granted");
     // A lock of the fixed TTL or longer is held by it.
-    let d = fixed.try_acquire_with("own:d", ms(3000), &watchdog()).unwrap();
+    let d = fixed.try_acquire_with("own:d", TTL * 2, &watchdog()).unwrap();
     assert_eq!(sessions(&mut con).len(), 1);
     let renews = calls(&mut con, "lock.renew");
     std::thread::sleep(ttl * 2);
@@ -227,7 +232,7 @@ fn locks_that_a_session_cannot_hold_renew_on_their_own() {
 fn a_server_without_the_module_still_renews_lock_by_lock() {
     let s = Server::builder().without_module().start();
     let client = LockClient::open(&s.url()).unwrap();
-    let ttl = ms(1500);
+    let ttl = TTL;
     let locks: Vec<Lock> =
         (0..20).map(|i| client.try_acquire_with(&format!("scr:{i}"), ttl, &watchdog()).unwrap()).collect();
     assert_eq!(client.backend(), Backend::Scripts);
@@ -235,8 +240,9 @@ fn a_server_without_the_module_still_renews_lock_by_lock() {
     let before = calls(&mut con, "evalsha");
     std::thread::sleep(ttl * 2);
     let renewals = calls(&mut con, "evalsha") - before;
-    // Each lock renews every TTL/3: about six times each in two TTLs.
-    assert!(renewals >= 20 * 4, "{renewals} script renewals of 20 locks in 2 TTLs");
+    // Each lock renews every TTL/3: about six times each in two TTLs, and
+    // at least twice to be still held after them, however late.
+    assert!(renewals >= 20 * 2, "{renewals} script renewals of 20 locks in 2 TTLs");
     assert!(locks.iter().all(Lock::is_held));
     for l in &locks {
         let v: String = redis::cmd("GET").arg(l.key()).query(&mut con).unwrap();
@@ -256,7 +262,7 @@ fn a_session_held_key_moved_to_another_master_stays_held_and_released_safely() {
     let c = Cluster::start(3, 0);
     let client = LockClient::open_cluster(&c.urls()).unwrap();
     let other = LockClient::open_cluster(&c.urls()).unwrap();
-    let ttl = ms(1500);
+    let ttl = TTL;
     let key = "moved:{slot}:1";
     let lock = client.try_acquire_with(key, ttl, &watchdog()).unwrap();
     let (slot, from) = (c.slot_of(key), c.owner_of(key));
@@ -302,7 +308,7 @@ fn moved_and_adopted(mover: impl FnOnce(&Cluster, u16, usize)) {
     let (kept, dead) = ("orphan:{slot}:kept", "orphan:{slot}:dead");
     let holder = LockClient::open_cluster(&c.urls()).unwrap();
     let other = LockClient::open_cluster(&c.urls()).unwrap();
-    let lock = holder.try_acquire_with(kept, ms(1500), &watchdog()).unwrap();
+    let lock = holder.try_acquire_with(kept, TTL, &watchdog()).unwrap();
     let (slot, from) = (c.slot_of(kept), c.owner_of(kept));
     // A holder gone without a release: its session (a minute's: it
     // outlives the move on the old master) kept alive by nobody. (A
@@ -332,7 +338,7 @@ fn moved_and_adopted(mover: impl FnOnce(&Cluster, u16, usize)) {
     assert!(eventually(ms(GRACE_MS), adopted), "adopted by a session of the new master");
     assert!(lock.is_held(), "{:?}", lock.loss_reason());
     // The dead holder's lock is granted once its grace ends; the adopted one stays.
-    let next = other.acquire(dead, ms(1500), ms(3 * GRACE_MS)).expect("granted after the grace");
+    let next = other.acquire(dead, ms(GRACE_MS), ms(3 * GRACE_MS)).expect("granted after the grace");
     let (secs, us): (i64, i64) = redis::cmd("TIME").query(&mut con).unwrap();
     assert!(secs * 1000 + us / 1000 >= end, "not before the orphan's end");
     assert!(matches!(other.try_acquire(kept, ms(1500)), Err(Error::NotAcquired { .. })), "kept past the grace");
@@ -366,7 +372,7 @@ fn a_session_follows_its_master_through_a_failover() {
     let c = Cluster::start(3, 1);
     let m = c.masters()[1];
     let client = LockClient::open_cluster(&c.urls()).unwrap();
-    let ttl = ms(2000);
+    let ttl = TTL;
     let locks: Vec<Lock> =
         (0..3).map(|i| client.try_acquire_with(&c.key_on(&format!("fo{i}:"), m), ttl, &watchdog()).unwrap()).collect();
     let ids = sessions(&mut c.node(m).conn());
@@ -392,7 +398,7 @@ fn a_session_follows_its_master_through_a_failover() {
 fn a_permit_is_held_by_the_session_or_on_its_own() {
     let s = Server::start();
     let client = LockClient::open(&s.url()).unwrap();
-    let ttl = ms(1500);
+    let ttl = TTL;
     let permit = client.semaphore("sem", 2).try_acquire_with(ttl, &watchdog()).unwrap();
     let lock = client.try_acquire_with("plain", ttl, &watchdog()).unwrap();
     let mut con = s.conn();
@@ -403,7 +409,9 @@ fn a_permit_is_held_by_the_session_or_on_its_own() {
     assert_eq!(ids.len(), 1, "{ids:?}");
     let on_session = holds(&mut con, &ids[0]);
     let renewed = calls(&mut con, "sem.renew") - renews;
-    assert!(on_session == 2 || (on_session == 1 && renewed >= 3), "holds {on_session}, SEM.RENEW {renewed}");
+    // On its own, the permit renewed every TTL/3: at least twice to be
+    // still held after two TTLs, however late.
+    assert!(on_session == 2 || (on_session == 1 && renewed >= 2), "holds {on_session}, SEM.RENEW {renewed}");
     permit.release().unwrap();
     lock.release().unwrap();
 }

@@ -171,16 +171,17 @@ mod module {
         let (a, b) = (client(&s), client(&s));
         let la = a.try_acquire("k", ms(30_000)).expect("a acquires");
         let releaser = thread::spawn(move || {
-            thread::sleep(ms(2_500));
+            thread::sleep(ms(5_000));
             la.release().expect("release");
         });
-        // TTL 1 s, granted after ~2.5 s: counted from the WAIT's sending,
+        // TTL 2.5 s, granted after ~5 s: counted from the WAIT's sending,
         // it would be over before it began; the client confirms it instead.
-        let lb = b.acquire("k", ms(1_000), PATIENCE).expect("b acquires");
-        releaser.join().expect("releaser");
+        // (Long enough that a second's stall after the grant leaves it held.)
+        let lb = b.acquire("k", ms(2_500), PATIENCE).expect("b acquires");
         assert!(lb.is_held(), "a fresh grant must be held: {:?}", lb.loss_reason());
         assert_eq!(get(&s, "k").as_deref(), Some(lb.token()));
         lb.release().expect("release");
+        releaser.join().expect("releaser");
     }
 
     #[test]
