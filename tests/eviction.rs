@@ -4,19 +4,14 @@
 //! hold Redis evicts counted, logged and answered by `LOCK.EVICTED`.
 //! Run on every server of the matrix with `REDIS_SERVER`.
 
-use redis::{Connection, RedisResult, Value};
+use redis::{Connection, Value};
 use redis_lock_harness::Server;
 
 mod support;
-use support::eviction::{info, num, run};
+use support::eviction::{config_set, fill, info, num, run, used_memory};
 
 const POLICIES: [&str; 6] =
     ["allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-ttl", "noeviction"];
-
-fn used_memory(c: &mut Connection) -> u64 {
-    let text: String = redis::cmd("INFO").arg("memory").query(c).unwrap();
-    text.lines().find_map(|l| l.strip_prefix("used_memory:")).unwrap().trim().parse().unwrap()
-}
 
 fn refusal(policy: &str) -> String {
     format!("lock.eviction is refuse and maxmemory-policy {policy} may evict lock keys")
@@ -68,7 +63,7 @@ fn at_load_each_policy_is_warned_about_and_refused_by_default() {
         }
         assert_eq!(num(&info(&mut c), "eviction_refusals"), if evicts { 6 } else { 0 }, "{policy}");
         // allow: the same grants go through.
-        let _: () = redis::cmd("CONFIG").arg("SET").arg("lock.eviction").arg("allow").query(&mut c).unwrap();
+        config_set(&mut c, "lock.eviction", "allow");
         for args in grants("b") {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let r = run(&mut c, &args);
@@ -86,9 +81,9 @@ fn config_set_that_lets_redis_evict_is_warned_about_and_refuses_grants() {
     let mut c = server.conn();
     assert_eq!(run(&mut c, &["LOCK.ACQUIRE", "held", "t", "60000"]).unwrap(), Value::Int(1));
     assert_eq!(num(&info(&mut c), "evictable"), 0);
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("64mb").query(&mut c).unwrap();
+    config_set(&mut c, "maxmemory", "64mb");
     assert_eq!(num(&info(&mut c), "evictable"), 0, "noeviction still");
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("volatile-lru").query(&mut c).unwrap();
+    config_set(&mut c, "maxmemory-policy", "volatile-lru");
     assert_eq!(num(&info(&mut c), "evictable"), 1);
     assert!(server.log().contains("with maxmemory-policy volatile-lru lets Redis evict lock keys"));
     let e = run(&mut c, &["LOCK.ACQUIRE", "new", "t", "60000"]).unwrap_err().to_string();
@@ -97,7 +92,7 @@ fn config_set_that_lets_redis_evict_is_warned_about_and_refuses_grants() {
     assert_eq!(num(&info(&mut c), "eviction_tracked"), 1, "tracked from its renewal");
     assert_eq!(run(&mut c, &["LOCK.RELEASE", "held", "t"]).unwrap(), Value::Int(1));
     assert_eq!(num(&info(&mut c), "eviction_tracked"), 0);
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("noeviction").query(&mut c).unwrap();
+    config_set(&mut c, "maxmemory-policy", "noeviction");
     assert!(server.log().contains("Redis can no longer evict lock keys"));
     assert_eq!(run(&mut c, &["LOCK.ACQUIRE", "new", "t", "60000"]).unwrap(), Value::Int(1));
 }
@@ -115,7 +110,7 @@ fn a_waiter_is_refused_when_its_turn_comes_while_redis_may_evict() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     for (name, value) in [("maxmemory", "64mb"), ("maxmemory-policy", "allkeys-lru")] {
-        let _: () = redis::cmd("CONFIG").arg("SET").arg(name).arg(value).query(&mut c).unwrap();
+        config_set(&mut c, name, value);
     }
     assert_eq!(run(&mut c, &["LOCK.RELEASE", "k", "a"]).unwrap(), Value::Int(1));
     let e = waiter.join().unwrap().unwrap_err().to_string();
@@ -161,21 +156,6 @@ fn grant_many(c: &mut Connection) -> Holds {
     h
 }
 
-/// Fills memory past the limit: keys without a TTL (so under `volatile-*`
-/// only keys with one, the locks, can go), or for `volatile-ttl` with a TTL
-/// longer than the locks'. Writes refused for memory (OOM) are ignored.
-fn fill(c: &mut Connection, policy: &str) {
-    let v = "x".repeat(1000);
-    for i in 0..8000 {
-        let k = format!("fill:{i}");
-        let _: RedisResult<Value> = if policy == "volatile-ttl" {
-            redis::cmd("SET").arg(&k).arg(&v).arg("EX").arg(3600).query(c)
-        } else {
-            redis::cmd("SET").arg(&k).arg(&v).query(c)
-        };
-    }
-}
-
 /// Whether a renewal still finds the hold; if not, whether LOCK.EVICTED
 /// says eviction took it.
 fn check(c: &mut Connection, renew: &[&str], key: &str, token: &str) -> (bool, bool) {
@@ -195,8 +175,8 @@ fn under_allow_every_hold_lost_to_eviction_is_counted_logged_and_told() {
         let mut c = server.conn();
         let h = grant_many(&mut c);
         let limit = used_memory(&mut c) + 1_500_000;
-        let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(limit).query(&mut c).unwrap();
-        let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg(policy).query(&mut c).unwrap();
+        config_set(&mut c, "maxmemory", &limit.to_string());
+        config_set(&mut c, "maxmemory-policy", policy);
         let evicts = policy != "noeviction";
         assert_eq!(num(&info(&mut c), "eviction_tracked"), 0, "{policy}: granted before: not yet tracked");
         // Renewed after the change: tracked (as a watchdog's renewal would).
@@ -214,10 +194,13 @@ fn under_allow_every_hold_lost_to_eviction_is_counted_logged_and_told() {
         }
         let total = (h.locks.len() + h.leaders.len() + h.sem.len() + h.rw.len()) as u64;
         assert_eq!(num(&info(&mut c), "eviction_tracked"), if evicts { total } else { 0 }, "{policy}");
-        let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(limit).query(&mut c).unwrap();
-        fill(&mut c, policy);
+        config_set(&mut c, "maxmemory", &limit.to_string());
+        // Keys without a TTL (so under `volatile-*` only keys with one, the
+        // locks, can go), or for `volatile-ttl` with a TTL longer than the
+        // locks'.
+        fill(&mut c, 8000, (policy == "volatile-ttl").then_some(3600));
         // Lift the limit so the checks below evict nothing more.
-        let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0).query(&mut c).unwrap();
+        config_set(&mut c, "maxmemory", "0");
         let mut lost = [0u64; 4];
         let mut tally = |family: usize, (held, evicted): (bool, bool), what: &str| {
             assert!(

@@ -7,24 +7,16 @@
 //! the window open with its keepalives. Run on every server of the matrix
 //! with `REDIS_SERVER`.
 
-use redis::{Connection, RedisResult, Value};
+use redis::{Connection, Value};
 use redis_lock_harness::Server;
 
 mod support;
-use support::eviction::{info, num, run};
-
-fn used_memory(c: &mut Connection) -> u64 {
-    let text: String = redis::cmd("INFO").arg("memory").query(c).unwrap();
-    text.lines().find_map(|l| l.strip_prefix("used_memory:")).unwrap().trim().parse().unwrap()
-}
+use support::eviction::{config_set as set, fill, info, num, run, used_memory};
+use support::wait_for_link;
 
 fn now_ms(c: &mut Connection) -> u64 {
     let (s, us): (u64, u64) = redis::cmd("TIME").query(c).unwrap();
     s * 1000 + us / 1000
-}
-
-fn set(c: &mut Connection, name: &str, value: &str) {
-    let _: () = redis::cmd("CONFIG").arg("SET").arg(name).arg(value).query(c).unwrap();
 }
 
 /// 20 locks of 600 s and a session (900 s) holding one more.
@@ -74,10 +66,7 @@ fn holds_loaded_from_an_rdb_are_counted_when_evicted() {
         let limit = used_memory(&mut c) + 1_500_000;
         set(&mut c, "maxmemory", &limit.to_string());
         set(&mut c, "maxmemory-policy", "allkeys-lru");
-        let v = "x".repeat(1000);
-        for i in 0..8000 {
-            let _: RedisResult<Value> = redis::cmd("SET").arg(format!("fill:{i}")).arg(&v).query(&mut c);
-        }
+        fill(&mut c, 8000, None);
         set(&mut c, "maxmemory", "0");
         let mut lost = 0;
         for (k, t) in locks.iter().map(|(k, t)| (k.as_str(), t.as_str())).chain([("sess:lk", "stok")]) {
@@ -90,18 +79,6 @@ fn holds_loaded_from_an_rdb_are_counted_when_evicted() {
         eprintln!("evicting from start {evicting_from_start}: {lost} of 21 loaded holds evicted");
         assert!(lost > 0, "{evicting_from_start}: 8 MB over a 1.5 MB margin evicted no lock");
         assert!(num(&info(&mut c), "evicted_unverified") >= lost, "{evicting_from_start}");
-    }
-}
-
-fn wait_for_link(replica: &mut Connection) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let info: String = redis::cmd("INFO").arg("replication").query(replica).unwrap();
-        if info.lines().any(|l| l.trim() == "master_link_status:up") {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "replica did not sync");
-        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 
@@ -133,10 +110,7 @@ fn a_promoted_replica_counts_the_evictions_of_the_holds_it_synced() {
     let limit = used_memory(&mut r) + 1_500_000;
     set(&mut r, "maxmemory", &limit.to_string());
     set(&mut r, "maxmemory-policy", "allkeys-lru");
-    let v = "x".repeat(1000);
-    for i in 0..8000 {
-        let _: RedisResult<Value> = redis::cmd("SET").arg(format!("fill:{i}")).arg(&v).query(&mut r);
-    }
+    fill(&mut r, 8000, None);
     set(&mut r, "maxmemory", "0");
     let mut lost = 0;
     let all = locks.iter().map(|(k, t)| (k.as_str(), t.as_str())).chain([("sess:lk", "stok"), ("sess:late", "late")]);

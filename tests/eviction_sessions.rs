@@ -8,16 +8,12 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use redis::{Connection, RedisResult, Value};
+use redis::{Connection, Value};
 use redis_lock_harness::Server;
 
 mod support;
-use support::eviction::{info, num, run};
-
-fn used_memory(c: &mut Connection) -> u64 {
-    let text: String = redis::cmd("INFO").arg("memory").query(c).unwrap();
-    text.lines().find_map(|l| l.strip_prefix("used_memory:")).unwrap().trim().parse().unwrap()
-}
+use support::eviction::{config_set, fill, info, num, run, used_memory};
+use support::wait_for_link;
 
 fn keepalive(c: &mut Connection, id: &str) -> i64 {
     let ttls: Vec<i64> = redis::cmd("SESSION.KEEPALIVE").arg(id).query(c).unwrap();
@@ -59,18 +55,6 @@ fn now_ms(c: &mut Connection) -> i64 {
     s * 1000 + us / 1000
 }
 
-fn wait_for_link(replica: &mut Connection) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let info: String = redis::cmd("INFO").arg("replication").query(replica).unwrap();
-        if info.lines().any(|l| l.trim() == "master_link_status:up") {
-            return;
-        }
-        assert!(Instant::now() < deadline, "replica did not sync");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// One session's holds of every family: (key, token, exclusive).
 fn grant(c: &mut Connection, id: &str) -> Vec<(String, String, bool)> {
     let mut holds = Vec::new();
@@ -108,14 +92,6 @@ fn still_held(c: &mut Connection, key: &str, token: &str, exclusive: bool) -> bo
     }
 }
 
-/// Memory filled past the limit with `n` keys of 1 kB and no TTL.
-fn fill(c: &mut Connection, n: usize) {
-    let v = "x".repeat(1000);
-    for i in 0..n {
-        let _: RedisResult<Value> = redis::cmd("SET").arg(format!("fill:{i}")).arg(&v).query(c);
-    }
-}
-
 /// A session holding locks, leaders, permits and read-write holds under
 /// an `allkeys-*` policy, then 8 MB written over a 1.5 MB margin (6 MB
 /// under `allkeys-random`, so that some holds stay): each
@@ -132,13 +108,13 @@ fn an_evicted_session_hold_is_told_by_the_keepalive_and_leaves_its_session() {
         wait_for_link(&mut r);
         let id: String = redis::cmd("SESSION.GRANT").arg(600_000).query(&mut c).unwrap();
         let limit = used_memory(&mut c) + margin;
-        let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(limit).query(&mut c).unwrap();
-        let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg(policy).query(&mut c).unwrap();
+        config_set(&mut c, "maxmemory", &limit.to_string());
+        config_set(&mut c, "maxmemory-policy", policy);
         let holds = grant(&mut c, &id);
         assert_eq!(num(&info(&mut c), "eviction_tracked"), holds.len() as u64, "{policy}");
         assert_eq!(keepalive(&mut c, &id), 600_000, "{policy}: nothing lost yet");
-        fill(&mut c, 8000);
-        let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0).query(&mut c).unwrap();
+        fill(&mut c, 8000, None);
+        config_set(&mut c, "maxmemory", "0");
         let mut lost = BTreeSet::new();
         for (k, t, exclusive) in &holds {
             let told = run(&mut c, &["LOCK.EVICTED", k, t]).unwrap() == Value::Int(1);
@@ -188,11 +164,11 @@ fn the_notes_are_saved_in_the_rdb() {
     let mut c = server.conn();
     let id: String = redis::cmd("SESSION.GRANT").arg(600_000).query(&mut c).unwrap();
     let limit = used_memory(&mut c) + 1_500_000;
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(limit).query(&mut c).unwrap();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("allkeys-lru").query(&mut c).unwrap();
+    config_set(&mut c, "maxmemory", &limit.to_string());
+    config_set(&mut c, "maxmemory-policy", "allkeys-lru");
     grant(&mut c, &id);
-    fill(&mut c, 8000);
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0).query(&mut c).unwrap();
+    fill(&mut c, 8000, None);
+    config_set(&mut c, "maxmemory", "0");
     let before = evicted(&session_info(&mut c, &id), now_ms(&mut c));
     assert!(!before.is_empty());
     let _: () = redis::cmd("SAVE").query(&mut c).unwrap();
@@ -220,11 +196,11 @@ fn the_notes_survive_an_aof_rewrite_without_the_preamble() {
     let mut c = server.conn();
     let id: String = redis::cmd("SESSION.GRANT").arg(600_000).query(&mut c).unwrap();
     let limit = used_memory(&mut c) + 1_500_000;
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(limit).query(&mut c).unwrap();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("allkeys-lru").query(&mut c).unwrap();
+    config_set(&mut c, "maxmemory", &limit.to_string());
+    config_set(&mut c, "maxmemory-policy", "allkeys-lru");
     grant(&mut c, &id);
-    fill(&mut c, 8000);
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0).query(&mut c).unwrap();
+    fill(&mut c, 8000, None);
+    config_set(&mut c, "maxmemory", "0");
     let i = session_info(&mut c, &id);
     let before = (evicted(&i, now_ms(&mut c)), int(&i["holds"]));
     assert!(!before.0.is_empty());

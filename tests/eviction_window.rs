@@ -8,11 +8,11 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::{Connection, RedisResult, Value};
+use redis::{Connection, Value};
 use redis_lock_harness::Server;
 
 mod support;
-use support::eviction::{info, num, run};
+use support::eviction::{config_set, fill, info, num, run, used_memory};
 
 fn int(c: &mut Connection, args: &[&str]) -> i64 {
     match run(c, args) {
@@ -27,33 +27,14 @@ fn keepalive(c: &mut Connection, id: &str) -> i64 {
     ttls[0]
 }
 
-fn config_set(c: &mut Connection, name: &str, value: &str) {
-    let _: () = redis::cmd("CONFIG").arg("SET").arg(name).arg(value).query(c).unwrap();
-}
-
-fn used_memory(c: &mut Connection) -> u64 {
-    let text: String = redis::cmd("INFO").arg("memory").query(c).unwrap();
-    text.lines().find_map(|l| l.strip_prefix("used_memory:")).unwrap().trim().parse().unwrap()
-}
-
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
 }
 
 /// 8 MB of keys (for `volatile-*` with a TTL longer than the locks', so
-/// that a lock key is the likeliest to go), writes refused for memory
-/// ignored.
-fn fill(c: &mut Connection, policy: &str) {
-    let v = "x".repeat(1000);
-    for i in 0..8000 {
-        let k = format!("fill:{i}");
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(&k).arg(&v);
-        if policy.starts_with("volatile") {
-            cmd.arg("EX").arg(3600);
-        }
-        let _: RedisResult<Value> = cmd.query(c);
-    }
+/// that a lock key is the likeliest to go).
+fn fill_for(c: &mut Connection, policy: &str) {
+    fill(c, 8000, policy.starts_with("volatile").then_some(3600));
 }
 
 /// A hold and how to renew it (`None`: a session's, kept by its session).
@@ -162,7 +143,7 @@ fn holds_granted_before_eviction_was_possible_are_never_lost_in_silence() {
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(keepalive(&mut c, &session), 900_000);
         assert!(num(&info(&mut c), "eviction_window_until") > until, "{what}");
-        fill(&mut c, policy);
+        fill_for(&mut c, policy);
         config_set(&mut c, "maxmemory", "0");
         let mut lost = vec![];
         for h in &holds {
@@ -224,7 +205,7 @@ fn after_the_window_evictions_are_not_counted() {
         config_set(&mut c, "maxmemory-policy", policy);
         config_set(&mut c, "maxmemory", &limit.to_string());
         assert!(!server.log().contains("holds granted while Redis could not evict"), "{policy}");
-        fill(&mut c, policy);
+        fill_for(&mut c, policy);
         config_set(&mut c, "maxmemory", "0");
         let evicted: i64 = redis::cmd("INFO")
             .arg("stats")
