@@ -75,44 +75,38 @@ pub type Stored = (Option<i64>, Vec<(String, i64)>);
 
 /// The key's [`Stored`] set.
 pub fn stored(c: &mut redis::Connection, key: &str) -> Stored {
-    let flat: Vec<(Vec<u8>, f64)> =
-        redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query(c).expect("zrange");
-    parse_stored(flat)
+    parse_stored(zrange(key).query(c).expect("zrange"))
 }
 
-/// [`stored`] and the key's `PEXPIRETIME`, read in one `EXEC` (no timer
-/// runs between them: a grant by the queue's timer cannot fall between
-/// the two reads).
+fn zrange(key: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("ZRANGE");
+    cmd.arg(key).arg(0).arg(-1).arg("WITHSCORES");
+    cmd
+}
+
+/// [`stored`] and `then`'s reply, read in one `EXEC` (no timer runs
+/// between them).
+fn stored_and<T: redis::FromRedisValue>(c: &mut redis::Connection, key: &str, then: redis::Cmd) -> (Stored, T) {
+    let (flat, t): (Vec<(Vec<u8>, f64)>, T) =
+        redis::pipe().atomic().add_command(zrange(key)).add_command(then).query(c).expect("zrange in an EXEC");
+    (parse_stored(flat), t)
+}
+
+/// [`stored`] and the key's `PEXPIRETIME`, read in one `EXEC` (a grant by
+/// the queue's timer cannot fall between the two reads).
 pub fn stored_and_expiry(c: &mut redis::Connection, key: &str) -> (Stored, i64) {
-    let (flat, exp): (Vec<(Vec<u8>, f64)>, i64) = redis::pipe()
-        .atomic()
-        .cmd("ZRANGE")
-        .arg(key)
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .cmd("PEXPIRETIME")
-        .arg(key)
-        .query(c)
-        .expect("zrange and pexpiretime");
-    (parse_stored(flat), exp)
+    let mut exp = redis::cmd("PEXPIRETIME");
+    exp.arg(key);
+    stored_and(c, key, exp)
 }
 
 /// `INFO lock`'s `lock_waiting` and [`stored`], read in one `EXEC`.
 fn waiting_and_stored(c: &mut redis::Connection, key: &str) -> (usize, Vec<(String, i64)>) {
-    let (flat, info): (Vec<(Vec<u8>, f64)>, String) = redis::pipe()
-        .atomic()
-        .cmd("ZRANGE")
-        .arg(key)
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .cmd("INFO")
-        .arg("lock")
-        .query(c)
-        .expect("zrange and info");
+    let mut info = redis::cmd("INFO");
+    info.arg("lock");
+    let (stored, info): (Stored, String) = stored_and(c, key, info);
     let waiting = super::parse_lock_info(&info).get("waiting").and_then(|v| v.parse().ok()).expect("lock_waiting");
-    (waiting, parse_stored(flat).1)
+    (waiting, stored.1)
 }
 
 fn parse_stored(flat: Vec<(Vec<u8>, f64)>) -> Stored {
