@@ -61,21 +61,10 @@ def main() -> int:
         probe = sc.Conn(srv.port)
         started = time.perf_counter()
         conn.call("SEM.ACQUIRE", "sem", "other", n, 1000)
-        longest, pings = 0.0, 0
-        while True:
-            t = time.perf_counter()
-            probe.call("PING")
-            longest = max(longest, time.perf_counter() - t)
-            pings += 1
-            if pings % 16 == 0 and sc.info_field(conn, "lock", "lock_orphans_leased") >= n:
-                break
+        longest, pings = sc.ping_until(probe, lambda: sc.info_field(conn, "lock", "lock_orphans_leased") >= n)
         took = (time.perf_counter() - started) * 1000
         orphans = sc.info_field(conn, "lock", "lock_session_tick_max_us")
-        idle = 0.0
-        for _ in range(pings):
-            t = time.perf_counter()
-            probe.call("PING")
-            idle = max(idle, time.perf_counter() - t)
+        idle = sc.ping_idle(probe, pings)
         probe.close()
     finally:
         srv.stop()

@@ -698,6 +698,31 @@ def info_field(conn: Conn, section: str, field: str) -> int:
     raise KeyError(field)
 
 
+def ping_until(probe: Conn, done) -> tuple:
+    """PINGs on `probe` until `done()` (asked every 16th PING): the longest
+    round trip (s) and how many PINGs; what a server's thread busy with
+    something else makes a client wait."""
+    longest, pings = 0.0, 0
+    while True:
+        t = time.perf_counter()
+        probe.call("PING")
+        longest = max(longest, time.perf_counter() - t)
+        pings += 1
+        if pings % 16 == 0 and done():
+            return longest, pings
+
+
+def ping_idle(probe: Conn, pings: int) -> float:
+    """The longest round trip (s) of `pings` PINGs with nothing else to do:
+    the machine's own noise, beside `ping_until`'s."""
+    idle = 0.0
+    for _ in range(pings):
+        t = time.perf_counter()
+        probe.call("PING")
+        idle = max(idle, time.perf_counter() - t)
+    return idle
+
+
 # --------------------------------------------------------------------------
 # Reporting.
 

@@ -96,23 +96,11 @@ def end_rows(redis_server: str, module: str, sizes: list) -> dict:
             started = time.perf_counter()
             conn.call("SESSION.REVOKE", sid)
             # (The timer's longest run is a maximum since the server started: sizes go up.)
-            longest = 0.0
-            pings = 0
-            while True:
-                t = time.perf_counter()
-                probe.call("PING")
-                longest = max(longest, time.perf_counter() - t)
-                pings += 1
-                if pings % 16 == 0 and conn.call("DBSIZE") == 0:
-                    break
+            longest, pings = sc.ping_until(probe, lambda: conn.call("DBSIZE") == 0)
             took = (time.perf_counter() - started) * 1000
             tick = sc.info_field(conn, "lock", "lock_session_tick_max_us") / 1000
             # The same number of PINGs with nothing to do: the machine's own noise.
-            idle = 0.0
-            for _ in range(pings):
-                t = time.perf_counter()
-                probe.call("PING")
-                idle = max(idle, time.perf_counter() - t)
+            idle = sc.ping_idle(probe, pings)
             rows[n] = (longest * 1000, took, pings, tick, idle * 1000)
             probe.close()
             print(f"end N={n}: longest timer run {tick:.2f} ms, longest PING {longest * 1000:.2f} ms "
