@@ -11,7 +11,7 @@ use redis::{Connection, Value};
 use redis_lock_harness::Server;
 
 mod support;
-use support::eviction::{config_set as set, fill, info, num, run, used_memory};
+use support::eviction::{config_set as set, fill, info, limit_memory, num, run};
 use support::wait_for_link;
 
 fn now_ms(c: &mut Connection) -> u64 {
@@ -63,9 +63,7 @@ fn holds_loaded_from_an_rdb_are_counted_when_evicted() {
         assert_eq!(ttl, [900_000]);
         let until = num(&info(&mut c), "eviction_window_until");
         assert!(until >= now + 890_000, "{evicting_from_start}: the session's deadline: {until}, now {now}");
-        let limit = used_memory(&mut c) + 1_500_000;
-        set(&mut c, "maxmemory", &limit.to_string());
-        set(&mut c, "maxmemory-policy", "allkeys-lru");
+        limit_memory(&mut c, 1_500_000, "allkeys-lru");
         fill(&mut c, 8000, None);
         set(&mut c, "maxmemory", "0");
         let mut lost = 0;
@@ -107,9 +105,7 @@ fn a_promoted_replica_counts_the_evictions_of_the_holds_it_synced() {
     assert_eq!(ttl, [900_000]);
     let until = num(&info(&mut r), "eviction_window_until");
     assert!(until >= now + 890_000, "the session's deadline: {until}, now {now}");
-    let limit = used_memory(&mut r) + 1_500_000;
-    set(&mut r, "maxmemory", &limit.to_string());
-    set(&mut r, "maxmemory-policy", "allkeys-lru");
+    limit_memory(&mut r, 1_500_000, "allkeys-lru");
     fill(&mut r, 8000, None);
     set(&mut r, "maxmemory", "0");
     let mut lost = 0;

@@ -12,7 +12,7 @@ use redis::{Connection, Value};
 use redis_lock_harness::Server;
 
 mod support;
-use support::eviction::{config_set, fill, info, num, run, used_memory};
+use support::eviction::{config_set, fill, info, limit_memory, num, run};
 use support::wait_for_link;
 
 fn keepalive(c: &mut Connection, id: &str) -> i64 {
@@ -107,9 +107,7 @@ fn an_evicted_session_hold_is_told_by_the_keepalive_and_leaves_its_session() {
         let (mut c, mut r) = (master.conn(), replica.conn());
         wait_for_link(&mut r);
         let id: String = redis::cmd("SESSION.GRANT").arg(600_000).query(&mut c).unwrap();
-        let limit = used_memory(&mut c) + margin;
-        config_set(&mut c, "maxmemory", &limit.to_string());
-        config_set(&mut c, "maxmemory-policy", policy);
+        limit_memory(&mut c, margin, policy);
         let holds = grant(&mut c, &id);
         assert_eq!(num(&info(&mut c), "eviction_tracked"), holds.len() as u64, "{policy}");
         assert_eq!(keepalive(&mut c, &id), 600_000, "{policy}: nothing lost yet");
@@ -163,9 +161,7 @@ fn the_notes_are_saved_in_the_rdb() {
     let mut server = Server::builder().arg("lock.eviction", "allow").start();
     let mut c = server.conn();
     let id: String = redis::cmd("SESSION.GRANT").arg(600_000).query(&mut c).unwrap();
-    let limit = used_memory(&mut c) + 1_500_000;
-    config_set(&mut c, "maxmemory", &limit.to_string());
-    config_set(&mut c, "maxmemory-policy", "allkeys-lru");
+    limit_memory(&mut c, 1_500_000, "allkeys-lru");
     grant(&mut c, &id);
     fill(&mut c, 8000, None);
     config_set(&mut c, "maxmemory", "0");
@@ -195,9 +191,7 @@ fn the_notes_survive_an_aof_rewrite_without_the_preamble() {
         .start();
     let mut c = server.conn();
     let id: String = redis::cmd("SESSION.GRANT").arg(600_000).query(&mut c).unwrap();
-    let limit = used_memory(&mut c) + 1_500_000;
-    config_set(&mut c, "maxmemory", &limit.to_string());
-    config_set(&mut c, "maxmemory-policy", "allkeys-lru");
+    limit_memory(&mut c, 1_500_000, "allkeys-lru");
     grant(&mut c, &id);
     fill(&mut c, 8000, None);
     config_set(&mut c, "maxmemory", "0");

@@ -27,6 +27,14 @@ pub fn used_memory(c: &mut Connection) -> u64 {
     text.lines().find_map(|l| l.strip_prefix("used_memory:")).unwrap().trim().parse().unwrap()
 }
 
+/// Lets the server evict under `policy` once it uses `margin` bytes more
+/// than now (`maxmemory` first, then the policy).
+pub fn limit_memory(c: &mut Connection, margin: u64, policy: &str) {
+    let limit = used_memory(c) + margin;
+    config_set(c, "maxmemory", &limit.to_string());
+    config_set(c, "maxmemory-policy", policy);
+}
+
 /// Writes `n` keys of 1 kB (`fill:0`…), with `EX ttl` if given; writes
 /// refused for memory (OOM) are ignored.
 pub fn fill(c: &mut Connection, n: usize, ttl: Option<u64>) {
